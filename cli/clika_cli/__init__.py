@@ -1,0 +1,1 @@
+"""clika_cli: the `clika` and `clika-export` commands."""

@@ -1,0 +1,79 @@
+"""The in-memory form every checkpoint reader produces and every family reads.
+
+Readers (``clika_export.readers.hf`` for Hugging Face folders,
+``clika_export.readers.gguf`` for GGUF files) turn a source into a
+``Checkpoint``: architecture facts, tensors under Hugging Face names in Hugging
+Face layout (a Linear weight is ``[out_features, in_features]``), the tokenizer
+as ``tokenizers`` JSON, the chat template and generation defaults. Tensors load
+lazily so a large checkpoint never has to sit in memory twice.
+
+A GGUF reader also offers each block-quantized tensor's original blocks
+(``RawBlocks``), already in Hugging Face row order, so the quantizer can carry
+them over exactly instead of dequantizing and quantizing again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from clika_runtime.manifest import Architecture
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be exported: the message names the problem."""
+
+
+@dataclass(frozen=True)
+class RawBlocks:
+    """A tensor's original block-quantized bytes (GGUF), rows in HF order.
+
+    ``data`` is ``uint8[rows, bytes_per_row]``; ``ggml_type`` is the GGUF type
+    name ("Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q8_0", ...); ``shape`` the logical
+    ``(rows, cols)`` float shape.
+    """
+
+    ggml_type: str
+    data: np.ndarray
+    shape: tuple[int, int]
+
+
+@dataclass
+class Checkpoint:
+    architecture: Architecture
+    # name -> loader returning float32 in HF layout; lazy on purpose.
+    tensor_loaders: dict[str, Callable[[], np.ndarray]]
+    tokenizer_json: str
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int | None
+    add_bos_token: bool
+    chat_template: str | None
+    generation_defaults: dict[str, Any]
+    source_name: str
+    source_format: str  # "hf" | "gguf"
+    source_sha256: str
+    bos_token: str | None = None
+    eos_token: str | None = None
+    # name -> loader of the original quantized blocks (GGUF only).
+    raw_loaders: dict[str, Callable[[], RawBlocks]] = field(default_factory=dict)
+
+    def names(self) -> Iterator[str]:
+        return iter(self.tensor_loaders)
+
+    def tensor(self, name: str) -> np.ndarray:
+        try:
+            loader = self.tensor_loaders[name]
+        except KeyError:
+            raise CheckpointError(f"checkpoint has no tensor {name!r}") from None
+        return loader()
+
+    def raw(self, name: str) -> RawBlocks | None:
+        loader = self.raw_loaders.get(name)
+        return loader() if loader else None
+
+    def has(self, name: str) -> bool:
+        return name in self.tensor_loaders

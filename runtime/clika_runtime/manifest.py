@@ -1,0 +1,192 @@
+"""The contract between an exported model folder and the runtime.
+
+A model folder holds ``manifest.json`` plus the files it names (ONNX graphs with
+external weights, ``tokenizer.json``, the chat template). The runtime reads
+everything it needs from the manifest and never gives meaning to a file name.
+
+Graph contract (``GraphSpec``), one ORT call = one engine step for a batch:
+
+* the new tokens of all rows are *packed* into one axis ``T`` (so the weight
+  MatMuls cost only real tokens, whatever the mix of prefill and decode rows);
+* ``token_index[t]`` places packed token ``t`` at ``row * S + col`` of the padded
+  ``[B, S]`` grid that attention works on (``S`` = the longest row this step);
+* each row ``b`` has ``query_seqlens[b]`` new tokens (0 = idle row) after
+  ``past_len[b]`` cached ones; ``seqlens_k[b] = past_len[b] + query_seqlens[b] - 1``;
+* ``logits_index`` picks which packed positions get logits (each row's last
+  token when decoding, every position for perplexity or speculative checks).
+
+KV inputs/outputs are named per layer from ``kv.past_key`` etc. with ``{layer}``
+substituted; in ``continuous`` mode past and present are bound to the same
+NumPy buffer of shape ``[slots, kv_heads, capacity, head_dim]`` so the graph
+updates the cache in place.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+FORMAT_NAME = "clika-model"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+
+
+class ManifestError(ValueError):
+    """A model folder whose manifest is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    family: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool = False
+    rope_scaling: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """How the graph's KV cache inputs/outputs are named and laid out."""
+
+    layout: str  # "BNSH": [batch_or_slots, kv_heads, capacity, head_dim]
+    dtype: str  # numpy dtype name, e.g. "float32"
+    past_key: str  # e.g. "past_key.{layer}"
+    past_value: str
+    present_key: str
+    present_value: str
+    # Paged graphs only: block size in tokens (None for continuous graphs).
+    block_size: int | None = None
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    file: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    kv: KVSpec
+    logits_output: str = "logits"
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    file: str
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int | None
+    add_bos_token: bool
+    bos_token: str | None = None
+    eos_token: str | None = None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    source: str  # what the user named (a file or folder name, never an absolute path)
+    source_format: str  # "gguf" | "hf"
+    source_sha256: str
+    tool: str
+    tool_version: str
+    exported_at: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    architecture: Architecture
+    context_window: int
+    graphs: dict[str, GraphSpec]  # by KV mode: "continuous", "paged"
+    tokenizer: TokenizerSpec
+    precision: dict[str, Any]
+    provenance: Provenance
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
+    chat_template_file: str | None = None
+    quality: dict[str, Any] = field(default_factory=dict)
+    format: str = FORMAT_NAME
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    def write(self, folder: Path) -> None:
+        (Path(folder) / MANIFEST_FILE).write_text(self.to_json() + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        try:
+            if data.get("format") != FORMAT_NAME:
+                raise ManifestError(f"not a {FORMAT_NAME} manifest (format={data.get('format')!r})")
+            if data.get("format_version") != FORMAT_VERSION:
+                raise ManifestError(
+                    f"manifest format_version {data.get('format_version')!r} is not supported "
+                    f"(this runtime reads version {FORMAT_VERSION})"
+                )
+            graphs = {
+                mode: GraphSpec(
+                    file=g["file"],
+                    inputs=tuple(g["inputs"]),
+                    outputs=tuple(g["outputs"]),
+                    kv=_build(KVSpec, g["kv"]),
+                    logits_output=g.get("logits_output", "logits"),
+                )
+                for mode, g in data["graphs"].items()
+            }
+            tok = dict(data["tokenizer"])
+            tok["eos_token_ids"] = tuple(tok["eos_token_ids"])
+            return cls(
+                architecture=_build(Architecture, data["architecture"]),
+                context_window=int(data["context_window"]),
+                graphs=graphs,
+                tokenizer=_build(TokenizerSpec, tok),
+                precision=dict(data["precision"]),
+                provenance=_build(Provenance, data["provenance"]),
+                generation_defaults=dict(data.get("generation_defaults", {})),
+                chat_template_file=data.get("chat_template_file"),
+                quality=dict(data.get("quality", {})),
+            )
+        except KeyError as exc:
+            raise ManifestError(f"manifest is missing the field {exc.args[0]!r}") from None
+        except TypeError as exc:
+            raise ManifestError(f"manifest has a malformed section: {exc}") from None
+
+    @classmethod
+    def read(cls, folder: str | Path) -> Manifest:
+        path = Path(folder) / MANIFEST_FILE
+        if not path.is_file():
+            raise ManifestError(f"{folder} is not a model folder: no {MANIFEST_FILE}")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ManifestError(f"{path.name} is not valid JSON: {exc}") from None
+        manifest = cls.from_dict(data)
+        manifest.check_files(Path(folder))
+        return manifest
+
+    def check_files(self, folder: Path) -> None:
+        named = [self.tokenizer.file, *(g.file for g in self.graphs.values())]
+        if self.chat_template_file:
+            named.append(self.chat_template_file)
+        for name in named:
+            if not (folder / name).is_file():
+                raise ManifestError(f"model folder is incomplete: {name} named by the manifest is missing")
+
+
+def _build(kind: type, data: dict[str, Any]) -> Any:
+    """Build a dataclass from a dict, refusing unknown keys by name."""
+    known = {f.name for f in fields(kind)}
+    unknown = set(data) - known
+    if unknown:
+        raise ManifestError(f"unknown {kind.__name__} fields in manifest: {sorted(unknown)}")
+    values = dict(data)
+    for key, value in values.items():
+        if isinstance(value, list):
+            values[key] = tuple(value)
+    return kind(**values)
