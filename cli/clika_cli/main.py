@@ -1,0 +1,26 @@
+"""The `clika` command: chat, generate, pull, list, rm, serve, bench, eval.
+
+A thin layer: arguments in, library calls out. Sub-commands import their
+libraries lazily so `clika --help` stays fast and the runtime-only install
+(no export extras) still answers.
+"""
+
+from __future__ import annotations
+
+import click
+
+from clika_runtime import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="clika")
+def clika() -> None:
+    """Run language models offline on this CPU."""
+
+
+def main() -> None:
+    clika()
+
+
+if __name__ == "__main__":
+    main()

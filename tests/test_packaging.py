@@ -1,0 +1,100 @@
+"""The wheel installs alone, without torch or onnx, and every package is in it.
+
+Builds the wheel, installs it with only the runtime's dependencies into a fresh
+virtual environment and imports each package from there. This catches a
+sub-package missing from the wheel, a bare folder name (`runtime`, `export`)
+shadowing the real package, and a runtime import of torch or onnx.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE_ROOTS = {"clika_runtime": "runtime", "clika_export": "export", "clika_quant": "quant", "clika_cli": "cli"}
+
+
+def _all_modules() -> list[str]:
+    modules = []
+    for package, folder in PACKAGE_ROOTS.items():
+        for path in sorted((REPO / folder / package).rglob("*.py")):
+            rel = path.relative_to(REPO / folder).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules.append(".".join(parts))
+    return modules
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
+        check=True,
+    )
+    (found,) = out.glob("clika_runtime-*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def runtime_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A fresh venv holding the wheel and the runtime's own dependencies only."""
+    root = tmp_path_factory.mktemp("venv")
+    venv.create(root, with_pip=True)
+    python = root / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", str(wheel)], check=True)
+    return python
+
+
+def test_wheel_holds_every_module(wheel: Path) -> None:
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for module in _all_modules():
+        as_path = module.replace(".", "/")
+        assert f"{as_path}.py" in names or f"{as_path}/__init__.py" in names, f"{module} missing from the wheel"
+    top_levels = {name.split("/")[0] for name in names if not name.startswith("clika_runtime-")}
+    assert top_levels <= set(PACKAGE_ROOTS), f"unexpected top-level entries in the wheel: {top_levels}"
+
+
+def test_runtime_installs_without_torch_or_onnx(runtime_venv: Path, tmp_path: Path) -> None:
+    # Run from an empty folder so nothing from the checkout can be imported by accident.
+    script = (
+        "import importlib.util, sys\n"
+        "import clika_runtime, clika_runtime.manifest, clika_runtime.modelverse\n"
+        "assert 'torch' not in sys.modules and 'onnx' not in sys.modules, sorted(sys.modules)\n"
+        "assert importlib.util.find_spec('torch') is None, 'torch got installed'\n"
+        "assert importlib.util.find_spec('onnx') is None, 'onnx got installed'\n"
+        "assert importlib.util.find_spec('runtime') is None and importlib.util.find_spec('export') is None\n"
+        "print(clika_runtime.__file__)\n"
+    )
+    result = subprocess.run(
+        [str(runtime_venv), "-c", script], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "site-packages" in result.stdout
+    cli = subprocess.run(
+        [str(runtime_venv.parent / "clika"), "--help"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "Usage" in cli.stdout
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)\n```", readme, flags=re.S)
+    assert len(blocks) >= 2, "README must open with the chat command and the test command"
+    test_command = blocks[1].strip()
+    ci_lines = [
+        line
+        for line in (REPO / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
+    ]
+    assert ci_lines == [test_command]
