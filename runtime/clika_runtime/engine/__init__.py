@@ -1,0 +1,1 @@
+"""The engine: scheduler, KV cache, ORT executor, sampler and the step loop."""

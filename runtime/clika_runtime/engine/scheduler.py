@@ -1,0 +1,187 @@
+"""Pick each step's work under a token budget; the only code that changes a sequence's status.
+
+There are no prefill and decode phases. Every running sequence has tokens
+whose KV is not computed yet (the rest of its prompt, or the one token it
+sampled last); a step gives each of them a share of the budget:
+
+1. sequences with one pending token (decoding) first, one token each, so a
+   long prompt never freezes the streams already talking;
+2. sequences still in their prompt next, as large a chunk as the budget
+   leaves (chunked prefill falls out of this);
+3. then waiting sequences, first come first served, while a slot is free and
+   budget is left. A cache with no room is a result (they keep waiting).
+
+After the ORT call ``update`` advances the computed counts, appends sampled
+tokens and ends sequences on a stop id, ``max_new_tokens`` or a full context.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.types import (
+    QueueFullError,
+    ScheduledRow,
+    Sequence,
+    SequenceStatus,
+    StepPlan,
+)
+
+
+class Scheduler:
+    """Admission, the per-step token budget and every status change of the engine's sequences."""
+
+    def __init__(
+        self,
+        cache: KVCacheManager,
+        *,
+        max_seq: int,
+        max_active: int = 8,
+        max_queued: int = 256,
+        max_step_tokens: int = 256,
+    ) -> None:
+        for name, value in (("max_active", max_active), ("max_step_tokens", max_step_tokens)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if max_queued < 0:
+            raise ValueError(f"max_queued must be >= 0, got {max_queued}")
+        self.cache = cache
+        self.max_seq = max_seq
+        self.max_active = max_active
+        self.max_queued = max_queued
+        self.max_step_tokens = max_step_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._by_id: dict[int, Sequence] = {}
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def get(self, request_id: int) -> Sequence | None:
+        return self._by_id.get(request_id)
+
+    def add(self, seq: Sequence) -> None:
+        """Queue ``seq``; a full queue raises QueueFullError and changes nothing."""
+        if len(self.waiting) >= self.max_queued:
+            raise QueueFullError(f"the request queue is full ({self.max_queued} waiting); retry later")
+        if seq.request_id in self._by_id:
+            raise ValueError(f"request id {seq.request_id} is already in the engine")
+        self.waiting.append(seq)
+        self._by_id[seq.request_id] = seq
+
+    def schedule(self) -> StepPlan | None:
+        """This step's rows (sorted by slot, the order the graph packs them), or None when idle."""
+        decoding = [s for s in self.running if s.num_pending_tokens == 1]
+        prefilling = [s for s in self.running if s.num_pending_tokens > 1]
+        # Decode rows always run: a budget below the active count must not starve one.
+        budget = max(self.max_step_tokens, len(decoding))
+        rows: list[ScheduledRow] = []
+        for seq in decoding:
+            rows.append(_row(seq, 1))
+        budget -= len(decoding)
+        for seq in prefilling:
+            if budget <= 0:
+                break
+            n = min(seq.num_pending_tokens, budget)
+            rows.append(_row(seq, n))
+            budget -= n
+        while budget > 0 and self.waiting and len(self.running) < self.max_active:
+            seq = self.waiting[0]
+            if not self._admit(seq):
+                break
+            n = min(seq.num_pending_tokens, budget)
+            rows.append(_row(seq, n))
+            budget -= n
+        if not rows:
+            return None
+        rows.sort(key=lambda r: r.slot)
+        return StepPlan(tuple(rows))
+
+    def _admit(self, seq: Sequence) -> bool:
+        allocation = self.cache.allocate(seq)
+        if allocation is None:
+            return False
+        self.waiting.popleft()
+        seq.slot = allocation.slot
+        seq.num_computed_tokens = allocation.cached_tokens
+        seq.num_cached_tokens = allocation.cached_tokens
+        seq.status = SequenceStatus.RUNNING
+        seq.first_scheduled_time = time.perf_counter()
+        self.running.append(seq)
+        return True
+
+    def update(self, plan: StepPlan, sampled: list[int]) -> list[tuple[Sequence, int]]:
+        """Apply a finished step: computed counts advance, sampled tokens join their sequences.
+
+        ``sampled`` holds one token per ``plan.sample_rows`` row, in order. Returns
+        ``(sequence, token)`` pairs; a sequence the token finished is already
+        finished (and its slot free) when this returns.
+        """
+        for row in plan.rows:
+            row.seq.num_computed_tokens += row.num_new
+        now = time.perf_counter()
+        appended: list[tuple[Sequence, int]] = []
+        for row, token in zip(plan.sample_rows, sampled, strict=True):
+            seq = row.seq
+            seq.token_ids.append(token)
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+            appended.append((seq, token))
+            status = self._stop_status(seq, token)
+            if status is not None:
+                self.finish(seq, status)
+        return appended
+
+    def _stop_status(self, seq: Sequence, token: int) -> SequenceStatus | None:
+        if token in seq.stop_ids:
+            return SequenceStatus.FINISHED_STOPPED
+        if seq.num_completion_tokens >= seq.config.max_new_tokens or seq.num_tokens >= self.max_seq:
+            return SequenceStatus.FINISHED_LENGTH
+        return None
+
+    def finish(self, seq: Sequence, status: SequenceStatus, error: str | None = None) -> None:
+        """End ``seq`` with a finished ``status``; frees its slot. Finishing twice is a no-op."""
+        assert status.finished, f"{status.name} is not a finished status"
+        if seq.finished:
+            return
+        if seq.status == SequenceStatus.RUNNING:
+            self.running.remove(seq)
+            self.cache.free(seq)
+        else:
+            self.waiting.remove(seq)
+        self._by_id.pop(seq.request_id, None)
+        seq.status = status
+        seq.error = error
+        seq.finish_time = time.perf_counter()
+
+    def cancel(self, request_id: int) -> Sequence | None:
+        """Cancel a waiting or running request; None when it is not here (finished or unknown)."""
+        seq = self._by_id.get(request_id)
+        if seq is not None:
+            self.finish(seq, SequenceStatus.FINISHED_CANCELLED)
+        return seq
+
+    def check_integrity(self) -> None:
+        """Raise AssertionError when sequences, slots and the cache disagree."""
+        assert len(self.running) <= self.max_active, "more running than max_active"
+        slots = [s.slot for s in self.running]
+        assert len(set(slots)) == len(slots), f"two running sequences share a slot: {slots}"
+        for seq in self.running:
+            assert seq.status == SequenceStatus.RUNNING and seq.slot is not None, f"bad running {seq}"
+            assert 0 <= seq.num_computed_tokens <= seq.num_tokens, f"computed count out of range: {seq}"
+        for seq in self.waiting:
+            assert seq.status == SequenceStatus.WAITING and seq.slot is None, f"bad waiting {seq}"
+        live = {s.request_id for s in self.running} | {s.request_id for s in self.waiting}
+        assert live == set(self._by_id), "the id index disagrees with the queues"
+        self.cache.check_integrity({s.request_id: s.slot for s in self.running})  # type: ignore[misc]
+
+
+def _row(seq: Sequence, num_new: int) -> ScheduledRow:
+    assert seq.slot is not None
+    start = seq.num_computed_tokens
+    return ScheduledRow(
+        seq=seq, slot=seq.slot, start=start, num_new=num_new, sample=start + num_new == seq.num_tokens
+    )

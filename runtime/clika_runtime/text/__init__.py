@@ -1,0 +1,1 @@
+"""Text: the tokenizer wrapper, the streaming detokenizer and the stop-string matcher."""
