@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zipfile
 from pathlib import Path
 
@@ -78,3 +79,79 @@ def wheelhouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Wheelhouse:
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
     return Wheelhouse(folder)
+
+
+# -- tiny random checkpoints (built on the fly, no download) ----------------
+
+TINY_SPECIALS = ("<s>", "</s>", "<pad>")
+TINY_TEMPLATE = "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>\n{% endfor %}"
+
+
+def tiny_tokenizer():
+    """A byte-level tokenizer: the 256 byte symbols plus ``<s> </s> <pad>`` (ids 256-258)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab.update({token: 256 + i for i, token in enumerate(TINY_SPECIALS)})
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(list(TINY_SPECIALS))
+    return tokenizer
+
+
+def build_tiny_hf(
+    folder: Path, family: str = "llama", *, tied: bool = False, layers: int = 2, seed: int = 0, **config
+):
+    """Save a tiny random ``family`` checkpoint (hidden 64, 4 heads / 2 KV heads) to ``folder``.
+
+    Weights are drawn wide enough (std 0.1, norms around 1) that logits differ
+    clearly between tokens. Returns the transformers model (float32, eval).
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    kinds = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+    config_type, model_type = kinds[family]
+    settings = dict(
+        vocab_size=256 + len(TINY_SPECIALS), hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=tied,
+        bos_token_id=256, eos_token_id=257, pad_token_id=258,
+    )  # fmt: skip
+    settings.update(config)
+    torch.manual_seed(seed)
+    model = model_type(config_type(**settings)).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.copy_(1 + 0.1 * torch.randn_like(param))
+            else:
+                param.normal_(0, 0.1)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tiny_tokenizer().save(str(folder / "tokenizer.json"))
+    tok_config = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "add_bos_token": True}
+    (folder / "tokenizer_config.json").write_text(json.dumps({**tok_config, "chat_template": TINY_TEMPLATE}))
+    return model
+
+
+@pytest.fixture(scope="session")
+def make_tiny_hf():
+    """``build_tiny_hf(folder, family, tied=..., layers=..., **config)`` for tests that need their own."""
+    return build_tiny_hf
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random llama checkpoint folder (2 layers, vocab 259)."""
+    folder = tmp_path_factory.mktemp("tiny-llama-hf")
+    build_tiny_hf(folder, "llama")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_model(tiny_llama_hf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny llama exported to an fp32 model folder (context window 128)."""
+    from clika_export.api import export
+
+    return export(tiny_llama_hf, tmp_path_factory.mktemp("tiny-llama-model") / "model", progress=False)

@@ -1,0 +1,69 @@
+"""The ``clika-export`` command: a checkpoint in, a model folder out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("source", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "-o", "--out", required=True, type=click.Path(path_type=Path), help="The model folder to write."
+)
+@click.option(
+    "--precision",
+    default="fp32",
+    show_default=True,
+    help="Weight precision: fp32 (float), or a quantized scheme the quantization pass offers (int4, int8).",
+)
+@click.option(
+    "--context", type=click.IntRange(min=1), default=None, help="Context window (default: the model's)."
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="ONNX Runtime threads for the export's check (default: ORT's).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--no-verify", is_flag=True, help="Skip the check against the float reference.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def export_command(
+    source: Path,
+    out: Path,
+    precision: str,
+    context: int | None,
+    threads: int | None,
+    overwrite: bool,
+    no_verify: bool,
+    quiet: bool,
+) -> None:
+    """Export SOURCE (a Hugging Face model folder or a .gguf file) to an ONNX model folder."""
+    from clika_export.api import ExportError, export
+    from clika_export.checkpoint import CheckpointError
+
+    try:
+        folder = export(
+            source,
+            out,
+            precision,
+            context_window=context,
+            progress=not quiet,
+            overwrite=overwrite,
+            verify=not no_verify,
+            threads=threads,
+        )
+    except (ExportError, CheckpointError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(str(folder), file=sys.stdout)
+
+
+def main() -> None:
+    export_command()
+
+
+if __name__ == "__main__":
+    main()

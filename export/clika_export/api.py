@@ -1,0 +1,267 @@
+"""The export pipeline: read -> build -> quantize -> verify -> write a model folder.
+
+``export(source, out)`` turns a Hugging Face folder or a ``.gguf`` file into a
+model folder (``model.onnx`` + ``model.onnx.data``, ``tokenizer.json``,
+``chat_template.jinja``, ``manifest.json``). Everything is written into a
+temporary folder beside ``out`` and renamed into place at the end, so a failed
+export leaves nothing half-written.
+
+``cached_export`` keeps exports in ``$CLIKA_CACHE/exports/<key>``, the key
+made of the source's sha256, the export options and the exporter's version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from clika_export.checkpoint import Checkpoint, CheckpointError
+from clika_export.families import family_for
+from clika_export.graph.decoder import BuiltGraph
+from clika_export.progress import Progress
+from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
+from clika_export.verify import FP32_TOLERANCE, check_export
+from clika_runtime import __version__
+from clika_runtime.engine.step_inputs import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
+from clika_runtime.manifest import GraphSpec, KVSpec, Manifest, ManifestError, Provenance, TokenizerSpec
+
+TOOL = "clika_export"
+# Bumped whenever the graph a given checkpoint exports to changes, so cached exports are redone.
+GRAPH_REVISION = 1
+TOKENIZER_FILE = "tokenizer.json"
+TEMPLATE_FILE = "chat_template.jinja"
+KV_MODE = "continuous"
+
+
+class ExportError(RuntimeError):
+    """An export that could not be completed (the message names the problem)."""
+
+
+def export(
+    source: str | Path,
+    out: str | Path,
+    precision: str = "fp32",
+    context_window: int | None = None,
+    progress: bool = True,
+    *,
+    overwrite: bool = False,
+    verify: bool = True,
+    threads: int | None = None,
+) -> Path:
+    """Export ``source`` (a Hugging Face folder or a ``.gguf`` file) into the model folder ``out``."""
+    source, out = Path(source), Path(out)
+    if out.exists() and not overwrite:
+        raise ExportError(f"{out} already exists (pass overwrite=True to replace it)")
+    quantizer = _quantizer(precision)
+    report = Progress(progress)
+    with report.stage(f"reading {source.name}"):
+        checkpoint = read_source(source)
+    family = family_for(checkpoint)
+    context = resolve_context_window(checkpoint, context_window)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    work.chmod(0o755)  # mkdtemp makes it private; the model folder is an ordinary one
+    try:
+        with report.steps("building graph", checkpoint.architecture.num_layers) as on_layer:
+            built = family.build(checkpoint, work, context, on_layer)
+        record = {"weights": "fp32", "matrices": built.matrices}
+        if precision != "fp32":
+            with report.stage(f"quantizing to {precision}"):
+                record = quantizer(work / built.model_file, checkpoint, precision, matrices=built.matrices)
+        quality: dict[str, Any] = {}
+        if verify:
+            with report.stage("verifying against the float reference"):
+                quality = verify_export(work / built.model_file, checkpoint, precision, threads)
+        with report.stage("writing the model folder"):
+            manifest = _write_folder(work, checkpoint, built, context, record, quality)
+            Manifest.read(work)  # the folder must read back as a complete model
+        _publish(work, out, overwrite)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    report.note(f"wrote {out} ({manifest.architecture.family}, {precision}, context {context})")
+    return out
+
+
+def _quantizer(precision: str) -> Callable[..., dict[str, Any]]:
+    """The quantization hook: the one place the export reaches ``clika_quant``.
+
+    ``clika_quant.quantize_model(model_path, checkpoint, precision, matrices=...)``
+    rewrites the float graph at ``model_path`` (and its external data file) in
+    place and returns the manifest's ``precision`` record. ``matrices`` names
+    each weight initializer's roles, consumer nodes, layout (``in_out`` for a
+    MatMul ``B``, ``out_in`` for a table read by rows) and the checkpoint
+    tensors it was made from (whose GGUF blocks ``checkpoint.raw`` supplies).
+    Looked up before the export starts, so a missing pass fails fast.
+    """
+    if precision == "fp32":
+        return lambda *args, **kwargs: {}
+    try:
+        from clika_quant import quantize_model
+    except ImportError as exc:
+        raise ExportError(
+            f"precision {precision!r} needs the quantization pass, which is not available: {exc}"
+        ) from None
+    return quantize_model
+
+
+def verify_export(
+    model_path: Path, checkpoint: Checkpoint, precision: str, threads: int | None = None
+) -> dict[str, Any]:
+    """Compare the graph with the NumPy reference; an fp32 graph must match within ``FP32_TOLERANCE``."""
+    result = check_export(model_path, checkpoint, threads=threads)
+    if precision == "fp32" and result["max_rel_logits_error"] > FP32_TOLERANCE:
+        raise ExportError(
+            f"the exported graph does not match the reference: relative logits error "
+            f"{result['max_rel_logits_error']:.2e} > {FP32_TOLERANCE:.0e}"
+        )
+    return {"reference_check": result}
+
+
+def read_source(source: Path) -> Checkpoint:
+    """Read a Hugging Face folder or a GGUF file into a ``Checkpoint``."""
+    if is_hf_folder(source):
+        return read_hf(source)
+    if source.is_file() and source.suffix.lower() == ".gguf":
+        from clika_export.readers.gguf import read_gguf
+
+        return read_gguf(source)
+    if not source.exists():
+        raise CheckpointError(f"{source} does not exist")
+    raise CheckpointError(
+        f"{source.name} is neither a Hugging Face model folder (config.json) nor a .gguf file"
+    )
+
+
+def source_sha256(source: str | Path) -> str:
+    """The sha256 a reader records for ``source`` (a folder digest for Hugging Face folders)."""
+    source = Path(source)
+    return folder_sha256(source) if source.is_dir() else file_sha256(source)
+
+
+def resolve_context_window(checkpoint: Checkpoint, requested: int | None) -> int:
+    limit = checkpoint.architecture.max_position_embeddings
+    if requested is None:
+        return limit
+    if not 1 <= requested <= limit:
+        raise ExportError(
+            f"context window {requested} is outside 1..{limit} (the model's max_position_embeddings)"
+        )
+    return requested
+
+
+# -- the cache ---------------------------------------------------------------------
+
+
+def cache_key(sha256: str, precision: str, context_window: int | None) -> str:
+    """What makes two exports the same: source bytes, options and the exporter's version."""
+    parts = {
+        "source_sha256": sha256,
+        "precision": precision,
+        "context_window": context_window,
+        "tool_version": __version__,
+        "graph_revision": GRAPH_REVISION,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def cached_export(
+    source: str | Path,
+    precision: str = "fp32",
+    context_window: int | None = None,
+    progress: bool = True,
+    *,
+    cache: Path | None = None,
+    sha256: str | None = None,
+) -> Path:
+    """The model folder exported from ``source`` with these options, exported once and cached.
+
+    ``sha256`` may be passed when already known (a fetched file) to skip hashing the source.
+    """
+    from clika_export.fetch import cache_root
+
+    key = cache_key(sha256 or source_sha256(source), precision, context_window)
+    folder = (cache or cache_root()) / "exports" / key
+    try:
+        Manifest.read(folder)
+        return folder
+    except ManifestError:
+        pass  # absent or broken: export (again)
+    return export(source, folder, precision, context_window, progress, overwrite=True)
+
+
+# -- writing -----------------------------------------------------------------------
+
+
+def _write_folder(
+    work: Path,
+    checkpoint: Checkpoint,
+    built: BuiltGraph,
+    context: int,
+    precision: dict[str, Any],
+    quality: dict[str, Any],
+) -> Manifest:
+    (work / TOKENIZER_FILE).write_text(checkpoint.tokenizer_json, encoding="utf-8")
+    if checkpoint.chat_template:
+        (work / TEMPLATE_FILE).write_text(checkpoint.chat_template, encoding="utf-8")
+    manifest = Manifest(
+        architecture=checkpoint.architecture,
+        context_window=context,
+        graphs={KV_MODE: _graph_spec(built)},
+        tokenizer=TokenizerSpec(
+            file=TOKENIZER_FILE,
+            bos_token_id=checkpoint.bos_token_id,
+            eos_token_ids=tuple(checkpoint.eos_token_ids),
+            pad_token_id=checkpoint.pad_token_id,
+            add_bos_token=checkpoint.add_bos_token,
+            bos_token=checkpoint.bos_token,
+            eos_token=checkpoint.eos_token,
+        ),
+        precision=precision,
+        provenance=Provenance(
+            source=checkpoint.source_name,
+            source_format=checkpoint.source_format,
+            source_sha256=checkpoint.source_sha256,
+            tool=TOOL,
+            tool_version=__version__,
+            exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        ),
+        generation_defaults=dict(checkpoint.generation_defaults),
+        chat_template_file=TEMPLATE_FILE if checkpoint.chat_template else None,
+        quality=quality,
+    )
+    manifest.write(work)
+    return manifest
+
+
+def _graph_spec(built: BuiltGraph) -> GraphSpec:
+    kv = KVSpec(
+        layout="BNSH",
+        dtype="float32",
+        past_key=PAST_KEY,
+        past_value=PAST_VALUE,
+        present_key=PRESENT_KEY,
+        present_value=PRESENT_VALUE,
+    )
+    return GraphSpec(
+        file=built.model_file, inputs=built.inputs, outputs=built.outputs, kv=kv, logits_output=LOGITS
+    )
+
+
+def _publish(work: Path, out: Path, overwrite: bool) -> None:
+    """Move the finished folder to ``out``; an old folder is replaced only once the new one is complete."""
+    if not out.exists():
+        work.rename(out)
+        return
+    if not overwrite:
+        raise ExportError(f"{out} appeared while exporting; the export was not written")
+    old = out.with_name(f".{out.name}.old-{work.name}")
+    out.rename(old)
+    work.rename(out)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""The ONNX graph builder: the step graph of a decoder-only language model."""

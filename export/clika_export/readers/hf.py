@@ -1,0 +1,262 @@
+"""Read a Hugging Face model folder into a ``Checkpoint``.
+
+A folder holds ``config.json``, the weights as ``*.safetensors`` (one file, or
+shards listed by ``model.safetensors.index.json``), ``tokenizer.json`` (a fast
+tokenizer; slow-only tokenizers are refused), optionally
+``tokenizer_config.json`` (special tokens, ``add_bos_token``, the chat
+template), ``chat_template.jinja`` and ``generation_config.json``.
+
+``add_bos_token`` in the checkpoint means "a prompt starts with BOS": it is the
+tokenizer config's flag when it has one, otherwise whether ``tokenizer.json``
+puts BOS in front of an encoded text itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from clika_export.checkpoint import Checkpoint, CheckpointError
+from clika_export.readers.safetensors_file import tensor_loaders
+from clika_runtime.manifest import Architecture
+
+INDEX_FILE = "model.safetensors.index.json"
+# Files whose bytes define the checkpoint; their hashes make the source sha256.
+_HASHED = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    INDEX_FILE,
+)
+# generation_config.json keys carried over as decode defaults (named as the runtime names them).
+_GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens")
+
+
+def is_hf_folder(path: Path) -> bool:
+    """True when ``path`` looks like a Hugging Face model folder."""
+    return Path(path).is_dir() and (Path(path) / "config.json").is_file()
+
+
+def read_hf(folder: str | Path) -> Checkpoint:
+    """Read a Hugging Face folder; tensors load lazily as float32."""
+    folder = Path(folder)
+    if not is_hf_folder(folder):
+        raise CheckpointError(f"{folder.name} is not a Hugging Face model folder: no config.json")
+    config = _json(folder / "config.json")
+    generation = _json(folder / "generation_config.json", required=False)
+    tok_config = _json(folder / "tokenizer_config.json", required=False)
+    tokenizer_json = _tokenizer_json(folder)
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    loaders = _weights(folder)
+    arch = architecture(config, has_lm_head="lm_head.weight" in loaders)
+    bos_token = _token_text(tok_config.get("bos_token"))
+    eos_token = _token_text(tok_config.get("eos_token"))
+    bos_id = _first(config.get("bos_token_id"), generation.get("bos_token_id"), _id(tokenizer, bos_token))
+    return Checkpoint(
+        architecture=arch,
+        tensor_loaders=loaders,
+        tokenizer_json=tokenizer_json,
+        bos_token_id=bos_id,
+        eos_token_ids=_eos_ids(config, generation, tokenizer, eos_token),
+        pad_token_id=_first(
+            _id(tokenizer, _token_text(tok_config.get("pad_token"))),
+            config.get("pad_token_id"),
+            generation.get("pad_token_id"),
+        ),
+        add_bos_token=_add_bos(tok_config, tokenizer, bos_id),
+        chat_template=_chat_template(folder, tok_config),
+        generation_defaults=_generation_defaults(generation),
+        source_name=folder.name,
+        source_format="hf",
+        source_sha256=folder_sha256(folder),
+        bos_token=bos_token if bos_token is not None else _token(tokenizer, bos_id),
+        eos_token=eos_token,
+    )
+
+
+def architecture(config: dict[str, Any], *, has_lm_head: bool = True) -> Architecture:
+    """The architecture facts of a transformers ``config.json``."""
+    family = str(config.get("model_type", "")).lower()
+    if not family:
+        raise CheckpointError("config.json has no model_type")
+    _refuse_unsupported(config, family)
+    try:
+        heads = int(config["num_attention_heads"])
+        hidden = int(config["hidden_size"])
+        rope = config.get("rope_parameters") or {}
+        scaling = config.get("rope_scaling") or {k: v for k, v in rope.items() if k != "rope_theta"}
+        if (scaling.get("rope_type") or scaling.get("type") or "default") == "default":
+            scaling = None
+        tied = bool(config.get("tie_word_embeddings", False))
+        if not tied and not has_lm_head:
+            raise CheckpointError(
+                "config.json says the embeddings are not tied, but there is no lm_head.weight"
+            )
+        return Architecture(
+            family=family,
+            num_layers=int(config["num_hidden_layers"]),
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or hidden // heads),
+            intermediate_size=int(config["intermediate_size"]),
+            vocab_size=int(config["vocab_size"]),
+            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(config.get("rope_theta") or rope.get("rope_theta") or 10000.0),
+            max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=tied,
+            attention_bias=bool(config.get("attention_bias", family == "qwen2")),
+            rope_scaling=scaling,
+        )
+    except KeyError as exc:
+        raise CheckpointError(f"config.json is missing {exc.args[0]!r}") from None
+
+
+def _refuse_unsupported(config: dict[str, Any], family: str) -> None:
+    """Features the step graph does not build, named instead of silently ignored."""
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise CheckpointError(f"hidden_act {act!r} is not supported (the MLP is SwiGLU with silu)")
+    if config.get("mlp_bias"):
+        raise CheckpointError("mlp_bias is not supported")
+    if config.get("use_sliding_window"):
+        raise CheckpointError("sliding-window attention (use_sliding_window) is not supported")
+    if float(config.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise CheckpointError("partial rotary embeddings (partial_rotary_factor) are not supported")
+
+
+def folder_sha256(folder: str | Path) -> str:
+    """A digest of the folder's defining files: sha256 over ``name sha256`` lines, sorted."""
+    folder = Path(folder)
+    names = sorted(
+        {p.name for p in folder.glob("*.safetensors")} | {n for n in _HASHED if (folder / n).is_file()}
+    )
+    lines = "".join(f"{name} {file_sha256(folder / name)}\n" for name in names)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _weights(folder: Path) -> dict:
+    index = folder / INDEX_FILE
+    if index.is_file():
+        weight_map = _json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{INDEX_FILE} has no weight_map")
+        files = sorted(set(weight_map.values()))
+    else:
+        files = sorted(p.name for p in folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{folder.name} has no *.safetensors weights (.bin checkpoints are not read)")
+    loaders: dict = {}
+    for name in files:
+        if not (folder / name).is_file():
+            raise CheckpointError(f"weight shard {name} named by {INDEX_FILE} is missing")
+        loaders.update(tensor_loaders(folder / name))
+    return loaders
+
+
+def _tokenizer_json(folder: Path) -> str:
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise CheckpointError(f"{folder.name} has no tokenizer.json (only fast tokenizers are supported)")
+    text = path.read_text(encoding="utf-8")
+    try:
+        Tokenizer.from_str(text)
+    except Exception as exc:  # the tokenizers library raises its own exception type
+        raise CheckpointError(f"tokenizer.json cannot be loaded: {exc}") from None
+    return text
+
+
+def _chat_template(folder: Path, tok_config: dict[str, Any]) -> str | None:
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    template = tok_config.get("chat_template") or _json(folder / "chat_template.json", required=False).get(
+        "chat_template"
+    )
+    if isinstance(template, list):
+        # Several named templates: the one named "default" is what apply_chat_template uses.
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) and template else None
+
+
+def _generation_defaults(generation: dict[str, Any]) -> dict[str, Any]:
+    defaults = {k: generation[k] for k in _GENERATION_KEYS if generation.get(k) is not None}
+    if generation.get("do_sample") is False:
+        # Greedy by default: sampling knobs in the file do not apply.
+        defaults = {k: v for k, v in defaults.items() if k in ("repetition_penalty", "max_new_tokens")}
+        defaults["temperature"] = 0.0
+    return defaults
+
+
+def _eos_ids(
+    config: dict[str, Any], generation: dict[str, Any], tokenizer: Tokenizer, eos_token: str | None
+) -> tuple[int, ...]:
+    ids: list[int] = []
+    for value in (generation.get("eos_token_id"), config.get("eos_token_id"), _id(tokenizer, eos_token)):
+        for token_id in value if isinstance(value, list) else [value]:
+            if token_id is not None and int(token_id) not in ids:
+                ids.append(int(token_id))
+    return tuple(ids)
+
+
+def _add_bos(tok_config: dict[str, Any], tokenizer: Tokenizer, bos_id: int | None) -> bool:
+    if "add_bos_token" in tok_config:
+        return bool(tok_config["add_bos_token"])
+    if bos_id is None:
+        return False
+    encoded = tokenizer.encode("a", add_special_tokens=True).ids
+    return bool(encoded) and encoded[0] == bos_id
+
+
+def _token_text(value: Any) -> str | None:
+    # tokenizer_config.json writes special tokens as a string or as an AddedToken dict.
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _id(tokenizer: Tokenizer, token: str | None) -> int | None:
+    return tokenizer.token_to_id(token) if token else None
+
+
+def _token(tokenizer: Tokenizer, token_id: int | None) -> str | None:
+    return tokenizer.id_to_token(token_id) if token_id is not None else None
+
+
+def _first(*values: Any) -> int | None:
+    for value in values:
+        if isinstance(value, list):
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    return None
+
+
+def _json(path: Path, *, required: bool = True) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise CheckpointError(f"{path.name} is missing")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path.name} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path.name} does not hold a JSON object")
+    return data

@@ -1,0 +1,190 @@
+"""Pack one engine step's rows into the step graph's input arrays.
+
+A step runs a batch of rows, one per KV slot. Row ``b`` has ``past_len`` tokens
+already in its cache and ``new_token_ids`` to run now (none: an idle row). The
+new tokens of all rows are packed along one axis ``T`` (the weight MatMuls see
+only real tokens); attention works on a padded grid ``[B, S]``, ``S`` = the
+most new tokens any row has this step, each row's tokens left-aligned in its
+grid row.
+
+What GroupQueryAttention needs per row (measured on onnxruntime 1.32, CPU):
+
+========================  =================  ==========================  ==========================
+row kind                  ``query_seqlens``  ``seqlens_k``               constraint
+========================  =================  ==========================  ==========================
+idle (no new tokens)      0                  0                           none: cache untouched
+prefill (no past)         ``q``              ``q - 1``                   ``S <= capacity``
+decode                    1                  ``past_len``                ``past_len + S <= capacity``
+chunked prefill / spec.   ``q``              ``past_len + q - 1``        ``past_len + S <= capacity``
+========================  =================  ==========================  ==========================
+
+* Only rows ``[past_len, past_len + q)`` of a row's cache are written; grid
+  padding never enters the cache. Rotary positions are ``past_len + col``,
+  computed inside the op, so the graph takes no position ids.
+* ONNX Runtime refuses a step where an active row's ``past_len + S`` exceeds
+  the cache capacity (it needs room for the whole padded chunk), even though
+  it writes only ``q`` rows. Give the buffer slack above the context window
+  (the widest step) or keep rows near their end out of wide steps.
+* An idle row's ``seqlens_k`` is 0, not ``past_len - 1``: that claims one
+  cached token, which keeps the op's checks satisfied for an empty slot and
+  frees a full slot from the capacity rule; its cache is left as it was.
+* ``total_sequence_length`` is the largest ``seqlens_k + 1`` of the step. It
+  must not exceed the rotary table (the context window); its value does not
+  change the step's cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+INPUT_IDS = "input_ids"
+GRID_INDEX = "grid_index"
+TOKEN_INDEX = "token_index"
+QUERY_SEQLENS = "query_seqlens"
+SEQLENS_K = "seqlens_k"
+TOTAL_SEQUENCE_LENGTH = "total_sequence_length"
+LOGITS_INDEX = "logits_index"
+STEP_INPUTS = (
+    INPUT_IDS,
+    GRID_INDEX,
+    TOKEN_INDEX,
+    QUERY_SEQLENS,
+    SEQLENS_K,
+    TOTAL_SEQUENCE_LENGTH,
+    LOGITS_INDEX,
+)
+LOGITS = "logits"
+PAST_KEY = "past_key.{layer}"
+PAST_VALUE = "past_value.{layer}"
+PRESENT_KEY = "present_key.{layer}"
+PRESENT_VALUE = "present_value.{layer}"
+
+
+class StepRow(NamedTuple):
+    """One KV slot's work this step."""
+
+    past_len: int
+    new_token_ids: Sequence[int]
+    want_all_logits: bool = False
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """The step graph's inputs for one step, plus where each row's logits land."""
+
+    input_ids: np.ndarray  # int64 [T]
+    grid_index: np.ndarray  # int64 [B * S]: the packed token that fills each grid cell
+    token_index: np.ndarray  # int64 [T]: the grid cell of each packed token
+    query_seqlens: np.ndarray  # int32 [B]
+    seqlens_k: np.ndarray  # int32 [B]
+    total_sequence_length: np.ndarray  # int32 scalar
+    logits_index: np.ndarray  # int64 [N]
+    logits_rows: tuple[slice, ...]  # per row: its rows of the logits output (empty when none)
+    width: int  # S, the grid's row length
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        """The arrays by graph input name (the KV inputs are bound separately)."""
+        return {name: getattr(self, name) for name in STEP_INPUTS}
+
+
+def pack_step(
+    rows: Sequence[StepRow | tuple[int, Sequence[int], bool]],
+    *,
+    capacity: int | None = None,
+    context_window: int | None = None,
+) -> StepInputs:
+    """Build the step graph's inputs from ``(past_len, new_token_ids, want_all_logits)`` rows.
+
+    There is one row per KV slot (``B`` = the cache's first dimension); a row
+    with no new tokens is idle. A row that wants all logits gets one logits row
+    per new token (perplexity, speculative checks), any other active row one,
+    for its last token. ``capacity`` (the cache's sequence dimension) and
+    ``context_window`` (the rotary table's length) are checked when given.
+    """
+    if not rows:
+        raise ValueError("a step needs at least one row")
+    counts = np.array([len(row[1]) for row in rows], dtype=np.int64)
+    past = np.array([row[0] for row in rows], dtype=np.int64)
+    if (past < 0).any():
+        raise ValueError(f"row {int(np.argmax(past < 0))} has a negative past_len")
+    if counts.sum() == 0:
+        raise ValueError("a step needs at least one row with new tokens (all rows are idle)")
+    width = int(counts.max())
+    active = counts > 0
+    _check_room(past, counts, width, active, capacity, context_window)
+
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    input_ids = np.fromiter((tok for row in rows for tok in row[1]), dtype=np.int64, count=int(counts.sum()))
+    row_of_token = np.repeat(np.arange(len(rows)), counts)
+    col_of_token = np.arange(len(input_ids)) - starts[row_of_token]
+    token_index = row_of_token * width + col_of_token
+
+    # Padding cells repeat the row's last token (any real token would do: their
+    # results are discarded and never reach the cache); idle rows take token 0.
+    cols = np.minimum(np.arange(width)[None, :], np.maximum(counts - 1, 0)[:, None])
+    grid_index = np.where(active[:, None], starts[:, None] + cols, 0).reshape(-1)
+
+    seqlens_k = np.where(active, past + counts - 1, 0)
+    logits_index, logits_rows = _logits_rows(rows, counts, starts)
+    return StepInputs(
+        input_ids=input_ids,
+        grid_index=grid_index.astype(np.int64),
+        token_index=token_index.astype(np.int64),
+        query_seqlens=counts.astype(np.int32),
+        seqlens_k=seqlens_k.astype(np.int32),
+        total_sequence_length=np.array(int(seqlens_k.max()) + 1, dtype=np.int32),
+        logits_index=logits_index,
+        logits_rows=logits_rows,
+        width=width,
+    )
+
+
+def _check_room(
+    past: np.ndarray,
+    counts: np.ndarray,
+    width: int,
+    active: np.ndarray,
+    capacity: int | None,
+    context_window: int | None,
+) -> None:
+    if capacity is not None:
+        over = active & (past + width > capacity)
+        if over.any():
+            b = int(np.argmax(over))
+            raise ValueError(
+                f"row {b} has {int(past[b])} cached tokens: a step {width} tokens wide does not fit "
+                f"its KV capacity {capacity} (the runtime needs past_len + step width <= capacity)"
+            )
+    if context_window is not None:
+        over = past + counts > context_window
+        if over.any():
+            b = int(np.argmax(over))
+            raise ValueError(
+                f"row {b} would hold {int(past[b] + counts[b])} tokens, more than the model's "
+                f"context window {context_window}"
+            )
+
+
+def _logits_rows(
+    rows: Sequence[StepRow | tuple[int, Sequence[int], bool]], counts: np.ndarray, starts: np.ndarray
+) -> tuple[np.ndarray, tuple[slice, ...]]:
+    picked: list[np.ndarray] = []
+    slices: list[slice] = []
+    at = 0
+    for b, row in enumerate(rows):
+        count = int(counts[b])
+        want_all = bool(row[2]) if len(row) > 2 else False
+        if count == 0:
+            index = np.empty(0, dtype=np.int64)
+        elif want_all:
+            index = np.arange(starts[b], starts[b] + count, dtype=np.int64)
+        else:
+            index = np.array([starts[b] + count - 1], dtype=np.int64)
+        picked.append(index)
+        slices.append(slice(at, at + len(index)))
+        at += len(index)
+    return np.concatenate(picked), tuple(slices)

@@ -1,0 +1,113 @@
+"""Open an exported model folder: manifest, ONNX Runtime session, tokenizer, chat template.
+
+Everything the runtime needs comes from ``manifest.json``; file names are read
+from it, never guessed. Problems surface as ``ManifestError`` naming the file
+or field, before the first step runs.
+
+Threads: ``threads`` sets ORT's intra-op pool (default: ORT's, one per physical core). Spinning
+threads are off by default: on a machine shared with other work, spinning
+workers lose more than they win (measured on a busy 2-core CPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from clika_runtime.manifest import GraphSpec, Manifest, ManifestError
+
+DEFAULT_KV_MODE = "continuous"
+
+
+@dataclass
+class ModelFolder:
+    """An opened model folder: its manifest, the step graph's session and the tokenizer."""
+
+    path: Path
+    manifest: Manifest
+    kv_mode: str
+    graph: GraphSpec
+    session: ort.InferenceSession
+    tokenizer: Tokenizer
+    chat_template: str | None
+
+
+def session_options(threads: int | None = None, *, allow_spinning: bool = False) -> ort.SessionOptions:
+    """ORT session options: ``threads`` intra-op threads (None: ORT's default), spinning off by default."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or 0  # 0: ORT's default, one per physical core
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    spin = "1" if allow_spinning else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    return options
+
+
+def open_model_folder(
+    path: str | Path,
+    *,
+    kv_mode: str = DEFAULT_KV_MODE,
+    threads: int | None = None,
+    allow_spinning: bool = False,
+) -> ModelFolder:
+    """Read the manifest, open the ``kv_mode`` graph's session and load the tokenizer."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ManifestError(f"{folder} is not a model folder (no such directory)")
+    manifest = Manifest.read(folder)
+    graph = manifest.graphs.get(kv_mode)
+    if graph is None:
+        raise ManifestError(
+            f"the model has no {kv_mode!r} graph (it has: {', '.join(sorted(manifest.graphs))})"
+        )
+    session = open_session(folder / graph.file, session_options(threads, allow_spinning=allow_spinning))
+    check_graph_io(session, graph)
+    return ModelFolder(
+        path=folder,
+        manifest=manifest,
+        kv_mode=kv_mode,
+        graph=graph,
+        session=session,
+        tokenizer=_load_tokenizer(folder / manifest.tokenizer.file),
+        chat_template=_read_template(folder, manifest.chat_template_file),
+    )
+
+
+def open_session(model_path: Path, options: ort.SessionOptions) -> ort.InferenceSession:
+    """An ORT CPU session, or a ManifestError when the graph or its weights cannot be loaded."""
+    try:
+        return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises several pybind exception types
+        raise ManifestError(
+            f"{model_path.name} could not be loaded (missing or corrupt file?): {exc}"
+        ) from None
+
+
+def check_graph_io(session: ort.InferenceSession, graph: GraphSpec) -> None:
+    """The session's inputs and outputs must be exactly the ones the manifest names."""
+    got_in = [i.name for i in session.get_inputs()]
+    got_out = [o.name for o in session.get_outputs()]
+    if set(got_in) != set(graph.inputs) or set(got_out) != set(graph.outputs):
+        missing = sorted((set(graph.inputs) | set(graph.outputs)) - set(got_in) - set(got_out))
+        extra = sorted((set(got_in) | set(got_out)) - set(graph.inputs) - set(graph.outputs))
+        raise ManifestError(
+            f"{graph.file} does not match the manifest: missing {missing}, unexpected {extra}"
+        )
+
+
+def _load_tokenizer(path: Path) -> Tokenizer:
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the tokenizers library raises its own exception type
+        raise ManifestError(f"{path.name} could not be loaded: {exc}") from None
+
+
+def _read_template(folder: Path, name: str | None) -> str | None:
+    return (folder / name).read_text(encoding="utf-8") if name else None
