@@ -1,0 +1,33 @@
+"""The chat layer: templates, tool calls, reasoning (model-independent), and sessions.
+
+* :mod:`~clika_runtime.chat.templates`: the checkpoint's Jinja chat template in a sandbox, probed at load;
+* :mod:`~clika_runtime.chat.tools`: tool definitions and the :class:`ToolCall` type;
+* :mod:`~clika_runtime.chat.tool_formats`: one module per call syntax, and the registry;
+* :mod:`~clika_runtime.chat.tool_stream`: the streaming call parser;
+* :mod:`~clika_runtime.chat.reasoning`: the ``<think>`` channel and its switch.
+"""
+
+from clika_runtime.chat.reasoning import REASONING_MODES, ReasoningProfile, ReasoningStream, split_reasoning
+from clika_runtime.chat.templates import ChatTemplate, TemplateError, conversation_text
+from clika_runtime.chat.tool_formats import FORMATS, ToolCallFormat, detect_format, get_format
+from clika_runtime.chat.tool_stream import ParsedReply, ToolCallStream, parse_tool_calls
+from clika_runtime.chat.tools import ToolCall, normalize_tools
+
+__all__ = [
+    "FORMATS",
+    "REASONING_MODES",
+    "ChatTemplate",
+    "ParsedReply",
+    "ReasoningProfile",
+    "ReasoningStream",
+    "TemplateError",
+    "ToolCall",
+    "ToolCallFormat",
+    "ToolCallStream",
+    "conversation_text",
+    "detect_format",
+    "get_format",
+    "normalize_tools",
+    "parse_tool_calls",
+    "split_reasoning",
+]

@@ -1,0 +1,455 @@
+"""Chat templates: a checkpoint's Jinja template rendered the way Hugging Face renders it.
+
+Templates are untrusted code, so they run in jinja2's ImmutableSandboxedEnvironment
+with exactly the environment ``transformers`` gives them (``trim_blocks``,
+``lstrip_blocks``, the ``loopcontrols`` extension, ``raise_exception``,
+``strftime_now``, a ``tojson`` that does not escape HTML and takes ``indent``,
+``ensure_ascii``, ``separators``, ``sort_keys``), so a template renders the
+same text here as in ``apply_chat_template``.
+
+At load :class:`ChatTemplate` probes what the template can do, from its source
+text and by rendering small probe conversations: the tool-call format its model
+speaks, whether it renders offered tools itself (otherwise the format's tools
+block joins the system turn), and how its reasoning channel behaves.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+import jinja2
+import jinja2.ext
+import jinja2.meta
+import jinja2.nodes
+import jinja2.utils
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from clika_runtime.chat.reasoning import (
+    THINK_END,
+    THINK_START,
+    ReasoningProfile,
+    effort_levels_in,
+    prompt_opens_reasoning,
+)
+from clika_runtime.chat.tool_formats import ToolCallFormat, detect_format, get_format
+from clika_runtime.chat.tools import ToolCall, normalize_tools
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_SWITCH_VARIABLES = ("enable_thinking", "thinking")
+_PROBE_NAME = "clika_probe_tool_4f1c"
+_PROBE_RESULT = "clika_probe_result_9b2e"
+_PROBE_SYSTEM = "clika_probe_system_7d3a"
+_PROBE_CALL_ID = "probe0001"  # 9 alphanumerics: Mistral templates check call ids
+_PROBE_PARAMETERS = {"type": "object", "properties": {"x": {"type": "string", "description": "probe"}}}
+
+
+class TemplateError(ValueError):
+    """A chat template that does not compile or fails while rendering.
+
+    ``lineno`` is the template line (None when unknown) and ``reason`` what went wrong.
+    """
+
+    def __init__(self, reason: str, lineno: int | None = None, name: str = "chat template") -> None:
+        where = f"{name} line {lineno}" if lineno else name
+        super().__init__(f"{where}: {reason}")
+        self.reason = reason
+        self.lineno = lineno
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}`` (training masks in HF) renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller: Any) -> str:
+        return caller()
+
+
+class _TemplateNamespace(jinja2.utils.Namespace):
+    """``namespace()`` refusing underscore attributes, as transformers' does."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 (jinja's own signature trick)
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(f"a chat template may not set the attribute {name!r}")
+
+
+class _TemplateDict:
+    """``dict(...)`` without exposing the dict type itself to the template."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
+def make_environment() -> ImmutableSandboxedEnvironment:
+    """The sandboxed environment templates run in (the one ``transformers`` builds)."""
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _TemplateDict()
+    env.globals["namespace"] = _TemplateNamespace
+    return env
+
+
+def _template_lineno(exc: BaseException) -> int | None:
+    """The template line a render error came from (jinja maps template frames to '<template>')."""
+    lineno = getattr(exc, "lineno", None)
+    for frame, frame_lineno in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_filename == "<template>":
+            lineno = frame_lineno
+    return lineno
+
+
+def plain_data(value: Any) -> Any:
+    """Only JSON-like data reaches a template (rich objects could expose unsafe methods)."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, ToolCall):
+        return plain_data(value.to_message())
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {plain_data(key): plain_data(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_data(item) for item in value]
+    if hasattr(value, "item") and callable(value.item):  # NumPy scalars
+        return plain_data(value.item())
+    return f"<{type(value).__name__}>"
+
+
+def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as templates expect them.
+
+    Keys whose value is None are dropped (templates handle a missing key, not
+    None); a reasoning text is offered under all the names templates read; a
+    call's ``arguments`` given as a JSON string (the OpenAI wire shape) becomes
+    the object templates serialize with ``tojson``.
+    """
+    if isinstance(messages, (str, bytes, Mapping)):
+        raise ValueError("messages must be a list of {'role': ..., 'content': ...} mappings")
+    prepared = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ValueError(f"message {index} must be a mapping, got {type(message).__name__}")
+        if not isinstance(message.get("role"), str):
+            raise ValueError(f"message {index} needs a string 'role'")
+        item = {key: plain_data(value) for key, value in message.items() if value is not None}
+        reasoning = next((item[key] for key in _REASONING_FIELDS if item.get(key) is not None), None)
+        if reasoning is not None:
+            item = {"thinking": reasoning, **item, "reasoning_content": reasoning}
+        if item.get("tool_calls"):
+            item["tool_calls"] = [_prepared_call(call, index) for call in item["tool_calls"]]
+        prepared.append(item)
+    return prepared
+
+
+def _prepared_call(call: Any, index: int) -> dict[str, Any]:
+    if not isinstance(call, dict):
+        raise ValueError(f"message {index}: each tool call must be a mapping")
+    call = dict(call)
+    holder = call["function"] = dict(call["function"]) if isinstance(call.get("function"), dict) else call
+    arguments = holder.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            holder["arguments"] = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            raise ValueError(
+                f"message {index}: tool call {holder.get('name')!r} has arguments that are not JSON"
+            ) from None
+    if holder is call:
+        del call["function"]
+    return call
+
+
+def plain_conversation_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """A conversation without a template: ``role: content`` lines, the assistant's turn opened."""
+    lines = [
+        f"{message['role']}: {_content_text(message.get('content'))}"
+        for message in prepare_messages(messages)
+    ]
+    return "\n".join([*lines, "assistant:"])
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+class ChatTemplate:
+    """A checkpoint's chat template, compiled in the sandbox and probed at load.
+
+    ``special_tokens`` are the variables transformers passes from the
+    tokenizer (``bos_token``, ``eos_token``, ...). ``tool_call_format`` pins a
+    registered format instead of probing one.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        special_tokens: Mapping[str, str] | None = None,
+        tool_call_format: str | None = None,
+        name: str = "chat template",
+    ) -> None:
+        if not isinstance(source, str) or not source.strip():
+            raise TemplateError("the template is empty", name=name)
+        self.source = source
+        self.name = name
+        self.special_tokens = dict(special_tokens or {})
+        env = make_environment()
+        try:
+            self.variables = frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
+            self._template = env.from_string(source)
+        except jinja2.exceptions.TemplateSyntaxError as exc:
+            raise TemplateError(exc.message or "syntax error", exc.lineno, name) from None
+        self.format: ToolCallFormat = (
+            get_format(tool_call_format) if tool_call_format else detect_format(source)
+        )
+
+    # -- what the template can do -------------------------------------------------------------
+
+    @property
+    def tool_call_format(self) -> str:
+        """The name of the format the model's calls are read with."""
+        return self.format.name
+
+    @property
+    def supports_tools(self) -> bool:
+        """True when the template takes tool definitions (it reads a ``tools`` variable)."""
+        return "tools" in self.variables
+
+    @cached_property
+    def renders_tools(self) -> bool:
+        """True when the template itself renders offered tools into the prompt."""
+        tools = [
+            {
+                "type": "function",
+                "function": {"name": _PROBE_NAME, "description": "probe", "parameters": _PROBE_PARAMETERS},
+            }
+        ]
+        return _PROBE_NAME in self._probe([{"role": "user", "content": "hi"}], tools=tools)
+
+    @cached_property
+    def renders_tool_calls(self) -> bool:
+        """True when the template renders an assistant turn's ``tool_calls`` and tool results."""
+        call = {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": _PROBE_NAME, "arguments": {}}}
+        probe = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_NAME, "content": _PROBE_RESULT},
+        ]
+        text = self._probe(probe)
+        return _PROBE_NAME in text and _PROBE_RESULT in text
+
+    @cached_property
+    def accepts_system(self) -> bool:
+        """True when the template renders a system turn."""
+        probe = [{"role": "system", "content": _PROBE_SYSTEM}, {"role": "user", "content": "hi"}]
+        return _PROBE_SYSTEM in self._probe(probe)
+
+    @cached_property
+    def reasoning(self) -> ReasoningProfile:
+        """How the model's reasoning channel behaves, probed by rendering the generation prompt."""
+        switches = tuple(name for name in _SWITCH_VARIABLES if name in self.variables)
+        levels = effort_levels_in(self.source) if "reasoning_effort" in self.variables else ()
+        probe = [{"role": "user", "content": "hi"}]
+        default = self._probe(probe)
+        if switches:
+            on = self._probe(probe, **dict.fromkeys(switches, True))
+            off = self._probe(probe, **dict.fromkeys(switches, False))
+            if on != off:
+                mode = "opt_in" if default == off else "toggleable"
+                return ReasoningProfile(mode, switches, levels)
+        if prompt_opens_reasoning(default) or levels:
+            return ReasoningProfile("always", (), levels)
+        knows_channel = THINK_START in self.source or THINK_END in self.source
+        if knows_channel or "reasoning_content" in self.source:
+            return ReasoningProfile("adaptive", (), levels)
+        return ReasoningProfile("never", (), levels)
+
+    @property
+    def reasoning_mode(self) -> str:
+        """ "never", "always", "toggleable", "opt_in" or "adaptive" (see ReasoningProfile)."""
+        return self.reasoning.mode
+
+    @property
+    def supports_thinking(self) -> bool:
+        """True when the model produces a reasoning channel (in any mode but "never")."""
+        return self.reasoning.supports_thinking
+
+    # -- rendering ------------------------------------------------------------------------------
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        **variables: Any,
+    ) -> str:
+        """The prompt text for ``messages``.
+
+        ``tools`` (OpenAI envelope or bare function objects) go to the template
+        when it renders them, else the format's tools block joins the system
+        turn. ``enable_thinking`` / ``reasoning_effort`` are checked against the
+        model's reasoning channel and become the variables its template reads
+        (ValueError for an unknown level or an off switch the model lacks);
+        other keyword arguments reach the template as they are.
+        """
+        switch = self.reasoning.template_variables(
+            variables.pop("enable_thinking", None), variables.pop("reasoning_effort", None)
+        )
+        prepared = prepare_messages(messages)
+        offered = normalize_tools(tools)
+        if offered and not self.renders_tools:
+            prepared = self._with_tools_block(prepared, offered)
+            offered = None
+        if any(message.get("tool_calls") or message["role"] == "tool" for message in prepared):
+            if not self.renders_tool_calls:
+                prepared = self._fold_tool_turns(prepared)
+        if documents is not None and any(not isinstance(doc, Mapping) for doc in documents):
+            raise ValueError("documents must be mappings (e.g. {'title': ..., 'text': ...})")
+        context = {
+            **self.special_tokens,
+            **plain_data(variables),
+            **switch,
+            "messages": prepared,
+            "tools": offered,
+            "documents": plain_data(documents),
+            "add_generation_prompt": add_generation_prompt,
+        }
+        return self._render(context)
+
+    def opens_reasoning(self, prompt: str) -> bool:
+        """True when ``prompt`` (rendered by this template) leaves the reasoning block open."""
+        return prompt_opens_reasoning(prompt)
+
+    def _render(self, context: dict[str, Any]) -> str:
+        try:
+            return self._template.render(**context)
+        except jinja2.exceptions.TemplateError as exc:
+            raise TemplateError(exc.message or type(exc).__name__, _template_lineno(exc), self.name) from None
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError) as exc:
+            raise TemplateError(f"{type(exc).__name__}: {exc}", _template_lineno(exc), self.name) from None
+
+    def _probe(self, messages: list[dict[str, Any]], tools: Any = None, **variables: Any) -> str:
+        """A probe render; a template that refuses the probe yields '' (the feature is absent)."""
+        context = {
+            **self.special_tokens,
+            **variables,
+            "messages": messages,
+            "tools": tools,
+            "documents": None,
+            "add_generation_prompt": True,
+        }
+        try:
+            return self._render(context)
+        except TemplateError:
+            return ""
+
+    def _with_tools_block(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        block = self.format.tools_block(tools)
+        first = messages[0] if messages else None
+        if first is not None and first["role"] == "system" and isinstance(first.get("content"), str):
+            return [{**first, "content": f"{first['content']}\n\n{block}"}, *messages[1:]]
+        if self.accepts_system:
+            return [{"role": "system", "content": block}, *messages]
+        for index, message in enumerate(messages):  # no system turn: the first user turn carries it
+            if message["role"] == "user" and isinstance(message.get("content"), str):
+                changed = {**message, "content": f"{block}\n\n{message['content']}"}
+                return [*messages[:index], changed, *messages[index + 1 :]]
+        return messages
+
+    def _fold_tool_turns(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Calls and tool results as plain turns, for templates that render neither."""
+        folded: list[dict[str, Any]] = []
+        for message in messages:
+            if message.get("tool_calls"):
+                text = "\n".join(
+                    part
+                    for part in (
+                        message.get("content") or "",
+                        self.format.format_calls(message["tool_calls"]),
+                    )
+                    if part
+                )
+                rest = {key: value for key, value in message.items() if key != "tool_calls"}
+                folded.append({**rest, "content": text})
+            elif message["role"] == "tool":
+                result = self.format.format_tool_result(
+                    _content_text(message.get("content")), message.get("name", "")
+                )
+                if folded and folded[-1].get("_tool_results"):
+                    folded[-1]["content"] += "\n" + result
+                else:
+                    folded.append({"role": "user", "content": result, "_tool_results": True})
+            else:
+                folded.append(message)
+        return [
+            {key: value for key, value in message.items() if key != "_tool_results"} for message in folded
+        ]
+
+
+def conversation_text(
+    messages: Sequence[Mapping[str, Any]], template: ChatTemplate | None = None, **variables: Any
+) -> str:
+    """The text a model reads for a conversation: the template's rendering, else ``role: content`` lines."""
+    if template is None:
+        return plain_conversation_text(messages)
+    return template.render(messages, add_generation_prompt=True, **variables)

@@ -1,0 +1,27 @@
+"""The fallback format for templates whose call syntax no other format reads.
+
+The tools block asks for hermes-style tags; replies are read in every
+unambiguous way a small model tends to answer: ``<tool_call>`` tags, a
+```json fence, or a bare call object at the start of the reply (the last two
+only when the name is an offered tool).
+"""
+
+from __future__ import annotations
+
+from clika_runtime.chat.tool_formats.base import ToolCallFormat
+from clika_runtime.chat.tool_formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax, TaggedSyntax
+
+FORMAT = ToolCallFormat(
+    name="generic",
+    syntaxes=(
+        TaggedSyntax("<tool_call>", "</tool_call>"),
+        FencedJsonSyntax(),
+        JsonSequenceSyntax("{", separator=""),
+    ),
+    description="hermes tags, a ```json fence or a bare call object",
+)
+
+
+def detect(template_source: str) -> bool:
+    """Always true: the format of last resort."""
+    return True
