@@ -4,16 +4,29 @@ A model folder holds ``manifest.json`` plus the files it names (ONNX graphs with
 external weights, ``tokenizer.json``, the chat template). The runtime reads
 everything it needs from the manifest and never gives meaning to a file name.
 
-Graph contract (``GraphSpec``), one ORT call = one engine step for a batch:
+Graph contract (``GraphSpec``), one ORT call = one engine step for a batch
+(one row per KV slot):
 
 * the new tokens of all rows are *packed* into one axis ``T`` (so the weight
   MatMuls cost only real tokens, whatever the mix of prefill and decode rows);
-* ``token_index[t]`` places packed token ``t`` at ``row * S + col`` of the padded
-  ``[B, S]`` grid that attention works on (``S`` = the longest row this step);
+* attention works on a padded ``[B, S]`` grid (``S`` = the most new tokens a row
+  has this step): ``grid_index[row * S + col]`` names the packed token filling
+  each cell and ``token_index[t]`` the cell of packed token ``t``;
 * each row ``b`` has ``query_seqlens[b]`` new tokens (0 = idle row) after
-  ``past_len[b]`` cached ones; ``seqlens_k[b] = past_len[b] + query_seqlens[b] - 1``;
+  ``past_len[b]`` cached ones; ``seqlens_k[b] = past_len[b] + query_seqlens[b] - 1``
+  (0 for an idle row); ``total_sequence_length`` is the step's largest
+  ``seqlens_k + 1``; rotary positions ``past_len + col`` are computed inside
+  the graph (no position ids);
 * ``logits_index`` picks which packed positions get logits (each row's last
   token when decoding, every position for perplexity or speculative checks).
+
+``clika_runtime.engine.step_inputs.pack_step`` builds these arrays and documents
+each row kind and the capacity rule (an active row needs ``past_len + S <= capacity``).
+
+``precision["matrices"]`` maps each weight initializer (``model.layers.3.attn.qkv.weight``,
+stored ``[in, out]`` for MatMul) to its ``roles``, consumer ``nodes``, ``layer``,
+``layout`` (``in_out`` or ``out_in``), ``shape`` and the checkpoint tensors it
+was made from (``sources``), so a quantization pass finds every matrix.
 
 KV inputs/outputs are named per layer from ``kv.past_key`` etc. with ``{layer}``
 substituted; in ``continuous`` mode past and present are bound to the same
