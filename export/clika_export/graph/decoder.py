@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from clika_export.checkpoint import Checkpoint
+from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.graph.builder import MS_DOMAIN, ExternalData, GraphBuilder, save_model
 from clika_export.graph.rope import cos_sin_caches
 from clika_runtime.engine import step_inputs as io
@@ -91,6 +91,32 @@ class _DecoderBuilder:
         self.ckpt = checkpoint
         self.g = graph
         self.matrices: dict[str, dict[str, Any]] = {}
+        a = spec.arch
+        q, kv, h, i = (
+            a.num_heads * a.head_dim,
+            a.num_kv_heads * a.head_dim,
+            a.hidden_size,
+            a.intermediate_size,
+        )
+        # Shapes by "<module>.<param>" (HF layout, [out, in] for Linear).
+        self._shapes = {
+            "embed_tokens.weight": (a.vocab_size, h),
+            "lm_head.weight": (a.vocab_size, h),
+            "q_proj.weight": (q, h),
+            "k_proj.weight": (kv, h),
+            "v_proj.weight": (kv, h),
+            "o_proj.weight": (h, q),
+            "q_proj.bias": (q,),
+            "k_proj.bias": (kv,),
+            "v_proj.bias": (kv,),
+            "o_proj.bias": (h,),
+            "gate_proj.weight": (i, h),
+            "up_proj.weight": (i, h),
+            "down_proj.weight": (h, i),
+            "input_layernorm.weight": (h,),
+            "post_attention_layernorm.weight": (h,),
+            "norm.weight": (h,),
+        }
 
     # -- whole graph ---------------------------------------------------------
 
@@ -148,7 +174,7 @@ class _DecoderBuilder:
     # -- embedding and head ----------------------------------------------------
 
     def _embed(self) -> str:
-        table = self.ckpt.tensor("model.embed_tokens.weight")
+        table = self._tensor("model.embed_tokens.weight")
         self.embed_name = self.g.weight("model.embed_tokens.weight", table.astype(np.float32))
         with self.g.scope("embed_tokens"):
             hidden = self.g.op("Gather", [self.embed_name, io.INPUT_IDS], axis=0)
@@ -168,7 +194,7 @@ class _DecoderBuilder:
         with g.scope("norm"):
             picked_mlp = g.op("Gather", [mlp_out, io.LOGITS_INDEX], label="GatherMlp", axis=0)
             picked_res = g.op("Gather", [residual, io.LOGITS_INDEX], label="GatherResidual", axis=0)
-            weight = g.weight("model.norm.weight", self.ckpt.tensor("model.norm.weight").astype(np.float32))
+            weight = self._norm_weight("model.norm.weight")
             normed = self._skip_norm([picked_mlp, picked_res, weight], want_sum=False)
         with g.scope("lm_head"):
             if self.arch.tie_word_embeddings:
@@ -176,7 +202,7 @@ class _DecoderBuilder:
                 g.op("Gemm", [normed, self.embed_name], outputs=[io.LOGITS], transB=1)
                 self._add_role(self.embed_name, "lm_head", "/model/lm_head/Gemm")
             else:
-                head = self.ckpt.tensor("lm_head.weight")
+                head = self._tensor("lm_head.weight")
                 name = g.weight("lm_head.weight", np.ascontiguousarray(head.T, dtype=np.float32))
                 g.op("MatMul", [normed, name], outputs=[io.LOGITS])
                 self._record(
@@ -274,7 +300,7 @@ class _DecoderBuilder:
     def _linear(self, layer: int, role: str, scope: str, x: str, sources: list[str], bias: bool) -> str:
         """MatMul by the concatenation of ``sources`` (HF ``[out, in]``), stored ``[in, out]``."""
         g = self.g
-        parts = [self.ckpt.tensor(f"{s}.weight") for s in sources]
+        parts = [self._tensor(f"{s}.weight") for s in sources]
         weight = np.ascontiguousarray(np.concatenate(parts, axis=0).T, dtype=np.float32)
         name = f"model.layers.{layer}.{role}.weight"
         g.weight(name, weight)
@@ -283,7 +309,7 @@ class _DecoderBuilder:
             self._record(name, role, g.node_name("MatMul"), layer, "in_out", weight.shape)
             self.matrices[name]["sources"] = [f"{s}.weight" for s in sources]
             if bias:
-                values = np.concatenate([self.ckpt.tensor(f"{s}.bias") for s in sources]).astype(np.float32)
+                values = np.concatenate([self._tensor(f"{s}.bias") for s in sources]).astype(np.float32)
                 y = g.op("Add", [y, g.weight(f"model.layers.{layer}.{role}.bias", values)])
         return y
 
@@ -303,7 +329,17 @@ class _DecoderBuilder:
         return (result[0], result[3]) if want_sum else result
 
     def _norm_weight(self, name: str) -> str:
-        return self.g.weight(name, self.ckpt.tensor(name).astype(np.float32))
+        return self.g.weight(name, self._tensor(name).astype(np.float32))
+
+    def _tensor(self, name: str) -> np.ndarray:
+        """A checkpoint tensor, checked against the shape the architecture implies."""
+        array = self.ckpt.tensor(name)
+        expected = self._shapes.get(name.rsplit(".", 2)[-2] + "." + name.rsplit(".", 1)[-1])
+        if expected is not None and tuple(array.shape) != expected:
+            raise CheckpointError(
+                f"tensor {name} has shape {tuple(array.shape)}, the architecture implies {expected}"
+            )
+        return array
 
     def _record(
         self, name: str, role: str, node: str, layer: int | None, layout: str, shape: tuple[int, ...]
