@@ -148,13 +148,21 @@ def test_admission_waits_for_a_slot_without_error():
 
 def test_queue_full_refuses_only_the_new_request():
     sched, _ = make(max_active=1, max_queued=2)
-    a, b, c = seq_of([1, 2]), seq_of([3, 4]), seq_of([5, 6])
-    sched.add(a)
-    sched.add(b)
+    a, b, c, d = seq_of([1, 2]), seq_of([3, 4]), seq_of([5, 6]), seq_of([7, 8])
+    for s in (a, b, c):  # a takes the free slot at the next step; b and c wait
+        sched.add(s)
     with pytest.raises(QueueFullError, match="queue is full"):
-        sched.add(c)
-    assert list(sched.waiting) == [a, b] and c.status == SequenceStatus.WAITING
+        sched.add(d)
+    assert list(sched.waiting) == [a, b, c] and d.status == SequenceStatus.WAITING
     sched.check_integrity()
+    sched.schedule()
+    with pytest.raises(QueueFullError):
+        sched.add(d)
+    assert [s.status for s in (a, b, c)] == [
+        SequenceStatus.RUNNING,
+        SequenceStatus.WAITING,
+        SequenceStatus.WAITING,
+    ]
 
 
 def test_stop_id_and_context_window_end_sequences():

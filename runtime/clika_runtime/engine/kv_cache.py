@@ -65,6 +65,11 @@ class KVCacheManager(abc.ABC):
 
     @property
     @abc.abstractmethod
+    def capacity(self) -> int:
+        """The sequence dimension of the bound buffers (what a row's past plus a step must fit)."""
+
+    @property
+    @abc.abstractmethod
     def version(self) -> int:
         """Changes whenever the buffers are replaced (the executor then rebinds them)."""
 
@@ -91,7 +96,7 @@ class ContinuousKVCache(KVCacheManager):
         # ``slack`` (the widest step) keeps room above a sequence's last position.
         self.slack = slack
         self.prefix_reuse = prefix_reuse
-        self.capacity = 0
+        self._capacity = 0
         self._num_slots = num_slots
         self._keys: list[np.ndarray] = []
         self._values: list[np.ndarray] = []
@@ -111,6 +116,10 @@ class ContinuousKVCache(KVCacheManager):
     @property
     def version(self) -> int:
         return self._version
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
 
     @property
     def nbytes(self) -> int:
@@ -190,7 +199,7 @@ class ContinuousKVCache(KVCacheManager):
         old_values = self._values or [None] * s.num_layers
         self._keys = [grown(k) for k in old_keys]
         self._values = [grown(v) for v in old_values]
-        self.capacity = capacity
+        self._capacity = capacity
         self._version += 1
 
     def check_integrity(self, live: Mapping[int, int]) -> None:

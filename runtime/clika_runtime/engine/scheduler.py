@@ -65,7 +65,9 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         """Queue ``seq``; a full queue raises QueueFullError and changes nothing."""
-        if len(self.waiting) >= self.max_queued:
+        # Requests a free slot will take at the next step do not count against the queue.
+        free = max(self.max_active - len(self.running), 0)
+        if len(self.waiting) >= self.max_queued + free:
             raise QueueFullError(f"the request queue is full ({self.max_queued} waiting); retry later")
         if seq.request_id in self._by_id:
             raise ValueError(f"request id {seq.request_id} is already in the engine")
@@ -154,6 +156,13 @@ class Scheduler:
             self.waiting.remove(seq)
         self._by_id.pop(seq.request_id, None)
         seq.status = status
+        seq.error = error
+        seq.finish_time = time.perf_counter()
+
+    def reject(self, seq: Sequence, error: str) -> None:
+        """End a sequence that never entered the queues (``add`` refused it)."""
+        assert seq.status == SequenceStatus.WAITING and self._by_id.get(seq.request_id) is not seq
+        seq.status = SequenceStatus.FINISHED_ERROR
         seq.error = error
         seq.finish_time = time.perf_counter()
 

@@ -16,7 +16,10 @@ import numbers
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from clika_runtime.chat.tools import ToolCall
 
 
 class QueueFullError(RuntimeError):
@@ -390,15 +393,6 @@ class GenerationReport:
 
 
 @dataclass(frozen=True)
-class ToolCall:
-    """A tool call a reply made: ``arguments`` is the JSON text of the call's arguments."""
-
-    name: str
-    arguments: str
-    id: str = ""
-
-
-@dataclass(frozen=True)
 class ChatOutcome:
     """How one chat reply ended: its text, reasoning, tool calls and the engine's report.
 
@@ -409,7 +403,7 @@ class ChatOutcome:
     text: str
     report: GenerationReport
     reasoning: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()  # clika_runtime.chat.tools.ToolCall
 
     @property
     def finish(self) -> str:

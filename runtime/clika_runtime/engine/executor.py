@@ -1,0 +1,113 @@
+"""Run one engine step as one ONNX Runtime call: the only module that runs ORT.
+
+Bindings persist across steps. The KV buffers are bound once as both past and
+present (the graph updates them in place) and again only when the cache
+replaces them. Each step input keeps a bound NumPy array: when the new step's
+array has the same shape it is copied into the bound one (no rebinding), and
+only a changed shape rebinds. The logits output is bound to a preallocated
+array the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.step_inputs import StepRow, pack_step
+from clika_runtime.engine.types import StepPlan
+from clika_runtime.manifest import GraphSpec
+
+
+@dataclass
+class StepTiming:
+    """Where one step's time went: packing and binding in Python, the ORT call itself."""
+
+    host_s: float = 0.0
+    model_s: float = 0.0
+
+
+class Executor:
+    """Runs the step graph over the cache's slots with persistent IO bindings."""
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        graph: GraphSpec,
+        cache: KVCacheManager,
+        *,
+        num_layers: int,
+        vocab_size: int,
+        context_window: int,
+    ) -> None:
+        self.session = session
+        self.graph = graph
+        self.cache = cache
+        self.num_layers = num_layers
+        self.vocab_size = vocab_size
+        self.context_window = context_window
+        self.binding = session.io_binding()
+        self.timing = StepTiming()
+        self._kv_version = -1
+        self._kv_values: list[ort.OrtValue] = []  # the bindings refer to these: keep them alive
+        self._inputs: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
+        self._logits: tuple[np.ndarray, ort.OrtValue] | None = None
+
+    def run(self, plan: StepPlan) -> np.ndarray:
+        """Run ``plan``; returns logits ``[len(plan.sample_rows), vocab]`` in ``sample_rows`` order."""
+        start = time.perf_counter()
+        self._bind_cache()
+        rows = [StepRow(0, ())] * self.cache.num_rows
+        for row in plan.rows:
+            rows[row.slot] = StepRow(row.start, row.new_token_ids)
+        packed = pack_step(rows, capacity=self.cache.capacity, context_window=self.context_window)
+        for name, array in packed.feeds().items():
+            self._bind_input(name, array)
+        logits = self._bind_logits(len(packed.logits_index))
+        called = time.perf_counter()
+        self.session.run_with_iobinding(self.binding)
+        returned = time.perf_counter()
+        picked = logits[[packed.logits_rows[r.slot].start for r in plan.sample_rows]]
+        self.timing = StepTiming(
+            host_s=(called - start) + (time.perf_counter() - returned), model_s=returned - called
+        )
+        return picked
+
+    def _bind_cache(self) -> None:
+        if self.cache.version == self._kv_version:
+            return
+        keys, values = self.cache.buffers()
+        kv = self.graph.kv
+        self._kv_values = []
+        for layer in range(self.num_layers):
+            for past, present, array in (
+                (kv.past_key, kv.present_key, keys[layer]),
+                (kv.past_value, kv.present_value, values[layer]),
+            ):
+                # One OrtValue over the NumPy buffer as input and output: updated in place.
+                shared = ort.OrtValue.ortvalue_from_numpy(array)
+                self.binding.bind_ortvalue_input(past.format(layer=layer), shared)
+                self.binding.bind_ortvalue_output(present.format(layer=layer), shared)
+                self._kv_values.append(shared)
+        self._kv_version = self.cache.version
+
+    def _bind_input(self, name: str, array: np.ndarray) -> None:
+        bound = self._inputs.get(name)
+        if bound is not None and bound[0].shape == array.shape and bound[0].dtype == array.dtype:
+            np.copyto(bound[0], array)
+            return
+        kept = np.ascontiguousarray(array).copy()
+        value = ort.OrtValue.ortvalue_from_numpy(kept)
+        self.binding.bind_ortvalue_input(name, value)
+        self._inputs[name] = (kept, value)
+
+    def _bind_logits(self, rows: int) -> np.ndarray:
+        if self._logits is None or self._logits[0].shape[0] != rows:
+            array = np.empty((rows, self.vocab_size), dtype=np.float32)
+            value = ort.OrtValue.ortvalue_from_numpy(array)
+            self.binding.bind_ortvalue_output(self.graph.logits_output, value)
+            self._logits = (array, value)
+        return self._logits[0]

@@ -1,0 +1,528 @@
+"""The public API: ``load`` a model folder, then generate with ``GenerativeModel``.
+
+::
+
+    from clika_runtime import modelverse
+
+    model = modelverse.load("path/to/model-folder")
+    print(model.generate("Name three colors.", max_new_tokens=32))
+    for piece in model.stream_generate("Tell me a story.", temperature=0.7, seed=1):
+        print(piece, end="", flush=True)
+    replies = model.generate_batch(["Hi!", "What is 2+2?"])  # decoded together
+
+Every request runs on the model's engine (built on the first request, reused
+after): ``generate`` joins ``stream_generate``'s pieces, which drain the
+engine's stream for the request; ``generate_batch`` submits every prompt before
+reading any reply so they decode together.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
+from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
+from clika_runtime.engine.executor import Executor
+from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.types import (
+    ChatOutcome,
+    GenerationConfig,
+    GenerationReport,
+    StageEvent,
+    StageObserver,
+    config_from_checkpoint,
+)
+from clika_runtime.model_folder import ModelFolder, open_model_folder
+from clika_runtime.text.tokenizer import Tokenizer
+
+__all__ = ["ChatOutcome", "GenerationConfig", "GenerationReport", "GenerativeModel", "StageEvent", "load"]
+
+KV_CACHE_MODES = ("continuous", "paged")
+
+
+@dataclass
+class _Loaded:
+    """What ``load`` opened: the folder (manifest, ORT session), tokenizer, template and engine limits."""
+
+    folder: ModelFolder
+    tokenizer: Tokenizer
+    template: ChatTemplate | None
+    kv_cache_mode: str | None
+    options: EngineOptions
+
+    @property
+    def residency(self) -> dict[str, Any]:
+        """Bytes of weights the load left on each device (all on the CPU)."""
+        graph_file = self.folder.path / self.folder.graph.file
+        weights = sum(p.stat().st_size for p in graph_file.parent.glob(graph_file.name + "*"))
+        return {"cpu": {"weights_bytes": weights}}
+
+
+def load(
+    folder: str | Path,
+    *,
+    threads: int | None = None,
+    kv_cache_mode: str | None = None,
+    max_active: int | None = None,
+    max_queued: int = 256,
+    max_step_tokens: int = 256,
+    prefix_reuse: bool = True,
+    allow_spinning: bool = False,
+) -> GenerativeModel:
+    """Open an exported model folder.
+
+    ``threads`` sets ONNX Runtime's intra-op threads (None: one per core);
+    ``max_active`` how many requests decode together (None: one, grown by
+    ``generate_batch``); ``max_queued`` how many more may wait;
+    ``max_step_tokens`` the most tokens one step computes (longer prompts run
+    in chunks between the other requests' decode steps).
+    """
+    if kv_cache_mode not in (None, *KV_CACHE_MODES):
+        raise ValueError(f"kv_cache_mode must be one of {KV_CACHE_MODES} or None, got {kv_cache_mode!r}")
+    if kv_cache_mode == "paged":
+        raise ValueError("kv_cache_mode='paged' is not available in this runtime yet; use 'continuous'")
+    options = EngineOptions(
+        max_active=1 if max_active is None else max_active,
+        max_queued=max_queued,
+        max_step_tokens=max_step_tokens,
+        prefix_reuse=prefix_reuse,
+    )
+    opened = open_model_folder(folder, kv_mode="continuous", threads=threads, allow_spinning=allow_spinning)
+    spec = opened.manifest.tokenizer
+    tokenizer = Tokenizer(
+        opened.tokenizer,
+        bos_token_id=spec.bos_token_id,
+        eos_token_ids=spec.eos_token_ids,
+        pad_token_id=spec.pad_token_id,
+        add_bos_token=spec.add_bos_token,
+        bos_token=spec.bos_token,
+        eos_token=spec.eos_token,
+    )
+    template = None
+    if opened.chat_template:
+        specials = {
+            k: v for k, v in (("bos_token", tokenizer.bos_token), ("eos_token", tokenizer.eos_token)) if v
+        }
+        template = ChatTemplate(opened.chat_template, special_tokens=specials)
+    return GenerativeModel(_Loaded(opened, tokenizer, template, kv_cache_mode, options))
+
+
+class GenerativeModel:
+    """A loaded text-generation model.
+
+    ``generate`` returns the reply to one prompt (or to a conversation passed
+    as ``messages``); ``stream_generate`` yields the reply piece by piece as
+    the model produces it. Decode knobs ride keyword arguments over the
+    checkpoint's defaults (``max_new_tokens``, ``temperature``, ``top_p``, ...;
+    see :class:`GenerationConfig`). ``report`` holds how the last generation
+    ended.
+    """
+
+    def __init__(self, handle: Any) -> None:
+        self._handle: _Loaded = handle
+        manifest = handle.folder.manifest
+        self._defaults = config_from_checkpoint(manifest.generation_defaults)
+        self._engine: Engine | None = None
+        self._engine_lock = threading.Lock()
+        self._observer: StageObserver | None = None
+        self._report: GenerationReport | ChatOutcome | None = None
+        self._reports: list[ChatOutcome] = []
+
+    # -- what the model is -------------------------------------------------------------
+
+    @property
+    def defaults(self) -> GenerationConfig:
+        """The checkpoint's decode defaults."""
+        return self._defaults
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """The ids that end a sequence."""
+        return self._handle.tokenizer.eos_token_ids
+
+    @property
+    def max_seq(self) -> int:
+        """The context window in tokens."""
+        return self._handle.folder.manifest.context_window
+
+    @property
+    def vocab_size(self) -> int:
+        return self._handle.folder.manifest.architecture.vocab_size
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The checkpoint's tokenizer (a clika_runtime tokenizer)."""
+        return self._handle.tokenizer
+
+    @property
+    def local_dir(self) -> Path:
+        """The model folder the model loaded from."""
+        return self._handle.folder.path
+
+    @property
+    def compute_dtype(self) -> str | None:
+        """The dtype the model computes at (None: the checkpoint's own applies)."""
+        return None
+
+    @property
+    def has_chat_template(self) -> bool:
+        """True when the tokenizer ships a chat template."""
+        return self._handle.template is not None
+
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        return self._handle.template
+
+    @property
+    def kv_cache_mode(self) -> str | None:
+        """The KV-cache storage the load named ("paged" or "continuous"); None when it named none."""
+        return self._handle.kv_cache_mode
+
+    @property
+    def residency(self) -> dict[str, Any]:
+        """The weights on each device plus the ``pipeline`` part, the KV cache the engine built."""
+        engine = self._engine
+        cache = engine.cache if engine is not None else None
+        pipeline = {
+            "kv_cache_mode": self.kv_cache_mode or "continuous",
+            "kv_cache_bytes": cache.nbytes if cache is not None else 0,
+            "slots": cache.num_rows if cache is not None else 0,
+            "capacity": cache.capacity if cache is not None else 0,
+        }
+        return {**self._handle.residency, "pipeline": pipeline}
+
+    @property
+    def report(self) -> GenerationReport | ChatOutcome | None:
+        """How the last generation ended, or None before the first one."""
+        return self._report
+
+    @property
+    def reports(self) -> list[ChatOutcome]:
+        """How each reply of the last :meth:`generate_batch` ended, in prompt order."""
+        return list(self._reports)
+
+    @property
+    def assistant_model(self) -> GenerativeModel | None:
+        """The attached assistant model, or None (assisted generation is not available yet)."""
+        return None
+
+    @property
+    def supports_tools(self) -> bool:
+        """True when the chat template takes tool definitions."""
+        return self._handle.template is not None and self._handle.template.supports_tools
+
+    @property
+    def template_renders_tools(self) -> bool:
+        """True when the chat template itself renders offered tools into the prompt."""
+        return self._handle.template is not None and self._handle.template.renders_tools
+
+    @property
+    def tool_call_format(self) -> str | None:
+        """The format the model's tool calls are read with, probed from the chat template."""
+        return self._handle.template.tool_call_format if self._handle.template is not None else None
+
+    @property
+    def reasoning_mode(self) -> str:
+        """How the reasoning channel behaves ("never", "always", "toggleable", "opt_in", "adaptive")."""
+        return self._handle.template.reasoning_mode if self._handle.template is not None else "never"
+
+    @property
+    def supports_thinking(self) -> bool:
+        """True when the model produces a reasoning channel (``reasoning_mode`` says how)."""
+        return self.reasoning_mode != "never"
+
+    @property
+    def supports_speculative_decoding(self) -> bool:
+        return False
+
+    @property
+    def supports_vision(self) -> bool:
+        return False
+
+    @property
+    def supports_audio(self) -> bool:
+        return False
+
+    @property
+    def supports_video(self) -> bool:
+        return False
+
+    def set_assistant(self, model: GenerativeModel | None) -> None:
+        """Attach an assistant model for assisted generation (refused: not available yet)."""
+        if model is not None:
+            raise ValueError("assisted generation is not available in this runtime yet")
+
+    def set_stage_observer(self, callback: StageObserver | None) -> None:
+        """Report every request's stages (tokenize, prefill, decode, detokenize, and each engine step)
+        to ``callback``, called on the stage's own thread; it must return at once."""
+        self._observer = callback
+        if self._engine is not None:
+            self._engine.observer = callback
+
+    # -- engines ------------------------------------------------------------------------
+
+    def create_engine(self, *, observer: StageObserver | None = None, **limits: Any) -> Engine:
+        """A new serving engine over this model (its own KV cache and thread; the ORT session is shared).
+
+        ``limits`` override the load's ``max_active``, ``max_queued``,
+        ``max_step_tokens`` and ``prefix_reuse``.
+        """
+        options = EngineOptions(**{**self._handle.options.__dict__, **limits})
+        folder = self._handle.folder
+        arch = folder.manifest.architecture
+        shape = CacheShape(arch.num_layers, arch.num_kv_heads, arch.head_dim, folder.graph.kv.dtype)
+        cache = ContinuousKVCache(
+            shape,
+            num_slots=options.max_active,
+            max_seq=self.max_seq,
+            slack=options.max_step_tokens,
+            prefix_reuse=options.prefix_reuse,
+        )
+        executor = Executor(
+            folder.session,
+            folder.graph,
+            cache,
+            num_layers=arch.num_layers,
+            vocab_size=arch.vocab_size,
+            context_window=self.max_seq,
+        )
+        return Engine(
+            executor,
+            cache,
+            self.tokenizer,
+            max_seq=self.max_seq,
+            vocab_size=arch.vocab_size,
+            eos_token_ids=self.eos_token_ids,
+            options=options,
+            observer=observer,
+        )
+
+    @property
+    def engine(self) -> Engine:
+        """The model's own engine (built on first use)."""
+        with self._engine_lock:
+            if self._engine is None:
+                self._engine = self.create_engine(observer=self._observer)
+            return self._engine
+
+    def close(self) -> None:
+        """Stop the model's engine (a later request builds a new one)."""
+        with self._engine_lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+
+    # -- prompts ------------------------------------------------------------------------
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> str:
+        """The prompt text the chat template renders for ``messages`` (``tools`` offered; a policy's
+        ``enable_thinking`` / ``reasoning_effort`` fold into the template's variables)."""
+        policy = GenerationConfig.resolve(self._defaults, config, overrides)
+        template = self._handle.template
+        if template is None:
+            if tools:
+                raise ValueError("this model has no chat template, so it takes no tool definitions")
+            return plain_conversation_text(messages)
+        return template.render(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            tools=tools,
+            enable_thinking=policy.enable_thinking,
+            reasoning_effort=policy.reasoning_effort,
+        )
+
+    def conversation_text(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        """The text the model reads for a conversation: the chat template's rendering, else
+        ``role: content`` lines with the assistant's turn opened."""
+        return self.render(messages)
+
+    def _prompt_text(self, prompt: Any, messages: Any, config: GenerationConfig) -> str:
+        if (prompt is None) == (messages is None):
+            raise ValueError("pass either a prompt or messages= (exactly one of them)")
+        if messages is not None:
+            return self.render(messages, config=config)
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        if self._handle.template is None:
+            return prompt
+        return self.render([{"role": "user", "content": prompt}], config=config)
+
+    # -- generation ---------------------------------------------------------------------
+
+    def _config(self, config: Any, overrides: Mapping[str, Any]) -> GenerationConfig:
+        return GenerationConfig.resolve(self._defaults, config, overrides)
+
+    def _submit(
+        self,
+        text: str,
+        config: GenerationConfig,
+        *,
+        skip_special_tokens: bool = True,
+        detokenize: bool = True,
+    ) -> RequestStream:
+        engine = self.engine
+        request_id = engine.new_request_id()
+        began = time.perf_counter()
+        ids = self.tokenizer.encode(text)
+        if self._observer is not None:
+            self._observer(StageEvent("tokenize", request_id, time.perf_counter() - began, len(ids)))
+        return engine.submit(
+            ids, config, request_id=request_id, skip_special_tokens=skip_special_tokens, detokenize=detokenize
+        )
+
+    def generate(
+        self,
+        prompt: str | Sequence[str] | None = None,
+        *,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        images: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
+        max_active: int | None = None,
+        **overrides: Any,
+    ) -> str | list[str]:
+        """Generate the reply to ``prompt`` (one user message), to ``messages`` (a conversation), or to
+        a list of prompts (one reply each, decoded together: see :meth:`generate_batch`).
+
+        A model with a chat template gets it applied; one without reads the
+        prompt as raw text. Keyword arguments overlay the checkpoint's decode
+        defaults; ``report`` afterwards says how the reply ended.
+        """
+        if isinstance(prompt, (list, tuple)):
+            if messages is not None:
+                raise ValueError("pass either a list of prompts or messages=, not both")
+            _refuse_media(images, audio, videos)
+            return self.generate_batch(prompt, config=config, max_active=max_active, **overrides)
+        pieces = self.stream_generate(
+            prompt, messages=messages, config=config, images=images, audio=audio, videos=videos, **overrides
+        )
+        return "".join(pieces)
+
+    def stream_generate(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        images: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
+        skip_special_tokens: bool = True,
+        decode: bool = True,
+        **overrides: Any,
+    ) -> Iterator[str] | Iterator[list[int]]:
+        """Generate as ``generate`` does, yielding the reply as the model produces it: text pieces,
+        or with ``decode=False`` the token ids, one list per batch the engine handed over.
+
+        A piece never splits a character and never shows a stop string.
+        Closing the iterator early cancels the request at the next step.
+        ``report`` is set once the reply is complete.
+        """
+        _refuse_media(images, audio, videos)
+        cfg = self._config(config, overrides)
+        text = self._prompt_text(prompt, messages, cfg)
+        stream = self._submit(text, cfg, skip_special_tokens=skip_special_tokens, detokenize=decode)
+        return self._texts(stream) if decode else self._token_batches(stream)
+
+    def _texts(self, stream: RequestStream) -> Iterator[str]:
+        with stream:
+            yield from stream.texts()
+        self._report = stream.report
+
+    def _token_batches(self, stream: RequestStream) -> Iterator[list[int]]:
+        with stream:
+            yield from stream.token_batches()
+        self._report = stream.report
+
+    def generate_batch(
+        self,
+        prompts: Sequence[str],
+        *,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        max_active: int | None = None,
+        **overrides: Any,
+    ) -> list[str]:
+        """Generate one reply per prompt, the prompts decoding TOGETHER.
+
+        Every prompt is submitted to the model's engine before any reply is
+        read, so each step serves every prompt still generating. The engine
+        grows to decode all of them at once unless ``max_active`` caps it (the
+        rest wait and join as others finish). Replies come back in prompt
+        order; ``reports`` holds one :class:`ChatOutcome` per prompt.
+        """
+        if isinstance(prompts, str):
+            raise ValueError("generate_batch takes a list of prompts; use generate for one prompt")
+        cfg = self._config(config, overrides)
+        texts = [self._prompt_text(p, None, cfg) for p in prompts]
+        if not texts:
+            self._reports = []
+            return []
+        engine = self.engine
+        if max_active is not None and (isinstance(max_active, bool) or max_active < 1):
+            raise ValueError(f"max_active must be an integer >= 1, got {max_active!r}")
+        engine.ensure_active(max_active or len(texts))
+        streams: list[RequestStream] = []
+        try:
+            for text in texts:
+                streams.append(self._submit(text, cfg))
+        except BaseException:
+            for stream in streams:
+                stream.cancel()
+            raise
+        replies = [stream.result() for stream in streams]
+        self._reports = [
+            ChatOutcome(text, stream.report) for text, stream in zip(replies, streams, strict=True)
+        ]  # type: ignore[arg-type]
+        self._report = self._reports[-1]
+        return replies
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        stream: bool = False,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        images: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **overrides: Any,
+    ) -> str | Iterator[str]:
+        """The assistant's reply to a conversation of ``{"role", "content"}`` turns: the text, or an
+        iterator of text pieces when ``stream`` is True. ``report`` then holds a :class:`ChatOutcome`."""
+        _refuse_media(images, audio, videos)
+        if tools and not self.supports_tools:
+            raise ValueError("this model takes no tool definitions (its chat template has no tools slot)")
+        cfg = self._config(config, overrides)
+        text = self.render(messages, tools=tools, config=cfg)
+        request = self._submit(text, cfg)
+        pieces = self._chat_pieces(request)
+        return pieces if stream else "".join(pieces)
+
+    def _chat_pieces(self, stream: RequestStream) -> Iterator[str]:
+        parts: list[str] = []
+        with stream:
+            for piece in stream.texts():
+                parts.append(piece)
+                yield piece
+        self._report = ChatOutcome("".join(parts), stream.report)  # type: ignore[arg-type]
+
+
+def _refuse_media(images: Sequence[Any], audio: Sequence[Any], videos: Sequence[Any]) -> None:
+    for name, given in (("images", images), ("audio", audio), ("videos", videos)):
+        if given:
+            raise ValueError(f"this model reads text only; it takes no {name}")
