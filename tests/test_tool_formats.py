@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.tool_formats import FORMATS, detect_format, get_format
 from clika_runtime.chat.tool_stream import ToolCallStream, parse_tool_calls
 from clika_runtime.chat.tools import ToolCall, normalize_tools
@@ -313,3 +314,51 @@ def test_a_finished_stream_refuses_more_text():
     stream.finish()
     with pytest.raises(ValueError, match="finished"):
         stream.feed("more")
+
+
+# -- a whole reply's channels: reasoning, visible text, calls (scripted streams) -------------
+
+REPLY_CASES = [
+    # (reply, prompt left <think> open, reasoning, visible, calls)
+    (
+        '<think>\nMaybe <tool_call>{"name": "now", "arguments": {}}</tool_call>?\n</think>\n\nChecking.\n'
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        False,
+        'Maybe <tool_call>{"name": "now", "arguments": {}}</tool_call>?',
+        "Checking.",
+        [PARIS],
+    ),
+    (
+        'The user wants weather.\n</think>\n\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        "</tool_call>",
+        True,
+        "The user wants weather.",
+        "",
+        [PARIS],
+    ),
+    ("<think>short</think>Plain answer.", False, "short", "Plain answer.", []),
+]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("reply", "opened", "reasoning", "visible", "calls"), REPLY_CASES)
+def test_reply_parser_routes_reasoning_text_and_calls(reply, opened, reasoning, visible, calls, seed):
+    parser = ReplyParser(reasoning=True, start_in_reasoning=opened, fmt=get_format("hermes"), tools=TOOLS)
+    rng = random.Random(seed)
+    out: list = []
+    pos = 0
+    while pos < len(reply):
+        size = rng.randint(1, 6)
+        out += parser.feed(reply[pos : pos + size])
+        pos += size
+    out += parser.finish()
+    assert "".join(piece for piece in out if isinstance(piece, str)) == visible == parser.text
+    assert _calls(out) == calls == _calls(parser.tool_calls)
+    assert parser.reasoning == reasoning
+
+
+def test_reply_parser_without_tools_or_reasoning_passes_text_through():
+    parser = ReplyParser()
+    text = '<think>x</think><tool_call>{"name": "now", "arguments": {}}</tool_call>'
+    assert parser.feed(text) + parser.finish() == [text]
+    assert parser.tool_calls == [] and parser.reasoning == ""

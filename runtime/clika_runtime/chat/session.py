@@ -1,0 +1,335 @@
+"""ChatSession: a conversation that keeps its own history, on its own serving engine.
+
+Each turn renders the whole history through the model's chat template, runs it
+on the session's engine (one continuous-batching engine per session, so a
+session's turns reuse its KV cache and prefix cache), and parses the reply into
+its channels (:class:`~clika_runtime.chat.reply.ReplyParser`): the visible
+text, the tool calls (when the turn offered tools) and, for a model with a
+reasoning channel, the reasoning, which goes to ``report.reasoning`` and into
+the history's ``reasoning_content`` but never into the visible text.
+
+Turns run one after another: a new turn first closes a streamed reply that is
+still open (its decode is cancelled at the next step, and what it produced
+joins the history).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from clika_runtime.chat.reply import ReplyParser
+from clika_runtime.chat.tools import ToolCall, normalize_tools
+from clika_runtime.engine.types import ChatOutcome, GenerationConfig
+
+if TYPE_CHECKING:
+    from clika_runtime.engine.engine import Engine, RequestStream
+    from clika_runtime.modelverse import GenerativeModel
+
+
+@dataclass(frozen=True)
+class ChatCard:
+    """What a chat engine advertises about its model."""
+
+    model_id: str
+    context_window: int
+    has_chat_template: bool
+    supports_tools: bool
+    tool_call_format: str | None
+    template_renders_tools: bool
+    reasoning_mode: str
+    supports_thinking: bool
+
+
+def chat_card(model: GenerativeModel, model_id: str = "") -> ChatCard:
+    """The card of ``model`` (``model_id`` names it to clients, e.g. in an OpenAI ``model`` field)."""
+    return ChatCard(
+        model_id=model_id,
+        context_window=model.max_seq,
+        has_chat_template=model.has_chat_template,
+        supports_tools=model.supports_tools,
+        tool_call_format=model.tool_call_format if model.supports_tools else None,
+        template_renders_tools=model.template_renders_tools,
+        reasoning_mode=model.reasoning_mode,
+        supports_thinking=model.supports_thinking,
+    )
+
+
+class ChatSession:
+    """A conversation with a text-generation model that keeps its own history.
+
+    ::
+
+        with model.chat_session(system="You are terse.") as chat:
+            print(chat.send("hi"))
+            for piece in chat.send("and now?", stream=True):
+                print(piece, end="", flush=True)
+
+    ``tools=`` (on the session or per turn) offers tool definitions (the OpenAI
+    envelope or the bare function object); a turn offered tools returns the
+    reply's visible text, a streamed one yields its text pieces and then one
+    :class:`ToolCall` per call, ``tool_calls`` holds them, and the history's
+    assistant turn carries them. :meth:`add_tool_result` appends a tool's
+    answer and :meth:`respond` runs the conversation on. A model that takes no
+    tools refuses an offer with ValueError.
+    """
+
+    def __init__(
+        self,
+        model: GenerativeModel,
+        *,
+        system: str | None = None,
+        model_id: str = "",
+        max_active: int = 1,
+        max_queued: int = 256,
+        default_budget: int = 256,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget < 1:
+            raise ValueError(f"default_budget must be an integer >= 1, got {default_budget!r}")
+        if system is not None and not isinstance(system, str):
+            raise ValueError(f"system must be a string or None, got {type(system).__name__}")
+        self._model = model
+        self._tools = self._checked_tools(tools)
+        self._defaults = model.defaults.overlay({"max_new_tokens": default_budget})
+        self._card = chat_card(model, model_id)
+        self._engine: Engine = model.create_engine(max_active=max_active, max_queued=max_queued)
+        self._lock = threading.RLock()
+        self._history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        self._live: tuple[Iterator[str | ToolCall], RequestStream] | None = None
+        self._report: ChatOutcome | None = None
+        self._tool_calls: list[ToolCall] = []
+        self._closed = False
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def card(self) -> ChatCard:
+        """What the session's engine advertises about the model (a ChatCard)."""
+        return self._card
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def engine(self) -> Engine:
+        """The session's chat engine (shareable with a server)."""
+        return self._engine
+
+    @property
+    def report(self) -> ChatOutcome | None:
+        """How the last reply ended (a ChatOutcome), or None before the first."""
+        return self._report
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls the last reply made (empty when none, or when the turn offered no tools)."""
+        return list(self._tool_calls)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """A copy of the conversation so far, in the message shape."""
+        with self._lock:
+            return [dict(message) for message in self._history]
+
+    # -- turns ----------------------------------------------------------------------------------
+
+    def send(
+        self,
+        content: str,
+        *,
+        stream: bool = False,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        images: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **overrides: Any,
+    ) -> str | Iterator[str | ToolCall]:
+        """Add a user turn and return the assistant's reply (an iterator of pieces when ``stream``).
+
+        The reply joins the history once complete. ``tools`` offers tool
+        definitions for this turn (None: the session's); keyword arguments
+        overlay the decode policy (``enable_thinking=False``, ``reasoning_effort=``, ...).
+        """
+        if not isinstance(content, str):
+            raise ValueError(f"content must be a string, got {type(content).__name__}")
+        _refuse_media(images, audio, videos)
+        with self._lock:
+            self._before_turn()
+            turn = {"role": "user", "content": content}
+            return self._run([*self._history, turn], [turn], stream, config, tools, overrides)
+
+    def respond(
+        self,
+        *,
+        stream: bool = False,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **overrides: Any,
+    ) -> str | Iterator[str | ToolCall]:
+        """Run the conversation on from where it stands (after :meth:`add_tool_result`) and append the reply."""
+        with self._lock:
+            self._before_turn()
+            if not self._history:
+                raise ValueError("the conversation is empty: send a user turn first")
+            return self._run(list(self._history), [], stream, config, tools, overrides)
+
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        stream: bool = False,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        images: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **overrides: Any,
+    ) -> str | Iterator[str | ToolCall]:
+        """The assistant's reply to an explicit conversation, leaving the session's history untouched."""
+        _refuse_media(images, audio, videos)
+        with self._lock:
+            self._before_turn()
+            return self._run(list(messages), None, stream, config, tools, overrides)
+
+    def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None:
+        """Append a tool's answer as a tool turn; :meth:`respond` then runs the model on."""
+        if not isinstance(call_id, str) or not call_id:
+            raise ValueError("call_id must be the id of the tool call this result answers")
+        if not isinstance(content, str):
+            raise ValueError(f"a tool result's content must be a string, got {type(content).__name__}")
+        with self._lock:
+            self._before_turn()
+            turn: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": content}
+            if name:
+                turn["name"] = name
+            self._history.append(turn)
+
+    def reset(self, *, keep_system: bool = True) -> None:
+        """Forget the conversation (the system turn stays unless told otherwise)."""
+        with self._lock:
+            self._close_live()
+            keep = (
+                self._history[:1]
+                if keep_system and self._history[:1] and self._history[0]["role"] == "system"
+                else []
+            )
+            self._history = keep
+            self._report = None
+            self._tool_calls = []
+
+    def close(self) -> None:
+        """Cancel the live turn, drop queued ones and release the engine; later turns raise ValueError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            live, self._live = self._live, None
+        if live is not None:
+            live[1].cancel()
+        self._engine.close()
+
+    def __enter__(self) -> ChatSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the machinery --------------------------------------------------------------------------
+
+    def _before_turn(self) -> None:
+        if self._closed:
+            raise ValueError("this chat session is closed")
+        self._close_live()
+
+    def _close_live(self) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            pieces, request = live
+            request.cancel()
+            pieces.close()  # type: ignore[attr-defined]  # a started reply records what it made
+
+    def _checked_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+        offered = normalize_tools(tools)
+        if offered and not self._model.supports_tools:
+            raise ValueError(
+                "this model takes no tool definitions (its chat template has no tools slot); "
+                "offer tools only to a model whose supports_tools is True"
+            )
+        return offered
+
+    def _run(
+        self,
+        messages: list[Mapping[str, Any]],
+        commit: list[dict[str, Any]] | None,
+        stream: bool,
+        config: GenerationConfig | Mapping[str, Any] | None,
+        tools: Sequence[Mapping[str, Any]] | None,
+        overrides: Mapping[str, Any],
+    ) -> str | Iterator[str | ToolCall]:
+        offered = self._checked_tools(tools) if tools is not None else self._tools
+        policy = GenerationConfig.resolve(self._defaults, config, overrides)
+        prompt = self._model.render(messages, tools=offered, config=policy)
+        template = self._model.chat_template
+        thinking = self._model.supports_thinking
+        parser = ReplyParser(
+            reasoning=thinking,
+            start_in_reasoning=template is not None and template.opens_reasoning(prompt),
+            fmt=template.format if template is not None and offered else None,
+            tools=offered,
+        )
+        ids = self._model.tokenizer.encode(prompt)
+        # Call and reasoning markers may be special tokens: keep them in the text the parser reads.
+        request = self._engine.submit(ids, policy, skip_special_tokens=not (offered or thinking))
+        pieces = self._pieces(request, parser, commit)
+        if stream:
+            self._live = (pieces, request)
+            return pieces
+        return "".join(piece for piece in pieces if isinstance(piece, str))
+
+    def _pieces(
+        self, request: RequestStream, parser: ReplyParser, commit: list[dict[str, Any]] | None
+    ) -> Iterator[str | ToolCall]:
+        complete = False
+        try:
+            with request:
+                for text in request.texts():
+                    yield from (item for item in parser.feed(text) if isinstance(item, str))
+            yield from (item for item in parser.finish() if isinstance(item, str))
+            complete = True
+            yield from list(parser.tool_calls)
+        finally:
+            if not complete:
+                parser.finish()
+                for _ in request:  # wait for the cancelled request's end (one engine step)
+                    pass
+            self._record(request, parser, commit)
+
+    def _record(
+        self, request: RequestStream, parser: ReplyParser, commit: list[dict[str, Any]] | None
+    ) -> None:
+        calls = list(parser.tool_calls)
+        outcome = ChatOutcome(parser.text, request.report, parser.reasoning, tuple(calls))  # type: ignore[arg-type]
+        with self._lock:
+            if self._live is not None and self._live[1] is request:
+                self._live = None
+            self._report = outcome
+            self._tool_calls = calls
+            if commit is None or self._closed:
+                return
+            reply: dict[str, Any] = {"role": "assistant", "content": parser.text}
+            if calls:
+                reply["tool_calls"] = [call.to_message() for call in calls]
+            if parser.reasoning:
+                reply["reasoning_content"] = parser.reasoning
+            self._history.extend([*commit, reply])
+
+
+def _refuse_media(images: Sequence[Any], audio: Sequence[Any], videos: Sequence[Any]) -> None:
+    for name, given in (("images", images), ("audio", audio), ("videos", videos)):
+        if given:
+            raise ValueError(f"this model reads text only; it takes no {name}")

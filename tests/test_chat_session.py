@@ -1,0 +1,129 @@
+"""ChatSession on a tiny random llama, exported and run through the real engine.
+
+The tiny model's replies are noise, but greedy noise is reproducible: a
+session's reply must equal ``generate`` on the same rendered conversation,
+which checks that the session renders its whole history each turn.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from clika_runtime import modelverse
+from clika_runtime.chat.session import ChatSession
+from clika_runtime.engine.types import ChatOutcome
+
+GREEDY = {"temperature": 0.0, "max_new_tokens": 12}
+
+
+@pytest.fixture(scope="module")
+def model(tiny_llama_model):
+    loaded = modelverse.load(tiny_llama_model, threads=1)
+    yield loaded
+    loaded.close()
+
+
+@pytest.fixture
+def session(model):
+    chat = ChatSession(model, system="You are terse.", default_budget=12)
+    yield chat
+    chat.close()
+
+
+def test_send_keeps_the_history_and_matches_generate(model, session):
+    first = session.send("hello", **GREEDY)
+    assert session.messages == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": first},
+    ]
+    assert first == model.generate(messages=session.messages[:2], **GREEDY)
+    second = session.send("and now?", **GREEDY)
+    history = session.messages
+    assert [m["role"] for m in history] == ["system", "user", "assistant", "user", "assistant"]
+    assert second == model.generate(messages=history[:4], **GREEDY)
+    report = session.report
+    assert isinstance(report, ChatOutcome) and report.text == second
+    assert report.prompt_tokens == len(model.tokenizer.encode(model.render(history[:4])))
+    assert report.finish in ("stop", "length") and session.tool_calls == []
+
+
+def test_streamed_reply_equals_the_whole_and_joins_history_when_done(session):
+    whole = session.complete([*session.messages, {"role": "user", "content": "count"}], **GREEDY)
+    pieces = session.send("count", stream=True, **GREEDY)
+    assert session.messages[-1]["role"] == "system"  # not yet: the reply joins once complete
+    assert "".join(pieces) == whole
+    assert session.messages[-1] == {"role": "assistant", "content": whole}
+
+
+def test_closing_a_streamed_reply_cancels_it_and_keeps_what_it_made(session):
+    pieces = session.send("go on", stream=True, temperature=0.0, max_new_tokens=64)
+    first = next(pieces)
+    pieces.close()
+    assert session.report.finish == "cancelled"
+    assert session.report.completion_tokens < 64
+    assert session.messages[-1]["content"].startswith(first)
+
+
+def test_a_new_turn_closes_the_open_stream_first(session):
+    pieces = session.send("one", stream=True, temperature=0.0, max_new_tokens=64)
+    next(pieces)
+    session.send("two", **GREEDY)
+    assert [m["content"] for m in session.messages if m["role"] == "user"] == ["one", "two"]
+    assert [m["role"] for m in session.messages] == ["system", "user", "assistant", "user", "assistant"]
+
+
+def test_complete_leaves_the_history_untouched(session):
+    session.complete([{"role": "user", "content": "side question"}], **GREEDY)
+    assert session.messages == [{"role": "system", "content": "You are terse."}]
+    assert session.report is not None
+
+
+def test_tool_results_and_respond(model, session):
+    session.send("weather?", **GREEDY)
+    session.add_tool_result("call_1", "sunny", name="get_weather")
+    assert session.messages[-1] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "sunny",
+        "name": "get_weather",
+    }
+    reply = session.respond(**GREEDY)
+    assert session.messages[-1] == {"role": "assistant", "content": reply}
+    assert reply == model.generate(messages=session.messages[:-1], **GREEDY)
+
+
+def test_a_model_without_a_tools_slot_refuses_tools(model, session):
+    tool = {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    assert not session.card.supports_tools
+    with pytest.raises(ValueError, match="takes no tool definitions"):
+        session.send("hi", tools=[tool])
+    with pytest.raises(ValueError, match="takes no tool definitions"):
+        ChatSession(model, tools=[tool])
+
+
+def test_reset_close_and_bad_input(model, session):
+    session.send("hi", **GREEDY)
+    session.reset()
+    assert session.messages == [{"role": "system", "content": "You are terse."}]
+    session.reset(keep_system=False)
+    assert session.messages == []
+    with pytest.raises(ValueError, match="conversation is empty"):
+        session.respond()
+    with pytest.raises(ValueError, match="content must be a string"):
+        session.send(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no images"):
+        session.send("look", images=[object()])
+    with pytest.raises(ValueError, match="default_budget"):
+        ChatSession(model, default_budget=0)
+    session.close()
+    assert session.closed
+    with pytest.raises(ValueError, match="closed"):
+        session.send("hi")
+
+
+def test_card_describes_the_model(model):
+    with ChatSession(model, model_id="tiny") as chat:
+        card = chat.card
+        assert (card.model_id, card.context_window, card.reasoning_mode) == ("tiny", model.max_seq, "never")
+        assert chat.engine is not model.engine
