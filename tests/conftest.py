@@ -13,6 +13,7 @@ import json
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from clika_export.fetch import CACHE_ENV, fetch_gguf
@@ -155,3 +156,179 @@ def tiny_llama_model(tiny_llama_hf: Path, tmp_path_factory: pytest.TempPathFacto
     from clika_export.api import export
 
     return export(tiny_llama_hf, tmp_path_factory.mktemp("tiny-llama-model") / "model", progress=False)
+
+
+# -- tiny synthetic GGUF files ----------------------------------------------
+
+
+class TinyGGUF:
+    """A small GGUF file written by the test, and the Hugging Face tensors it encodes."""
+
+    def __init__(self, path: Path, weights: dict[str, np.ndarray], tokens: list[str]) -> None:
+        self.path = path
+        self.weights = weights  # HF name -> float32 HF-layout values the reader must return
+        self.tokens = tokens
+
+
+_TINY_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+_TINY_MERGES = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n"]
+
+
+def _tiny_vocab() -> tuple[list[str], list[int], list[str]]:
+    """A byte-level BPE vocabulary: 256 bytes, the merges' results, control tokens, one user-defined token."""
+    from clika_export.tokenizer_gguf import byte_alphabet
+
+    tokens = [byte_alphabet()[b] for b in range(256)]
+    tokens += ["".join(merge.split(" ")) for merge in _TINY_MERGES]
+    types = [1] * len(tokens)
+    tokens += _TINY_SPECIALS
+    types += [3] * len(_TINY_SPECIALS)
+    tokens.append("<tool_call>")
+    types.append(4)
+    return tokens, types, list(_TINY_MERGES)
+
+
+def _llama_cpp_permute(weights: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf permutation of Q/K rows (what the reader must undo)."""
+    return (
+        weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
+
+
+def write_tiny_gguf(
+    path: Path,
+    *,
+    family: str = "llama",
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 96,
+    tie: bool = True,
+    weight_type: str = "Q8_0",
+    metadata: dict | None = None,
+    drop_tensors: tuple[str, ...] = (),
+    seed: int = 0,
+) -> TinyGGUF:
+    """Write a tiny llama/qwen2 GGUF with random weights (``metadata`` entries: key -> (value, GGUFValueType) or None)."""
+    from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+    from gguf.quants import dequantize, quantize
+
+    rng = np.random.default_rng(seed)
+    tokens, types, merges = _tiny_vocab()
+    head_dim = hidden // heads
+    hf_shapes = {"token_embd.weight": (len(tokens), hidden), "output_norm.weight": (hidden,)}
+    if not tie:
+        hf_shapes["output.weight"] = (len(tokens), hidden)
+    for i in range(layers):
+        block = {
+            "attn_norm.weight": (hidden,),
+            "ffn_norm.weight": (hidden,),
+            "attn_q.weight": (heads * head_dim, hidden),
+            "attn_k.weight": (kv_heads * head_dim, hidden),
+            "attn_v.weight": (kv_heads * head_dim, hidden),
+            "attn_output.weight": (hidden, heads * head_dim),
+            "ffn_gate.weight": (ffn, hidden),
+            "ffn_up.weight": (ffn, hidden),
+            "ffn_down.weight": (hidden, ffn),
+        }
+        if family == "qwen2":
+            block |= {"attn_q.bias": (heads * head_dim,), "attn_k.bias": (kv_heads * head_dim,)}
+            block |= {"attn_v.bias": (kv_heads * head_dim,)}
+        hf_shapes |= {f"blk.{i}.{part}": shape for part, shape in block.items()}
+
+    kv = {
+        f"{family}.block_count": (layers, GGUFValueType.UINT32),
+        f"{family}.context_length": (256, GGUFValueType.UINT32),
+        f"{family}.embedding_length": (hidden, GGUFValueType.UINT32),
+        f"{family}.feed_forward_length": (ffn, GGUFValueType.UINT32),
+        f"{family}.attention.head_count": (heads, GGUFValueType.UINT32),
+        f"{family}.attention.head_count_kv": (kv_heads, GGUFValueType.UINT32),
+        f"{family}.rope.freq_base": (10000.0, GGUFValueType.FLOAT32),
+        f"{family}.attention.layer_norm_rms_epsilon": (1e-5, GGUFValueType.FLOAT32),
+        "tokenizer.ggml.model": ("gpt2", GGUFValueType.STRING),
+        "tokenizer.ggml.pre": ("qwen2" if family == "qwen2" else "smollm", GGUFValueType.STRING),
+        "tokenizer.ggml.tokens": (tokens, GGUFValueType.ARRAY),
+        "tokenizer.ggml.token_type": (types, GGUFValueType.ARRAY),
+        "tokenizer.ggml.merges": (merges, GGUFValueType.ARRAY),
+        "tokenizer.ggml.bos_token_id": (tokens.index("<|im_start|>"), GGUFValueType.UINT32),
+        "tokenizer.ggml.eos_token_id": (tokens.index("<|im_end|>"), GGUFValueType.UINT32),
+        "tokenizer.ggml.padding_token_id": (tokens.index("<|endoftext|>"), GGUFValueType.UINT32),
+        "tokenizer.ggml.add_bos_token": (False, GGUFValueType.BOOL),
+        "tokenizer.chat_template": (
+            "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+            GGUFValueType.STRING,
+        ),
+    }
+    for key, value in (metadata or {}).items():
+        if value is None:
+            kv.pop(key, None)
+        else:
+            kv[key] = value
+
+    writer = GGUFWriter(
+        path, family if "general.architecture" not in kv else kv.pop("general.architecture")[0]
+    )
+    for key, (value, vtype) in kv.items():
+        sub_type = None
+        if vtype == GGUFValueType.ARRAY:
+            sub_type = GGUFValueType.STRING if isinstance(value[0], str) else GGUFValueType.INT32
+        writer.add_key_value(key, value, vtype, sub_type)
+
+    quant = GGMLQuantizationType[weight_type]
+    weights = {}
+    for name, shape in hf_shapes.items():
+        values = rng.standard_normal(shape).astype(np.float32)
+        if len(shape) == 2 and weight_type != "F32":
+            stored = quantize(values, quant)
+            values = dequantize(stored, quant).reshape(shape)  # what the file really holds
+        else:
+            stored = values
+        weights[_hf_tensor_name(name)] = values
+        if family == "llama" and (".attn_q." in name or ".attn_k." in name):
+            stored = _llama_cpp_permute(stored, heads if ".attn_q." in name else kv_heads)
+        if name in drop_tensors:
+            continue
+        writer.add_tensor(name, stored, raw_dtype=quant if stored.dtype == np.uint8 else None)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return TinyGGUF(path, weights, tokens)
+
+
+_HF_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def _hf_tensor_name(gguf_name: str) -> str:
+    """Hugging Face's name for a GGUF tensor (written out here, independently of the reader)."""
+    if gguf_name in _HF_NAMES:
+        return _HF_NAMES[gguf_name]
+    _, layer, part, kind = gguf_name.split(".")
+    return f"model.layers.{layer}.{_HF_NAMES[part]}.{kind}"
+
+
+@pytest.fixture
+def tiny_gguf(tmp_path: Path):
+    """Factory: ``tiny_gguf(name="tiny.gguf", **options)`` writes a small GGUF (see ``write_tiny_gguf``)."""
+
+    def make(name: str = "tiny.gguf", **options) -> TinyGGUF:
+        return write_tiny_gguf(tmp_path / name, **options)
+
+    return make
