@@ -7,6 +7,8 @@ Zero-point kinds:
   used and the extreme value is exact.
 * ``"uint8"``: asymmetric with an integer zero point: min and max span the codes.
 * ``"float"``: asymmetric with a float zero point (4 bits only): min and max exact.
+* ``"offset"``: the same grid as ``"float"``, stored as codes from zero plus a
+  float offset per block (what the fast kernels can run, see ``blocks``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from clika_quant.blocks import BlockQuantized
 
-ZERO_POINT_KINDS = ("none", "uint8", "float")
+ZERO_POINT_KINDS = ("none", "uint8", "float", "offset")
 
 
 def split_blocks(weight_nk: np.ndarray, block_size: int) -> np.ndarray:
@@ -56,11 +58,14 @@ def encode(
         zero = np.clip(np.rint(zero), 0, levels)
     safe = np.where(scale == 0, 1.0, scale)[..., None]
     codes = np.clip(np.rint(blocks / safe + zero[..., None]), 0, levels).astype(np.uint8)
-    zp_array = None
+    zp_array, offsets = None, None
     if zero_point == "uint8":
         zp_array = zero.astype(np.uint8)
     elif zero_point == "float":
         zp_array = zero.astype(np.float32)
+    elif zero_point == "offset":
+        zp_array = np.zeros(zero.shape, np.uint8)
+        offsets = -(zero.astype(np.float32) * scale.astype(np.float32))
     return BlockQuantized(
         codes=codes.reshape(n, n_blocks * block_size),
         scales=scale.astype(np.float32),
@@ -68,6 +73,7 @@ def encode(
         bits=bits,
         block_size=block_size,
         k=k,
+        offsets=offsets,
     )
 
 
@@ -78,5 +84,5 @@ def quantize_rtn(
     if zero_point not in ZERO_POINT_KINDS:
         raise ValueError(f"zero_point must be one of {ZERO_POINT_KINDS}, got {zero_point!r}")
     blocks = split_blocks(weight_nk, block_size)
-    scale, zero = block_range(blocks, zero_point, bits)
+    scale, zero = block_range(blocks, "float" if zero_point == "offset" else zero_point, bits)
     return encode(blocks, scale, zero, zero_point, bits, weight_nk.shape[1])

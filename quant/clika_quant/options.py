@@ -1,0 +1,86 @@
+"""What a quantization pass may do, and the defaults chosen from measurements.
+
+The defaults follow the kernel table in this package's README (onnxruntime
+1.32, AVX2, no VNNI):
+
+* ``MatMulNBits`` with ``accuracy_level=4`` (int8 compute) is the fastest
+  decode kernel: 0.1-0.3x of fp32 MatMul at M=1 for 4 bits. Float zero points
+  make ORT dequantize on every call (11-44x slower than fp32), so asymmetric
+  blocks keep integer codes and add their float offsets as a tiny
+  ``blocksum(A) @ offsets`` MatMul (+5-15% at M=1).
+* 8-bit ``MatMulNBits`` needs ``accuracy_level=4`` (level 0 is 10-30x slower).
+* ``DynamicQuantizeMatMul`` is 2-3x faster than MatMulNBits at M>=64
+  (prefill) but quantizes weights per column (relative error 0.010 against
+  0.0076 for 8-bit blocks of 32), so it is an option, not the default.
+* An int4 output head is a known quality risk: the head defaults to 8 bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PRECISIONS = ("int4", "int8", "fp32")
+METHODS = ("rtn", "search")
+ZERO_POINTS = ("none", "uint8", "offset")
+TABLE_PRECISIONS = ("auto", "int4", "int8", "fp32")
+INT8_OPS = ("matmulnbits", "dqmm")
+
+
+class QuantError(ValueError):
+    """Quantization options or inputs that cannot work (the message names the problem)."""
+
+
+@dataclass(frozen=True)
+class QuantOptions:
+    """Knobs of the weight pass; every field is recorded in the manifest.
+
+    ``transcode``: carry GGUF blocks over exactly where an exact form exists.
+    ``method``/``zero_point``/``block_size``: how float weights become int4.
+    ``embedding``/``head``: the precision of the token table and the output
+    head ("auto": the source's exact blocks for GGUF, else 8 bits).
+    """
+
+    block_size: int = 32
+    zero_point: str = "offset"
+    method: str = "search"
+    accuracy_level: int = 4
+    transcode: bool = True
+    embedding: str = "auto"
+    head: str = "auto"
+    int8_op: str = "matmulnbits"
+    int8_block_size: int = 32
+
+    def __post_init__(self) -> None:
+        _check("method", self.method, METHODS)
+        _check("zero_point", self.zero_point, ZERO_POINTS)
+        _check("embedding", self.embedding, TABLE_PRECISIONS)
+        _check("head", self.head, TABLE_PRECISIONS)
+        _check("int8_op", self.int8_op, INT8_OPS)
+        for name in ("block_size", "int8_block_size"):
+            value = getattr(self, name)
+            if value not in (16, 32, 64, 128, 256):
+                raise QuantError(f"{name} must be one of 16, 32, 64, 128, 256, got {value}")
+        if self.accuracy_level not in (0, 1, 2, 3, 4):
+            raise QuantError(f"accuracy_level must be 0..4, got {self.accuracy_level}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None) -> QuantOptions:
+        values = dict(values or {})
+        known = set(cls.__dataclass_fields__)
+        unknown = set(values) - known
+        if unknown:
+            raise QuantError(f"unknown quantization options {sorted(unknown)} (known: {sorted(known)})")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise QuantError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def check_precision(precision: str) -> None:
+    _check("precision", precision, PRECISIONS)

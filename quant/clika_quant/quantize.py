@@ -1,0 +1,218 @@
+"""The weight pass: a float step graph in, the same graph with quantized weights out.
+
+``quantize_model(model_path, checkpoint, precision, matrices=...)`` is the
+export pipeline's hook (it rewrites ``model.onnx`` and its data file in place
+and returns the manifest's ``precision`` record); ``quantize_proto`` does the
+same on an in-memory ``ModelProto``.
+
+What each matrix becomes (see ``options`` for the measurements behind it):
+
+* linear layers: GGUF blocks transcoded exactly (Q4_0/Q4_1/Q4_K as 4 bits,
+  Q5_*/Q6_K/Q8_0 as 8 bits), float weights searched to 4 bits (int4) or
+  rounded to 8 bits (int8); MatMulNBits with int8 compute;
+* token table and output head: their own choice, 8 bits by default (GGUF
+  blocks exact); a tied table is stored once and read by both
+  GatherBlockQuantized and the head's MatMulNBits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from clika_quant.choose import plan_matrix
+from clika_quant.gguf_transcode import TRANSCODABLE
+from clika_quant.graph_pass import Rewriter, check_gemm_is_plain
+from clika_quant.model_file import load_graph, save_graph
+from clika_quant.options import QuantError, QuantOptions, check_precision
+
+EMBED, HEAD = "embed", "lm_head"
+_TABLE_BITS = {"auto": 8, "int8": 8, "int4": 4, "fp32": None}
+
+
+def quantize_model(
+    model_path: str | Path,
+    checkpoint: Any,
+    precision: str,
+    matrices: dict[str, dict[str, Any]] | None = None,
+    options: QuantOptions | dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Quantize the graph at ``model_path`` (and its external data file) in place; return the record."""
+    model_path = Path(model_path)
+    model, load = load_graph(model_path)
+    data_names = {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
+    data_name = data_names.pop() if len(data_names) == 1 else f"{model_path.name}.data"
+    model, record = quantize_proto(model, checkpoint, precision, matrices, options, load)
+    save_graph(model, model_path, data_name, load)
+    return record
+
+
+def quantize_proto(
+    model: onnx.ModelProto,
+    checkpoint: Any,
+    precision: str,
+    matrices: dict[str, dict[str, Any]] | None = None,
+    options: QuantOptions | dict[str, Any] | None = None,
+    load: Callable[[str], np.ndarray] | None = None,
+) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """Quantize the weights of ``model`` (modified in place and returned) and describe what was done.
+
+    ``checkpoint`` supplies GGUF blocks through ``checkpoint.raw(name)`` (None
+    or a checkpoint without blocks: everything is quantized from float).
+    ``matrices`` maps initializer names to ``{"roles", "nodes", "layout",
+    "sources", "layer"}`` as the graph builder records them; when None it is
+    inferred from the graph (every MatMul/Gemm/Gather reading a 2-D float
+    initializer).
+    """
+    check_precision(precision)
+    if not isinstance(options, QuantOptions):
+        options = QuantOptions.from_dict(options)
+    matrices = matrices if matrices is not None else infer_matrices(model)
+    record: dict[str, Any] = {"weights": precision, "options": options.to_dict(), "matrices": {}}
+    if precision == "fp32":
+        return model, _summarize(record)
+    load = load or _inline_loader(model)
+    raw = _raw_source(checkpoint)
+    rewriter = Rewriter(model.graph, options.accuracy_level)
+    for name, info in matrices.items():
+        record["matrices"][name] = _quantize_matrix(rewriter, name, info, precision, options, load, raw)
+    rewriter.apply()
+    return model, _summarize(record)
+
+
+def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dict[str, Any]:
+    roles = list(info["roles"])
+    bits = _bits_for(roles, precision, options)
+    base = name[: -len(".weight")] if name.endswith(".weight") else name
+    entry: dict[str, Any] = {"roles": roles, "layer": info.get("layer")}
+
+    def weight_nk() -> np.ndarray:
+        array = np.asarray(load(name), np.float32)
+        return np.ascontiguousarray(array.T) if info["layout"] == "in_out" else array
+
+    sources = list(info.get("sources") or [name])
+    if (
+        bits == 8
+        and options.int8_op == "dqmm"
+        and not set(roles) & {EMBED, HEAD}
+        and not _all_exact(sources, raw, options)
+    ):
+        weight_kn = weight_nk().T
+        for node_name in info["nodes"]:
+            rewriter.dqmm(rewriter.node(node_name), weight_kn, base)
+        rewriter.removed_initializers.add(name)
+        return {**entry, "ops": ["DynamicQuantizeMatMul"], "bits": 8, "method": "per-column int8"}
+    plan = plan_matrix(weight_nk, sources, raw, bits, options)
+    if plan.is_float:
+        return {**entry, "ops": ["fp32"]}
+    ops = []
+    for node_name in info["nodes"]:
+        node = rewriter.node(node_name)
+        if node.op_type == "Gather":
+            if len(plan.groups) != 1:
+                raise QuantError(
+                    f"{name}: a token table must have one quantized form, got {len(plan.groups)}"
+                )
+            rewriter.gather(node, plan.groups[0], base)
+            ops.append("GatherBlockQuantized")
+            continue
+        if node.op_type == "Gemm":
+            check_gemm_is_plain(node)
+        elif node.op_type != "MatMul":
+            raise QuantError(
+                f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
+            )
+        rewriter.matmul(node, plan.groups, base)
+        ops.append("MatMulNBits")
+    rewriter.removed_initializers.add(name)
+    entry.update(ops=ops, accuracy_level=options.accuracy_level, groups=[g.record() for g in plan.groups])
+    return entry
+
+
+def _bits_for(roles: list[str], precision: str, options: QuantOptions) -> int | None:
+    """Target bits of float weights (None: keep float)."""
+    if HEAD in roles:
+        if EMBED in roles and options.embedding not in ("auto", options.head):
+            raise QuantError(
+                f"the token table is tied to the output head: one precision serves both "
+                f"(embedding={options.embedding!r}, head={options.head!r})"
+            )
+        return _TABLE_BITS[options.head]
+    if EMBED in roles:
+        return _TABLE_BITS[options.embedding]
+    return 4 if precision == "int4" else 8
+
+
+def _all_exact(sources: list[str], raw, options: QuantOptions) -> bool:
+    if not options.transcode:
+        return False
+    blocks = [raw(s) for s in sources]
+    return all(b is not None and b.ggml_type in TRANSCODABLE for b in blocks)
+
+
+def _raw_source(checkpoint: Any) -> Callable[[str], Any]:
+    if checkpoint is None or not hasattr(checkpoint, "raw"):
+        return lambda name: None
+    return checkpoint.raw
+
+
+def _inline_loader(model: onnx.ModelProto) -> Callable[[str], np.ndarray]:
+    tensors = {t.name: t for t in model.graph.initializer}
+    return lambda name: numpy_helper.to_array(tensors[name])
+
+
+def infer_matrices(model: onnx.ModelProto) -> dict[str, dict[str, Any]]:
+    """Weight matrices of a graph that carries no builder record: 2-D float initializers read by
+    MatMul (as B), Gemm (as B with transB=1) or Gather (as the table)."""
+    inits = {
+        t.name: t
+        for t in model.graph.initializer
+        if len(t.dims) == 2 and t.data_type == onnx.TensorProto.FLOAT
+    }
+    found: dict[str, dict[str, Any]] = {}
+    for node in model.graph.node:
+        if node.op_type == "MatMul" and node.input[1] in inits:
+            name, role, layout = node.input[1], "linear", "in_out"
+        elif node.op_type == "Gemm" and len(node.input) > 1 and node.input[1] in inits:
+            name, role, layout = node.input[1], HEAD, "out_in"
+        elif node.op_type == "Gather" and node.input[0] in inits:
+            name, role, layout = node.input[0], EMBED, "out_in"
+        else:
+            continue
+        entry = found.setdefault(
+            name, {"roles": [], "nodes": [], "layout": layout, "sources": [name], "layer": None}
+        )
+        if entry["layout"] != layout:
+            entry["layout"] = "out_in"  # a tied table: Gather reads rows, Gemm reads it transposed
+        entry["roles"].append(role)
+        entry["nodes"].append(node.name)
+    return found
+
+
+def _summarize(record: dict[str, Any]) -> dict[str, Any]:
+    """Counts of ops/bits/methods and the weight bytes, for the manifest's reader."""
+    kinds: Counter[str] = Counter()
+    total = 0
+    for entry in record["matrices"].values():
+        for group in entry.get("groups", []):
+            method = group["method"] if isinstance(group["method"], str) else "mixed"
+            kinds[f"{group['bits']}-bit block {group['block_size']} ({method})"] += 1
+            total += group["bytes"]
+        if entry.get("ops") in (["fp32"], ["DynamicQuantizeMatMul"]):
+            kinds[entry["ops"][0]] += 1
+    record["summary"] = {"forms": dict(sorted(kinds.items())), "quantized_bytes": total}
+    for role, key in ((EMBED, "embedding"), (HEAD, "lm_head")):
+        for name, entry in record["matrices"].items():
+            if role in entry["roles"]:
+                record[key] = {
+                    "matrix": name,
+                    "tied": {EMBED, HEAD} <= set(entry["roles"]),
+                    "ops": entry["ops"],
+                }
+    return record
