@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clika_runtime.chat.session import ChatSession
 from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
+from clika_runtime.chat.tools import ToolCall
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
@@ -40,7 +42,16 @@ from clika_runtime.engine.types import (
 from clika_runtime.model_folder import ModelFolder, open_model_folder
 from clika_runtime.text.tokenizer import Tokenizer
 
-__all__ = ["ChatOutcome", "GenerationConfig", "GenerationReport", "GenerativeModel", "StageEvent", "load"]
+__all__ = [
+    "ChatOutcome",
+    "ChatSession",
+    "GenerationConfig",
+    "GenerationReport",
+    "GenerativeModel",
+    "StageEvent",
+    "ToolCall",
+    "load",
+]
 
 KV_CACHE_MODES = ("continuous", "paged")
 
@@ -132,6 +143,7 @@ class GenerativeModel:
         self._observer: StageObserver | None = None
         self._report: GenerationReport | ChatOutcome | None = None
         self._reports: list[ChatOutcome] = []
+        self._chat: ChatSession | None = None
 
     # -- what the model is -------------------------------------------------------------
 
@@ -311,11 +323,14 @@ class GenerativeModel:
             return self._engine
 
     def close(self) -> None:
-        """Stop the model's engine (a later request builds a new one)."""
+        """Stop the model's engines (a later request builds new ones)."""
         with self._engine_lock:
             engine, self._engine = self._engine, None
+            chat, self._chat = self._chat, None
         if engine is not None:
             engine.close()
+        if chat is not None:
+            chat.close()
 
     # -- prompts ------------------------------------------------------------------------
 
@@ -501,25 +516,44 @@ class GenerativeModel:
         videos: Sequence[Any] = (),
         tools: Sequence[Mapping[str, Any]] | None = None,
         **overrides: Any,
-    ) -> str | Iterator[str]:
+    ) -> str | Iterator[str | ToolCall]:
         """The assistant's reply to a conversation of ``{"role", "content"}`` turns: the text, or an
-        iterator of text pieces when ``stream`` is True. ``report`` then holds a :class:`ChatOutcome`."""
-        _refuse_media(images, audio, videos)
-        if tools and not self.supports_tools:
-            raise ValueError("this model takes no tool definitions (its chat template has no tools slot)")
-        cfg = self._config(config, overrides)
-        text = self.render(messages, tools=tools, config=cfg)
-        request = self._submit(text, cfg)
-        pieces = self._chat_pieces(request)
-        return pieces if stream else "".join(pieces)
+        iterator of text pieces (then one :class:`ToolCall` per call) when ``stream`` is True.
 
-    def _chat_pieces(self, stream: RequestStream) -> Iterator[str]:
-        parts: list[str] = []
-        with stream:
-            for piece in stream.texts():
-                parts.append(piece)
-                yield piece
-        self._report = ChatOutcome("".join(parts), stream.report)  # type: ignore[arg-type]
+        The turns run on the model's chat engine (built on the first call and
+        kept), so consecutive calls reuse its KV cache; the conversation is the
+        caller's (pass the whole history each time). ``report`` afterwards
+        holds the reply's :class:`ChatOutcome`.
+        """
+        with self._engine_lock:
+            if self._chat is None:
+                self._chat = ChatSession(self)
+            session = self._chat
+        reply = session.complete(
+            messages,
+            stream=stream,
+            config=config,
+            images=images,
+            audio=audio,
+            videos=videos,
+            tools=tools,
+            **overrides,
+        )
+        if isinstance(reply, str):
+            self._report = session.report
+            return reply
+        return self._reporting(reply, session)
+
+    def _reporting(self, pieces: Iterator[str | ToolCall], session: ChatSession) -> Iterator[str | ToolCall]:
+        try:
+            yield from pieces
+        finally:
+            self._report = session.report
+
+    def chat_session(self, **options: Any) -> ChatSession:
+        """A new :class:`ChatSession` on this model (its own serving engine; ``system=`` seeds the
+        conversation, ``max_active=`` sizes the engine)."""
+        return ChatSession(self, **options)
 
 
 def _refuse_media(images: Sequence[Any], audio: Sequence[Any], videos: Sequence[Any]) -> None:
