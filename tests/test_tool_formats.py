@@ -96,6 +96,20 @@ CASES = [
         0,
     ),
     ("hermes", "```python\nprint('[x]')\n```", "```python\nprint('[x]')\n```", [], 0),
+    (  # a long call (the parser re-scans it only where it may end)
+        "hermes",
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "' + "x" * 700 + '"}}</tool_call>',
+        "",
+        [("get_weather", {"city": "x" * 700})],
+        0,
+    ),
+    (  # an unterminated bare call followed by text: the text is released once the call reads as ended
+        "generic",
+        '{"name": "now", "arguments": {}} and then ' + "words " * 60,
+        "and then " + "words " * 60,
+        [("now", {})],
+        0,
+    ),
     # mistral
     (
         "mistral",

@@ -26,6 +26,12 @@ from typing import Any
 from clika_runtime.chat.tool_formats.base import CallSyntax, ToolCallFormat, skip_space
 from clika_runtime.chat.tools import ToolCall, normalize_tools
 
+# A call block can only end on one of these characters, so a piece without one need not re-scan
+# the block (re-scanning on every piece is quadratic in a long call); growth past the limit
+# re-scans anyway, which bounds how long text after an unterminated call is held.
+_BLOCK_CLOSERS = frozenset("}])>`")
+_RESCAN_GROWTH = 256
+
 
 @dataclass
 class ParsedReply:
@@ -47,6 +53,7 @@ class ToolCallStream:
         self._blank = True  # no visible text since the reply start or the last call
         self._after_call = False  # whitespace after a call is dropped
         self._space_before_block = ""  # dropped if the block is a call, shown if not
+        self._scanned = 0  # how much of the open block the last block_end call saw
         self._finished = False
         self.calls: list[ToolCall] = []
         self.malformed: list[str] = []
@@ -106,10 +113,15 @@ class ToolCallStream:
         if not syntax.viable(block):
             self._show_as_text(block[: len(syntax.start)], out)
             self._buffer = block[len(syntax.start) :]
+            self._scanned = 0
             return True
+        if not final and not self._worth_rescan(block):
+            return False
         end = syntax.block_end(block, final)
         if end is None:
+            self._scanned = len(block)
             return False
+        self._scanned = 0
         text, self._buffer = block[:end], block[end:]
         calls = syntax.parse(text, self._context)
         if calls and syntax.implicit and not all(self._context.offered(call.name) for call in calls):
@@ -126,6 +138,12 @@ class ToolCallStream:
                 self.malformed.append(text)
             self._show_as_text(text, out)
         return True
+
+    def _worth_rescan(self, block: str) -> bool:
+        # block_end is monotone (more text never moves an end already found), so skipping is safe.
+        if self._scanned == 0 or len(block) - self._scanned >= _RESCAN_GROWTH:
+            return True
+        return not _BLOCK_CLOSERS.isdisjoint(block[self._scanned :])
 
     def _show_as_text(self, text: str, out: list[str | ToolCall]) -> None:
         # A block that is no call: its text (and the space before it) is the reply's.
