@@ -9,12 +9,15 @@ objects, with the reasoning collected on the side.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.reasoning import REASONING, ReasoningStream
 from clika_runtime.chat.tool_formats.base import ToolCallFormat
 from clika_runtime.chat.tool_stream import ToolCallStream
 from clika_runtime.chat.tools import ToolCall
+
+if TYPE_CHECKING:
+    from clika_runtime.chat.templates import ChatTemplate
 
 
 class ReplyParser:
@@ -90,3 +93,22 @@ class ReplyParser:
             else:
                 self._text_parts.append(item)
         return out
+
+
+def reply_parser_for(
+    template: ChatTemplate | None, prompt: str, tools: Sequence[Mapping[str, Any]] | None
+) -> ReplyParser:
+    """The parser for a reply to ``prompt`` (rendered by ``template``) on a turn offered ``tools``."""
+    if template is None:
+        return ReplyParser()
+    return ReplyParser(
+        reasoning=template.supports_thinking,
+        start_in_reasoning=template.opens_reasoning(prompt),
+        fmt=template.format if tools else None,
+        tools=tools,
+    )
+
+
+def keeps_special_tokens(template: ChatTemplate | None, tools: Sequence[Mapping[str, Any]] | None) -> bool:
+    """True when the reply's text must keep special tokens: call and reasoning markers may be ones."""
+    return template is not None and bool(tools or template.supports_thinking)

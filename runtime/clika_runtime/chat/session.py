@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.reply import ReplyParser
+from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
 from clika_runtime.chat.tools import ToolCall, normalize_tools
 from clika_runtime.engine.types import ChatOutcome, GenerationConfig
 
@@ -275,16 +275,10 @@ class ChatSession:
         policy = GenerationConfig.resolve(self._defaults, config, overrides)
         prompt = self._model.render(messages, tools=offered, config=policy)
         template = self._model.chat_template
-        thinking = self._model.supports_thinking
-        parser = ReplyParser(
-            reasoning=thinking,
-            start_in_reasoning=template is not None and template.opens_reasoning(prompt),
-            fmt=template.format if template is not None and offered else None,
-            tools=offered,
-        )
+        parser = reply_parser_for(template, prompt, offered)
         ids = self._model.tokenizer.encode(prompt)
-        # Call and reasoning markers may be special tokens: keep them in the text the parser reads.
-        request = self._engine.submit(ids, policy, skip_special_tokens=not (offered or thinking))
+        skip_special = not keeps_special_tokens(template, offered)
+        request = self._engine.submit(ids, policy, skip_special_tokens=skip_special)
         pieces = self._pieces(request, parser, commit)
         if stream:
             self._live = (pieces, request)
