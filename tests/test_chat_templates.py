@@ -357,3 +357,29 @@ def test_qwen_coder_template_renders_like_transformers(qwen05_gguf, conversation
     probed = ChatTemplate(source, special_tokens=special)
     assert (probed.supports_tools, probed.renders_tools, probed.tool_call_format) == (True, True, "hermes")
     assert probed.reasoning_mode == "never"
+
+
+# Templates whose source names no call syntax: the format is read back from a rendered call.
+_UNMARKED_HEAD = (
+    "{% if tools %}<|system|>{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|end|>{% endif %}"
+    "{% for m in messages %}<|{{ m.role }}|>"
+)
+_UNMARKED_TAIL = "{% else %}{{ m.content }}{% endif %}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+UNMARKED = {
+    "llama3_json": _UNMARKED_HEAD
+    + "{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    + "{{ {'name': c.function.name, 'parameters': c.function.arguments} | tojson }}{% endfor %}"
+    + _UNMARKED_TAIL,
+    "pythonic": _UNMARKED_HEAD
+    + "{% if m.tool_calls %}[{% for c in m.tool_calls %}{{ c.function.name }}("
+    + "{% for k, v in c.function.arguments.items() %}{{ k }}={{ v | tojson }}{% endfor %}){% endfor %}]"
+    + _UNMARKED_TAIL,
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(UNMARKED))
+def test_format_is_read_back_from_a_rendered_call(fmt):
+    template = ChatTemplate(UNMARKED[fmt])
+    assert template.supports_tools and template.tool_call_format == fmt
+    text = template.render(CONVERSATIONS["tool_pending"], tools=[WEATHER])
+    assert "get_weather" in text

@@ -36,7 +36,8 @@ from clika_runtime.chat.reasoning import (
     effort_levels_in,
     prompt_opens_reasoning,
 )
-from clika_runtime.chat.tool_formats import ToolCallFormat, detect_format, get_format
+from clika_runtime.chat.tool_formats import FORMATS, ToolCallFormat, detect_format, get_format
+from clika_runtime.chat.tool_stream import parse_tool_calls
 from clika_runtime.chat.tools import ToolCall, normalize_tools
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -256,11 +257,53 @@ class ChatTemplate:
             self._template = env.from_string(source)
         except jinja2.exceptions.TemplateSyntaxError as exc:
             raise TemplateError(exc.message or "syntax error", exc.lineno, name) from None
-        self.format: ToolCallFormat = (
-            get_format(tool_call_format) if tool_call_format else detect_format(source)
-        )
+        self._pinned_format = get_format(tool_call_format) if tool_call_format else None
 
     # -- what the template can do -------------------------------------------------------------
+
+    @cached_property
+    def format(self) -> ToolCallFormat:
+        """The registered format the model's calls are read with.
+
+        A pinned format wins; else the template's source text names one; else a
+        probe history with one call is rendered and every format tries to read
+        the call back from the assistant's turn; else ``generic``.
+        """
+        if self._pinned_format is not None:
+            return self._pinned_format
+        named = detect_format(self.source)
+        if named.name != "generic" or not self.supports_tools:
+            return named
+        return self._format_by_rendering() or named
+
+    def _format_by_rendering(self) -> ToolCallFormat | None:
+        user = {"role": "user", "content": "hi"}
+        call = {
+            "id": _PROBE_CALL_ID,
+            "type": "function",
+            "function": {"name": _PROBE_NAME, "arguments": {"x": "1"}},
+        }
+        opened = self._probe([user])
+        context = {
+            **self.special_tokens,
+            "messages": [user, {"role": "assistant", "content": "", "tool_calls": [call]}],
+        }
+        try:
+            whole = self._render(
+                {**context, "tools": None, "documents": None, "add_generation_prompt": False}
+            )
+        except TemplateError:
+            return None
+        if not opened or not whole.startswith(opened):
+            return None
+        turn = whole[len(opened) :]
+        tool = [{"type": "function", "function": {"name": _PROBE_NAME, "parameters": _PROBE_PARAMETERS}}]
+        for fmt in FORMATS.values():
+            if fmt.name != "generic" and any(
+                c.name == _PROBE_NAME for c in parse_tool_calls(turn, fmt, tool).calls
+            ):
+                return fmt
+        return None
 
     @property
     def tool_call_format(self) -> str:
