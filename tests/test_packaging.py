@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE_ROOTS = {"clika_runtime": "runtime", "clika_export": "export", "clika_quant": "quant", "clika_cli": "cli"}
+PACKAGE_ROOTS = {
+    "clika_runtime": "runtime",
+    "clika_export": "export",
+    "clika_quant": "quant",
+    "clika_cli": "cli",
+}
 
 
 def _all_modules() -> list[str]:
@@ -36,7 +41,18 @@ def _all_modules() -> list[str]:
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(REPO),
+        ],
         check=True,
     )
     (found,) = out.glob("clika_runtime-*.whl")
@@ -59,7 +75,9 @@ def test_wheel_holds_every_module(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in _all_modules():
         as_path = module.replace(".", "/")
-        assert f"{as_path}.py" in names or f"{as_path}/__init__.py" in names, f"{module} missing from the wheel"
+        assert f"{as_path}.py" in names or f"{as_path}/__init__.py" in names, (
+            f"{module} missing from the wheel"
+        )
     top_levels = {name.split("/")[0] for name in names if not name.startswith("clika_runtime-")}
     assert top_levels <= set(PACKAGE_ROOTS), f"unexpected top-level entries in the wheel: {top_levels}"
 
