@@ -92,7 +92,7 @@ def test_cancelled_request_frees_its_slot_and_others_are_unchanged(smollm2):
     assert got == expected
     assert streams[0].report.finish_reason == "cancelled"
     assert engine.cache.num_free == engine.cache.num_rows
-    engine.scheduler.check_integrity()
+    engine.check_integrity()
     engine.close()
 
 

@@ -75,7 +75,7 @@ def test_batch_with_chunks_and_queueing_equals_each_alone(tiny):
     got = [[t for d in s for t in d.token_ids] for s in streams]
     assert got == alone
     assert engine.stats.steps > 10
-    engine.scheduler.check_integrity()
+    engine.check_integrity()
     batched.close()
 
 
@@ -109,7 +109,7 @@ def test_cancel_frees_the_slot_and_leaves_the_others_unchanged(tiny):
     pieces.close()
     assert run(engine, prompts[0], max_new_tokens=5, ignore_eos=True)[0] == expected[0][:5]
     assert not engine.scheduler.has_work
-    engine.scheduler.check_integrity()
+    engine.check_integrity()
     assert engine.cache.num_free == engine.cache.num_rows
     m.close()
 
@@ -224,6 +224,12 @@ def test_public_api_generate_stream_batch_and_reports(model):
     assert replies[0] == model.generate("hello", max_new_tokens=5, ignore_eos=True)
     assert [r.completion_tokens for r in model.reports] == [5, 5, 5]
     assert [r.text for r in model.reports] == replies
+    capped = model.generate_batch(
+        ["hello", "a different prompt", "x"], max_active=1, max_new_tokens=5, ignore_eos=True
+    )
+    assert capped == replies
+    with pytest.raises(ValueError, match="max_active"):
+        model.generate_batch(["x"], max_active=0)
     assert model.generate_batch([]) == [] and model.reports == []
     assert model.residency["pipeline"]["kv_cache_bytes"] > 0
 

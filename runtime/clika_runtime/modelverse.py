@@ -474,9 +474,9 @@ class GenerativeModel:
         """Generate one reply per prompt, the prompts decoding TOGETHER.
 
         Every prompt is submitted to the model's engine before any reply is
-        read, so each step serves every prompt still generating. The engine
-        grows to decode all of them at once unless ``max_active`` caps it (the
-        rest wait and join as others finish). Replies come back in prompt
+        read, so each step serves every prompt still generating. The model's
+        engine is set to decode all of them at once, or ``max_active`` of them
+        (the rest wait and join as others finish). Replies come back in prompt
         order; ``reports`` holds one :class:`ChatOutcome` per prompt.
         """
         if isinstance(prompts, str):
@@ -487,9 +487,10 @@ class GenerativeModel:
             self._reports = []
             return []
         engine = self.engine
-        if max_active is not None and (isinstance(max_active, bool) or max_active < 1):
-            raise ValueError(f"max_active must be an integer >= 1, got {max_active!r}")
-        engine.ensure_active(max_active or len(texts))
+        # Default: every prompt at once (never below the load's own max_active).
+        engine.set_max_active(
+            max(len(texts), self._handle.options.max_active) if max_active is None else max_active
+        )
         streams: list[RequestStream] = []
         try:
             for text in texts:

@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -295,9 +296,18 @@ class Engine:
         """Cancel a request (waiting or running) at the next step; unknown or ended ids are ignored."""
         self._inbox.put(("cancel", request_id))
 
-    def ensure_active(self, max_active: int) -> None:
-        """Let at least ``max_active`` sequences decode together (grows the cache's slots)."""
-        self._inbox.put(("grow", max_active))
+    def set_max_active(self, max_active: int) -> None:
+        """Let ``max_active`` sequences decode together from the next step on (the cache grows its
+        slots when needed; a lower cap lets running sequences finish and admits fewer)."""
+        if isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1:
+            raise ValueError(f"max_active must be an integer >= 1, got {max_active!r}")
+        self._inbox.put(("active", max_active))
+
+    def check_integrity(self, timeout: float | None = 60.0) -> None:
+        """Check the engine's bookkeeping on its own thread (between steps); AssertionError when it drifted."""
+        done: Future[None] = Future()
+        self._inbox.put(("check", done))
+        done.result(timeout)
 
     def close(self) -> None:
         """Cancel everything and stop the engine's thread."""
@@ -346,8 +356,10 @@ class Engine:
                 self._add(value)
             elif kind == "cancel":
                 self._cancel(value)
-            elif kind == "grow":
-                self._grow(value)
+            elif kind == "active":
+                self._set_active(value)
+            elif kind == "check":
+                self._check(value)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
@@ -375,10 +387,24 @@ class Engine:
         if seq is not None:
             self._finalize(self._live[request_id])
 
-    def _grow(self, max_active: int) -> None:
-        if max_active > self.scheduler.max_active:
-            self.cache.ensure_slots(max_active)
-            self.scheduler.max_active = max_active
+    def _check(self, done: Future[None]) -> None:
+        try:
+            self.scheduler.check_integrity()
+            live = {s.request_id for s in self.scheduler.running} | {
+                s.request_id for s in self.scheduler.waiting
+            }
+            assert live == set(self._live), "the engine's live requests and the scheduler's disagree"
+            assert self.sampler.num_states <= len(self.scheduler.running), (
+                "sampler state outlived its request"
+            )
+        except AssertionError as exc:
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
+    def _set_active(self, max_active: int) -> None:
+        self.cache.ensure_slots(max_active)
+        self.scheduler.max_active = max_active
 
     def _step(self) -> bool:
         start = time.perf_counter()
