@@ -451,17 +451,11 @@ class GenerativeModel:
         cfg = self._config(config, overrides)
         text = self._prompt_text(prompt, messages, cfg)
         stream = self._submit(text, cfg, skip_special_tokens=skip_special_tokens, detokenize=decode)
-        return self._texts(stream) if decode else self._token_batches(stream)
+        pieces = stream.texts() if decode else stream.token_batches()
+        return _StreamedReply(stream, pieces, self._set_report)
 
-    def _texts(self, stream: RequestStream) -> Iterator[str]:
-        with stream:
-            yield from stream.texts()
-        self._report = stream.report
-
-    def _token_batches(self, stream: RequestStream) -> Iterator[list[int]]:
-        with stream:
-            yield from stream.token_batches()
-        self._report = stream.report
+    def _set_report(self, report: GenerationReport | None) -> None:
+        self._report = report
 
     def generate_batch(
         self,
@@ -555,6 +549,45 @@ class GenerativeModel:
         """A new :class:`ChatSession` on this model (its own serving engine; ``system=`` seeds the
         conversation, ``max_active=`` sizes the engine)."""
         return ChatSession(self, **options)
+
+
+class _StreamedReply(Iterator[Any]):
+    """A reply being streamed: iterate it for pieces; closing or dropping it cancels the request.
+
+    Once the reply ended (or was closed) ``on_end`` receives the request's report.
+    """
+
+    def __init__(self, stream: RequestStream, pieces: Iterator[Any], on_end: Any) -> None:
+        self._stream = stream
+        self._pieces = pieces
+        self._on_end = on_end
+        self._ended = False
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._pieces)
+        except StopIteration:
+            self._end()
+            raise
+
+    def close(self) -> None:
+        """Stop the reply: its decode is cancelled at the next step."""
+        if self._ended:
+            return
+        self._stream.cancel()
+        self._pieces.close()  # type: ignore[attr-defined]
+        for _ in self._stream:  # the end arrives within one step
+            pass
+        self._end()
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._on_end(self._stream.report)
+
+    def __del__(self) -> None:
+        if not self._ended:
+            self._stream.cancel()
 
 
 def _refuse_media(images: Sequence[Any], audio: Sequence[Any], videos: Sequence[Any]) -> None:

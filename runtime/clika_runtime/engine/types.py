@@ -391,6 +391,11 @@ class GenerationReport:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    @property
+    def finish(self) -> str:
+        """The finish reason (the name ``ChatOutcome`` uses)."""
+        return self.finish_reason
+
 
 @dataclass(frozen=True)
 class ChatOutcome:
