@@ -31,6 +31,8 @@ from clika_quant.blocks import BlockQuantized, pack_b, pack_zero_points
 from clika_quant.choose import Group
 from clika_quant.onnx_ops import MS_DOMAIN, dynamic_quantize_matmul
 
+_INIT_NAMES = {"b": "qweight", "scales": "scales", "zp": "zero_points", "offsets": "offsets"}
+
 
 @dataclass
 class Rewriter:
@@ -42,7 +44,7 @@ class Rewriter:
     replaced: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
     removed_initializers: set[str] = field(default_factory=set)
     _block_sums: dict[tuple[str, int, int], str] = field(default_factory=dict)
-    _packed: dict[str, dict[str, str]] = field(default_factory=dict)
+    _packed: dict[str, str] = field(default_factory=dict)
 
     def node(self, name: str) -> onnx.NodeProto:
         for node in self.graph.node:
@@ -56,24 +58,28 @@ class Rewriter:
 
     # -- shared storage of one quantized matrix ------------------------------------
 
-    def packed(self, base: str, matrix: BlockQuantized) -> dict[str, str]:
-        """Initializer names of a group's B, scales, zero points and offsets (made once)."""
-        if base not in self._packed:
-            names = {
-                "b": self.add_init(f"{base}.qweight", pack_b(matrix)),
-                "scales": self.add_init(f"{base}.scales", matrix.scales.astype(np.float32)),
-            }
-            if matrix.zero_points is not None:
+    def packed(self, base: str, matrix: BlockQuantized, part: str) -> str:
+        """The initializer holding one part ("b", "scales", "zp", "offsets") of a matrix, made once.
+
+        A tied table's codes ("b") are shared by GatherBlockQuantized and MatMulNBits.
+        """
+        key = f"{base}.{part}"
+        if key not in self._packed:
+            if part == "b":
+                array = pack_b(matrix)
+            elif part == "scales":
+                array = matrix.scales.astype(np.float32)
+            elif part == "zp":
                 zp = (
                     matrix.zero_points.astype(np.float32)
                     if matrix.float_zero_points
                     else pack_zero_points(matrix)
                 )
-                names["zp"] = self.add_init(f"{base}.zero_points", zp.reshape(-1))
-            if matrix.offsets is not None:
-                names["offsets"] = self.add_init(f"{base}.offsets", matrix.offsets.astype(np.float32))
-            self._packed[base] = names
-        return self._packed[base]
+                array = zp.reshape(-1)
+            else:
+                array = matrix.offsets.astype(np.float32)
+            self._packed[key] = self.add_init(f"{base}.{_INIT_NAMES[part]}", array)
+        return self._packed[key]
 
     # -- MatMul / Gemm consumers ---------------------------------------------------
 
@@ -95,9 +101,9 @@ class Rewriter:
         self.replaced[node.name] = nodes
 
     def _nbits(self, x: str, out: str, matrix: BlockQuantized, base: str, scope: str) -> list[onnx.NodeProto]:
-        names = self.packed(base, matrix)
         main = out if matrix.offsets is None else f"{scope}/MatMulNBits/output_0"
-        inputs = [x, names["b"], names["scales"], names.get("zp", "")]
+        zp = self.packed(base, matrix, "zp") if matrix.zero_points is not None else ""
+        inputs = [x, self.packed(base, matrix, "b"), self.packed(base, matrix, "scales"), zp]
         while not inputs[-1]:
             inputs.pop()
         nodes = [
@@ -120,7 +126,11 @@ class Rewriter:
             nodes += sum_nodes
             nodes.append(
                 helper.make_node(
-                    "Gemm", [sums, names["offsets"]], [correction], name=f"{scope}/Offsets", transB=1
+                    "Gemm",
+                    [sums, self.packed(base, matrix, "offsets")],
+                    [correction],
+                    name=f"{scope}/Offsets",
+                    transB=1,
                 )
             )
             nodes.append(helper.make_node("Add", [main, correction], [out], name=f"{scope}/AddOffsets"))
@@ -166,12 +176,11 @@ class Rewriter:
             raise ValueError(f"table {base}: width {matrix.k} is not a multiple of block {matrix.block_size}")
         if matrix.float_zero_points:
             raise ValueError(f"table {base}: GatherBlockQuantized has no float zero points")
-        names = self.packed(base, matrix)
         ids, out = node.input[1], node.output[0]
         scope = node.name.rsplit("/", 1)[0]
         v, nb = matrix.n, matrix.n_blocks
         scales3 = self.add_init(f"{base}.gather_scales", matrix.scales.reshape(v, nb, 1))
-        inputs = [names["b"], ids, scales3]
+        inputs = [self.packed(base, matrix, "b"), ids, scales3]
         if matrix.zero_points is not None:
             inputs.append(
                 self.add_init(f"{base}.gather_zero_points", matrix.integer_zero_points().reshape(v, nb, 1))
