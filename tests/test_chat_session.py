@@ -127,3 +127,49 @@ def test_card_describes_the_model(model):
         card = chat.card
         assert (card.model_id, card.context_window, card.reasoning_mode) == ("tiny", model.max_seq, "never")
         assert chat.engine is not model.engine
+
+
+# -- a real tool-calling model --------------------------------------------------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city name"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.mark.slow
+def test_qwen_coder_calls_a_tool_and_reads_its_result(qwen05_gguf):
+    from clika_export.api import cached_export
+
+    qwen = modelverse.load(cached_export(qwen05_gguf, progress=False))
+    try:
+        assert (qwen.supports_tools, qwen.tool_call_format) == (True, "hermes")
+        with ChatSession(qwen, tools=[WEATHER], default_budget=64) as chat:
+            pieces = list(
+                chat.send("What is the weather like in Paris right now?", stream=True, temperature=0.0)
+            )
+            calls = [piece for piece in pieces if not isinstance(piece, str)]
+            assert [(call.name, call.arguments) for call in calls] == [("get_weather", {"city": "Paris"})]
+            assert pieces[-len(calls) :] == calls  # calls come after the text
+            text = "".join(piece for piece in pieces if isinstance(piece, str))
+            assert "<tool_call>" not in text and '"get_weather"' not in text
+            assert chat.report.finish == "tool_calls" and chat.tool_calls == calls
+            assert chat.messages[-1]["tool_calls"] == [calls[0].to_message()]
+            chat.add_tool_result(calls[0].id, "18 degrees Celsius, light rain", name="get_weather")
+            chat.respond(temperature=0.0)
+            # The tool's answer reached the model in the template's own shape (what the 0.5B model makes
+            # of it is its business: it tends to call the tool again).
+            prompt = qwen.render(chat.messages[:-1], tools=[WEATHER])
+            assert "<tool_response>\n18 degrees Celsius, light rain\n</tool_response>" in prompt
+            assert chat.report.prompt_tokens == len(qwen.tokenizer.encode(prompt))
+            assert chat.messages[-1]["role"] == "assistant"
+    finally:
+        qwen.close()

@@ -96,6 +96,14 @@ CASES = [
         0,
     ),
     ("hermes", "```python\nprint('[x]')\n```", "```python\nprint('[x]')\n```", [], 0),
+    ("hermes", '{"name": "get_weather", "arguments": {"city": "Paris"}}', "", [PARIS], 0),
+    (
+        "hermes",
+        '{"name": "unknown_tool", "arguments": {}}',
+        '{"name": "unknown_tool", "arguments": {}}',
+        [],
+        0,
+    ),
     (  # a long call (the parser re-scans it only where it may end)
         "hermes",
         '<tool_call>{"name": "get_weather", "arguments": {"city": "' + "x" * 700 + '"}}</tool_call>',

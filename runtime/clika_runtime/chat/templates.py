@@ -46,6 +46,8 @@ _PROBE_NAME = "clika_probe_tool_4f1c"
 _PROBE_RESULT = "clika_probe_result_9b2e"
 _PROBE_SYSTEM = "clika_probe_system_7d3a"
 _PROBE_CALL_ID = "probe0001"  # 9 alphanumerics: Mistral templates check call ids
+# Strict formats first: hermes also reads bare call objects, so it would claim llama 3's.
+_READ_BACK_ORDER = ("mistral", "qwen_xml", "pythonic", "llama3_json", "hermes")
 _PROBE_PARAMETERS = {"type": "object", "properties": {"x": {"type": "string", "description": "probe"}}}
 
 
@@ -298,10 +300,9 @@ class ChatTemplate:
             return None
         turn = whole[len(opened) :]
         tool = [{"type": "function", "function": {"name": _PROBE_NAME, "parameters": _PROBE_PARAMETERS}}]
-        for fmt in FORMATS.values():
-            if fmt.name != "generic" and any(
-                c.name == _PROBE_NAME for c in parse_tool_calls(turn, fmt, tool).calls
-            ):
+        for name in _READ_BACK_ORDER:
+            fmt = FORMATS[name]
+            if any(call.name == _PROBE_NAME for call in parse_tool_calls(turn, fmt, tool).calls):
                 return fmt
         return None
 

@@ -131,7 +131,7 @@ class JsonSequenceSyntax(CallSyntax):
             return None
         calls: list[ToolCall] = []
         for value in values:
-            parsed = calls_from_json(value, block, context)
+            parsed = calls_from_json(value, value if len(values) > 1 else block, context)
             if parsed is None:
                 return None
             calls.extend(parsed)
