@@ -4,10 +4,13 @@
 * :mod:`~clika_runtime.chat.tools`: tool definitions and the :class:`ToolCall` type;
 * :mod:`~clika_runtime.chat.tool_formats`: one module per call syntax, and the registry;
 * :mod:`~clika_runtime.chat.tool_stream`: the streaming call parser;
-* :mod:`~clika_runtime.chat.reasoning`: the ``<think>`` channel and its switch.
+* :mod:`~clika_runtime.chat.reasoning`: the ``<think>`` channel and its switch;
+* :mod:`~clika_runtime.chat.reply`: a reply's channels (reasoning, visible text, calls) together;
+* :mod:`~clika_runtime.chat.session`: :class:`ChatSession` (imported from there: it needs the engine).
 """
 
 from clika_runtime.chat.reasoning import REASONING_MODES, ReasoningProfile, ReasoningStream, split_reasoning
+from clika_runtime.chat.reply import ReplyParser, reply_parser_for
 from clika_runtime.chat.templates import ChatTemplate, TemplateError, conversation_text
 from clika_runtime.chat.tool_formats import FORMATS, ToolCallFormat, detect_format, get_format
 from clika_runtime.chat.tool_stream import ParsedReply, ToolCallStream, parse_tool_calls
@@ -19,6 +22,7 @@ __all__ = [
     "ChatTemplate",
     "ParsedReply",
     "ReasoningProfile",
+    "ReplyParser",
     "ReasoningStream",
     "TemplateError",
     "ToolCall",
@@ -29,5 +33,6 @@ __all__ = [
     "get_format",
     "normalize_tools",
     "parse_tool_calls",
+    "reply_parser_for",
     "split_reasoning",
 ]
