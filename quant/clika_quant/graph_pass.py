@@ -83,8 +83,11 @@ class Rewriter:
 
     # -- MatMul / Gemm consumers ---------------------------------------------------
 
-    def matmul(self, node: onnx.NodeProto, groups: list[Group], base: str) -> None:
+    def matmul(
+        self, node: onnx.NodeProto, groups: list[Group], base: str, accuracy_level: int | None = None
+    ) -> None:
         """Replace a MatMul/Gemm by the groups' MatMulNBits (concatenated when several)."""
+        level = self.accuracy_level if accuracy_level is None else accuracy_level
         x, out = node.input[0], node.output[0]
         scope = node.name.rsplit("/", 1)[0]
         nodes: list[onnx.NodeProto] = []
@@ -93,14 +96,16 @@ class Rewriter:
             suffix = "" if len(groups) == 1 else f".part{i}"
             target = out if len(groups) == 1 else f"{scope}/part{i}/output_0"
             nodes += self._nbits(
-                x, target, group.matrix, f"{base}{suffix}", f"{scope}{suffix.replace('.', '/')}"
+                x, target, group.matrix, f"{base}{suffix}", f"{scope}{suffix.replace('.', '/')}", level
             )
             outputs.append(target)
         if len(groups) > 1:
             nodes.append(helper.make_node("Concat", outputs, [out], name=f"{scope}/Concat", axis=-1))
         self.replaced[node.name] = nodes
 
-    def _nbits(self, x: str, out: str, matrix: BlockQuantized, base: str, scope: str) -> list[onnx.NodeProto]:
+    def _nbits(
+        self, x: str, out: str, matrix: BlockQuantized, base: str, scope: str, level: int
+    ) -> list[onnx.NodeProto]:
         main = out if matrix.offsets is None else f"{scope}/MatMulNBits/output_0"
         zp = self.packed(base, matrix, "zp") if matrix.zero_points is not None else ""
         inputs = [x, self.packed(base, matrix, "b"), self.packed(base, matrix, "scales"), zp]
@@ -117,7 +122,7 @@ class Rewriter:
                 N=matrix.n,
                 bits=matrix.bits,
                 block_size=matrix.block_size,
-                accuracy_level=self.accuracy_level,
+                accuracy_level=level,
             )
         ]
         if matrix.offsets is not None:

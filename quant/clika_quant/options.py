@@ -50,6 +50,8 @@ class QuantOptions:
     head: str = "auto"
     int8_op: str = "matmulnbits"
     int8_block_size: int = 32
+    # The output head's MatMulNBits accuracy level (None: the same as the other layers).
+    head_accuracy_level: int | None = None
 
     def __post_init__(self) -> None:
         _check("method", self.method, METHODS)
@@ -61,8 +63,10 @@ class QuantOptions:
             value = getattr(self, name)
             if value not in (16, 32, 64, 128, 256):
                 raise QuantError(f"{name} must be one of 16, 32, 64, 128, 256, got {value}")
-        if self.accuracy_level not in (0, 1, 2, 3, 4):
-            raise QuantError(f"accuracy_level must be 0..4, got {self.accuracy_level}")
+        for name in ("accuracy_level", "head_accuracy_level"):
+            value = getattr(self, name)
+            if value not in (0, 1, 2, 3, 4) and not (value is None and name == "head_accuracy_level"):
+                raise QuantError(f"{name} must be 0..4, got {value}")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> QuantOptions:

@@ -111,6 +111,9 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
     plan = plan_matrix(weight_nk, sources, raw, bits, options)
     if plan.is_float:
         return {**entry, "ops": ["fp32"]}
+    level = options.accuracy_level
+    if HEAD in roles and options.head_accuracy_level is not None:
+        level = options.head_accuracy_level
     ops = []
     for node_name in info["nodes"]:
         node = rewriter.node(node_name)
@@ -128,10 +131,10 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
             raise QuantError(
                 f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
             )
-        rewriter.matmul(node, plan.groups, base)
+        rewriter.matmul(node, plan.groups, base, level)
         ops.append("MatMulNBits")
     rewriter.removed_initializers.add(name)
-    entry.update(ops=ops, accuracy_level=options.accuracy_level, groups=[g.record() for g in plan.groups])
+    entry.update(ops=ops, accuracy_level=level, groups=[g.record() for g in plan.groups])
     return entry
 
 
