@@ -1,0 +1,254 @@
+"""AsyncChat: async conversations with one model, their turns sharing one serving engine.
+
+::
+
+    chat = AsyncChat(model, store=SQLiteStore("conversations.db"), system="You are terse.")
+    result = await chat.ask("My name is Ada.", id="ada")      # load "ada", continue it, save it
+    result = await chat.ask("What is my name?", id="ada")     # ... in this process or a later one
+    print(result.result, result.usage)
+
+    session = chat.create_session(cancel=stop_event)           # a live conversation object
+    async for event in session.stream("Tell me a story."):
+        ...
+
+Every session of a chat decodes on the chat's engine (``max_active`` of them
+together; the others queue), so two conversations interleave step by step
+while each keeps its own history. Sessions a chat creates save to its store
+after every completed turn (an :class:`InMemoryStore` unless one is given), so
+``ask(..., id=session.session_id)`` continues a session too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from clika_runtime.chat.reply import keeps_special_tokens, reply_parser_for
+from clika_runtime.chat.tools import normalize_tools
+from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.sessions.results import TurnResult
+from clika_runtime.sessions.session import AsyncSession
+from clika_runtime.sessions.store import ConversationStore, InMemoryStore, checked_id
+from clika_runtime.sessions.turn import Prepared, TurnStream
+
+if TYPE_CHECKING:
+    from clika_runtime.engine.engine import Engine
+    from clika_runtime.modelverse import GenerativeModel
+
+
+class AsyncChat:
+    """Async conversations with ``model`` (see the module docstring).
+
+    ``engine`` shares an existing engine (a server's, say; the chat then
+    leaves closing it to its owner); otherwise the chat builds its own with
+    ``max_active`` decode slots. ``default_budget`` caps a reply's new tokens
+    unless a turn says otherwise; ``tools`` are offered on every turn unless a
+    session or turn names its own.
+    """
+
+    def __init__(
+        self,
+        model: GenerativeModel,
+        *,
+        system: str | None = None,
+        store: ConversationStore | None = None,
+        engine: Engine | None = None,
+        max_active: int = 4,
+        max_queued: int = 256,
+        default_budget: int = 256,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget < 1:
+            raise ValueError(f"default_budget must be an integer >= 1, got {default_budget!r}")
+        if system is not None and not isinstance(system, str):
+            raise ValueError(f"system must be a string or None, got {type(system).__name__}")
+        self._model = model
+        self._system = system or None
+        self._store: ConversationStore = store if store is not None else InMemoryStore()
+        self._owns_engine = engine is None
+        self._engine = (
+            engine
+            if engine is not None
+            else model.create_engine(max_active=max_active, max_queued=max_queued)
+        )
+        self._defaults = model.defaults.overlay({"max_new_tokens": default_budget})
+        self._tools = self.checked_tools(tools)
+        self._id_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    # -- what the chat is ------------------------------------------------------------------------
+
+    @property
+    def model(self) -> GenerativeModel:
+        return self._model
+
+    @property
+    def engine(self) -> Engine:
+        """The engine every session of this chat decodes on."""
+        return self._engine
+
+    @property
+    def store(self) -> ConversationStore:
+        """Where the chat's conversations are saved."""
+        return self._store
+
+    @property
+    def defaults(self) -> GenerationConfig:
+        """The decode policy a turn starts from (the checkpoint's defaults, the reply budget)."""
+        return self._defaults
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        session_id: str | None = None,
+        system: str | None = None,
+        cancel: asyncio.Event | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        options: Mapping[str, Any] | None = None,
+        persist: bool = True,
+    ) -> AsyncSession:
+        """A new conversation (a fresh id unless ``session_id`` names one), seeded with ``system``
+        (None: the chat's); it saves to the chat's store after each turn unless ``persist`` is False."""
+        if system is not None and not isinstance(system, str):
+            raise ValueError(f"system must be a string or None, got {type(system).__name__}")
+        return AsyncSession(
+            self,
+            session_id=session_id,
+            messages=self._seed(system),
+            store=self._store if persist else None,
+            cancel=cancel,
+            tools=tools,
+            options=options,
+        )
+
+    def conversation(self, cancel: asyncio.Event | None = None, **options: Any) -> AsyncSession:
+        """A new conversation whose every turn honours ``cancel`` (see :meth:`create_session`)."""
+        return self.create_session(cancel=cancel, **options)
+
+    async def open(
+        self,
+        session_id: str,
+        *,
+        cancel: asyncio.Event | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> AsyncSession:
+        """The conversation saved under ``session_id`` (a new one seeded with the chat's system
+        turn when the store has none), bound to the store."""
+        saved = await self._store.get(checked_id(session_id))
+        return AsyncSession(
+            self,
+            session_id=session_id,
+            messages=self._seed(None) if saved is None else saved,
+            store=self._store,
+            cancel=cancel,
+            tools=tools,
+            options=options,
+        )
+
+    async def ask(
+        self,
+        prompt: str,
+        *,
+        id: str | None = None,  # noqa: A002  (the name agent clients use for a conversation id)
+        cancel: asyncio.Event | None = None,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **overrides: Any,
+    ) -> TurnResult:
+        """Continue the conversation saved under ``id`` with ``prompt`` and save it: it loads the
+        conversation, runs the turn and writes the conversation back before returning, so the next
+        ``ask`` with that id (in this process or another) continues from here. Without an id,
+        a one-shot :meth:`prompt`. Asks on one id in this process take turns."""
+        if id is None:
+            return await self.prompt(prompt, cancel=cancel, config=config, tools=tools, **overrides)
+        lock = self._id_locks.setdefault(checked_id(id), asyncio.Lock())
+        async with lock:
+            session = await self.open(id, cancel=cancel)
+            return await session.send(prompt, config=config, tools=tools, **overrides)
+
+    async def prompt(
+        self,
+        message: str,
+        *,
+        system: str | None = None,
+        cancel: asyncio.Event | None = None,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **overrides: Any,
+    ) -> TurnResult:
+        """A one-shot reply to ``message`` (nothing is kept)."""
+        session = self.create_session(system=system, cancel=cancel, persist=False)
+        return await session.send(message, config=config, tools=tools, **overrides)
+
+    def stream(
+        self,
+        message: str,
+        *,
+        system: str | None = None,
+        cancel: asyncio.Event | None = None,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **overrides: Any,
+    ) -> TurnStream:
+        """A one-shot reply to ``message``, streamed as events (nothing is kept)."""
+        session = self.create_session(system=system, cancel=cancel, persist=False)
+        return session.stream(message, config=config, tools=tools, **overrides)
+
+    async def fork(self, source_id: str, new_id: str | None = None) -> AsyncSession:
+        """A new conversation saved under ``new_id`` (a fresh id when None) holding the history of
+        the one saved under ``source_id``; the source is left as it is."""
+        saved = await self._store.get(checked_id(source_id))
+        if saved is None:
+            raise ValueError(f"the store holds no conversation {source_id!r} to fork")
+        if new_id is not None and await self._store.get(checked_id(new_id)) is not None:
+            raise ValueError(f"the store already holds a conversation {new_id!r}; fork to a new id")
+        session = AsyncSession(self, session_id=new_id, messages=saved, store=self._store)
+        await session.save()
+        return session
+
+    def close(self) -> None:
+        """Stop the chat's own engine (running turns end with RunCancelled); a shared one stays."""
+        if self._owns_engine:
+            self._engine.close()
+
+    async def __aenter__(self) -> AsyncChat:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- for sessions ----------------------------------------------------------------------------
+
+    def checked_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+        """``tools`` normalized; ValueError when the model takes none."""
+        offered = normalize_tools(tools)
+        if offered and not self._model.supports_tools:
+            raise ValueError(
+                "this model takes no tool definitions (its chat template has no tools slot); "
+                "offer tools only to a model whose supports_tools is True"
+            )
+        return offered
+
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        policy: GenerationConfig,
+    ) -> Prepared:
+        """Render ``messages`` for the model, tokenize them and make the reply's parser."""
+        text = self._model.render(messages, tools=tools, config=policy)
+        template = self._model.chat_template
+        return Prepared(
+            prompt_text=text,
+            prompt_ids=self._model.tokenizer.encode(text),
+            parser=reply_parser_for(template, text, tools),
+            skip_special_tokens=not keeps_special_tokens(template, tools),
+        )
+
+    def _seed(self, system: str | None) -> list[dict[str, Any]]:
+        text = self._system if system is None else (system or None)
+        return [{"role": "system", "content": text}] if text else []

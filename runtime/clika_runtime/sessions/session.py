@@ -1,0 +1,349 @@
+"""AsyncSession: one conversation held in an event loop, its turns run on a shared engine.
+
+::
+
+    chat = AsyncChat(model)
+    session = chat.create_session(system="You are terse.")
+    result = await session.send("My name is Ada.")        # a TurnResult
+    async for event in session.stream("What is my name?"):
+        if event.type == "text":
+            print(event.text, end="")
+
+A session's turns run one after another: a ``send`` waits for the session's
+earlier ``send``; a new turn closes a stream that is still open. A turn joins
+the history only when it completes; one cancelled (its cancel event, its task
+cancelled, its stream closed or dropped) leaves the history as it was. A
+session bound to a store saves the whole conversation after every completed
+turn (one transaction in a durable store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.sessions.bridge import EngineBridge
+from clika_runtime.sessions.results import Event, TurnResult
+from clika_runtime.sessions.store import ConversationStore, checked_id
+from clika_runtime.sessions.turn import TurnHandle, TurnRun, TurnSpec, TurnStream
+
+if TYPE_CHECKING:
+    from clika_runtime.sessions.chat import AsyncChat
+
+
+def new_session_id() -> str:
+    """A fresh, unguessable session id."""
+    return uuid.uuid4().hex
+
+
+class AsyncSession:
+    """A conversation that keeps its own history; ``send`` / ``stream`` its turns without blocking
+    the event loop.
+
+    ``cancel`` (an ``asyncio.Event``) is honoured by every turn: once set, the
+    running turn stops at the engine's next step and raises
+    :class:`~clika_runtime.sessions.results.RunCancelled`, as does every later
+    turn until it is cleared. :meth:`set_options` sets decode options that
+    persist across turns; keyword arguments of a turn override them for that
+    turn only.
+    """
+
+    def __init__(
+        self,
+        chat: AsyncChat,
+        *,
+        session_id: str | None = None,
+        messages: Sequence[Mapping[str, Any]] = (),
+        store: ConversationStore | None = None,
+        cancel: asyncio.Event | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if cancel is not None and not isinstance(cancel, asyncio.Event):
+            raise ValueError(f"cancel must be an asyncio.Event, got {type(cancel).__name__}")
+        self._chat = chat
+        self._id = checked_id(session_id) if session_id is not None else new_session_id()
+        self._history: list[dict[str, Any]] = [dict(m) for m in copy.deepcopy(list(messages))]
+        self._store = store
+        self._cancel = cancel
+        self._tools = chat.checked_tools(tools)
+        self._options: dict[str, Any] = {}
+        self._live: TurnRun | None = None
+        self._last: TurnResult | None = None
+        self._save_lock = asyncio.Lock()
+        self._closed = False
+        if options:
+            self.set_options(options)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        """The conversation's id (its key in the store)."""
+        return self._id
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """A copy of the conversation so far, in the message shape."""
+        return copy.deepcopy(self._history)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The session-scoped decode options (a copy)."""
+        return dict(self._options)
+
+    @property
+    def store(self) -> ConversationStore | None:
+        """The store the session saves to after each turn (None: it is not saved)."""
+        return self._store
+
+    @property
+    def last_result(self) -> TurnResult | None:
+        """The last completed turn's result, or None before the first."""
+        return self._last
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- options ---------------------------------------------------------------------------------
+
+    def set_options(self, options: Mapping[str, Any] | None = None, /, **more: Any) -> None:
+        """Set decode options (``temperature=``, ``max_new_tokens=``, ...) for every later turn of
+        this session; a turn's own keyword arguments still override them for that turn."""
+        merged = {**self._options, **dict(options or {}), **more}
+        self._chat.defaults.overlay(merged)  # refuses unknown names and bad values, naming them
+        self._options = merged
+
+    def clear_options(self, *names: str) -> None:
+        """Forget the named session options (all of them when none is named)."""
+        unknown = [name for name in names if name not in self._options]
+        if unknown:
+            raise ValueError(f"no session option(s) {unknown} set; set: {sorted(self._options)}")
+        self._options = {k: v for k, v in self._options.items() if names and k not in names}
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        content: str,
+        *,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        cancel: asyncio.Event | None = None,
+        **overrides: Any,
+    ) -> TurnResult:
+        """Add a user turn and return the turn's result once the reply is complete.
+
+        ``tools`` offers tool definitions for this turn (None: the session's);
+        ``config`` and keyword arguments override the decode policy for this
+        turn only; ``cancel`` is an extra cancel event for this turn. A failure
+        of the engine comes back as a result with ``subtype == "error"``; a
+        cancelled turn raises RunCancelled.
+        """
+        return await self._complete(self._spec(_user_turn(content), config, tools, cancel, overrides, False))
+
+    def stream(
+        self,
+        content: str,
+        *,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        cancel: asyncio.Event | None = None,
+        **overrides: Any,
+    ) -> TurnStream:
+        """Add a user turn and stream the reply: ``text``, ``thinking`` and ``tool_use`` events as
+        the model makes them, then one ``result`` event (an ``error`` event before it when the
+        engine failed). Arguments as for :meth:`send`."""
+        spec = self._spec(_user_turn(content), config, tools, cancel, overrides, True)
+        return self._open(spec)
+
+    async def respond(
+        self,
+        *,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        cancel: asyncio.Event | None = None,
+        **overrides: Any,
+    ) -> TurnResult:
+        """Run the conversation on from where it stands (after :meth:`add_tool_result`)."""
+        if not self._history:
+            raise ValueError("the conversation is empty: send a user turn first")
+        return await self._complete(self._spec((), config, tools, cancel, overrides, False))
+
+    def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None:
+        """Append a tool's answer as a tool turn (a running turn is cancelled first);
+        :meth:`respond` then runs the model on."""
+        if not isinstance(call_id, str) or not call_id:
+            raise ValueError("call_id must be the id of the tool call this result answers")
+        if not isinstance(content, str):
+            raise ValueError(f"a tool result's content must be a string, got {type(content).__name__}")
+        self._interrupt("a tool result was added to the conversation")
+        turn: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": content}
+        if name:
+            turn["name"] = name
+        self._history.append(turn)
+
+    # -- editing the conversation ------------------------------------------------------------------
+
+    def reset(self, *, keep_system: bool = True) -> None:
+        """Forget the conversation (the system turn stays unless told otherwise); a running turn
+        is cancelled. A store-bound session writes the change at its next turn or :meth:`save`."""
+        self._interrupt("the conversation was reset")
+        first = self._history[:1]
+        self._history = first if keep_system and first and first[0].get("role") == "system" else []
+
+    def undo_turns(self, n: int = 1) -> list[dict[str, Any]]:
+        """Remove the last ``n`` user turns and everything after each (replies, tool turns); returns
+        the removed messages. A running turn is cancelled first."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        starts = [i for i, message in enumerate(self._history) if message.get("role") == "user"]
+        if n > len(starts):
+            raise ValueError(f"cannot undo {n} turn(s): the conversation has {len(starts)} user turn(s)")
+        self._interrupt("turns were undone")
+        cut = starts[-n]
+        removed, self._history = self._history[cut:], self._history[:cut]
+        return removed
+
+    def fork(self, session_id: str | None = None) -> AsyncSession:
+        """A new conversation starting from this one's history (and options, tools and store);
+        it is saved at its first turn or :meth:`save`."""
+        forked = AsyncSession(
+            self._chat, session_id=session_id, messages=self._history, store=self._store, tools=self._tools
+        )
+        forked._options = dict(self._options)
+        return forked
+
+    async def save(self) -> None:
+        """Write the conversation to the session's store now."""
+        if self._store is None:
+            raise ValueError("this session has no store to save to")
+        async with self._save_lock:  # saves land in the order they were asked for
+            await self._store.save(self._id, copy.deepcopy(self._history))
+
+    async def close(self) -> None:
+        """Cancel a running turn (its slot is free on return); later turns raise ValueError."""
+        self._closed = True
+        live = self._live
+        if live is not None:
+            live.cancel("the session was closed")
+            await live.wait_request_end()
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- the machinery ---------------------------------------------------------------------------
+
+    def _spec(
+        self,
+        new_turns: tuple[dict[str, Any], ...],
+        config: GenerationConfig | Mapping[str, Any] | None,
+        tools: Sequence[Mapping[str, Any]] | None,
+        cancel: asyncio.Event | None,
+        overrides: Mapping[str, Any],
+        streamed: bool,
+    ) -> TurnSpec:
+        if self._closed:
+            raise ValueError("this session is closed")
+        if cancel is not None and not isinstance(cancel, asyncio.Event):
+            raise ValueError(f"cancel must be an asyncio.Event, got {type(cancel).__name__}")
+        base = self._chat.defaults.overlay(self._options)
+        policy = GenerationConfig.resolve(base, config, overrides)
+        offered = self._chat.checked_tools(tools) if tools is not None else self._tools
+        cancels = tuple(event for event in (self._cancel, cancel) if event is not None)
+        return TurnSpec(new_turns, policy, offered, cancels, streamed)
+
+    async def _complete(self, spec: TurnSpec) -> TurnResult:
+        stream = self._open(spec)
+        async with stream:
+            return await stream.collect()
+
+    def _open(self, spec: TurnSpec) -> TurnStream:
+        handle = TurnHandle(session_id=self._id)
+        return TurnStream(self._turn(spec, handle), handle)
+
+    async def _turn(self, spec: TurnSpec, handle: TurnHandle) -> AsyncIterator[Event]:
+        run = await self._claim(spec)
+        handle.run = run
+        try:
+            await self._submit(run)
+            async for event in run.events():
+                yield event
+            result = await self._finish(run)
+            handle.result = result
+            if result.is_error:
+                yield Event("error", text=result.result)
+            yield Event("result", result=result)
+        finally:
+            await run.stop()
+            self._release(run)
+
+    async def _claim(self, spec: TurnSpec) -> TurnRun:
+        """Wait for the session's earlier turn (closing an open stream), then make this turn live."""
+        while self._live is not None:
+            live = self._live
+            if live.streamed:
+                live.cancel("a newer turn on this session closed the stream")
+                await live.wait_request_end()
+                self._release(live)
+            else:
+                await asyncio.shield(live.finished)
+        if self._closed:
+            raise ValueError("this session is closed")
+        run = TurnRun(spec, asyncio.get_running_loop())
+        self._live = run
+        return run
+
+    async def _submit(self, run: TurnRun) -> None:
+        run.raise_if_cancelled()
+        messages = [*self._history, *run.spec.new_turns]
+        loop = asyncio.get_running_loop()
+        # Rendering a long history and tokenizing it is CPU work: keep it off the loop.
+        run.prepared = await loop.run_in_executor(
+            None, self._chat.prepare, messages, run.spec.tools, run.spec.policy
+        )
+        run.raise_if_cancelled()
+        request = self._chat.engine.submit(
+            run.prepared.prompt_ids,
+            run.spec.policy,
+            skip_special_tokens=run.prepared.skip_special_tokens,
+        )
+        run.bridge = EngineBridge(request, loop)
+
+    async def _finish(self, run: TurnRun) -> TurnResult:
+        report = run.report
+        assert report is not None
+        if report.finish_reason == "error":
+            return run.result(self._id, self._history)
+        run.raise_if_cancelled()  # no await between this check and the commit
+        self._history.extend([*copy.deepcopy(run.spec.new_turns), run.reply_message()])
+        result = run.result(self._id, self._history)
+        self._last = result
+        if self._store is not None:
+            await self.save()
+        return result
+
+    def _release(self, run: TurnRun) -> None:
+        if self._live is run:
+            self._live = None
+        if not run.finished.done():
+            run.finished.set_result(None)
+
+    def _interrupt(self, reason: str) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.cancel(reason)
+
+
+def _user_turn(content: str) -> tuple[dict[str, Any], ...]:
+    if not isinstance(content, str):
+        raise ValueError(f"content must be a string, got {type(content).__name__}")
+    return ({"role": "user", "content": content},)

@@ -1,0 +1,209 @@
+"""SQLiteStore: conversations in one SQLite file, durable across restarts and crashes.
+
+The file runs in WAL mode with ``synchronous=FULL``: a save is one
+transaction, so once ``save`` returns the transcript is on disk, and a
+process killed mid-save leaves the previous transcript in place (SQLite rolls
+the unfinished transaction back when the file is next opened). Several
+processes may share a file; a writer waits up to ``timeout`` seconds for
+another's transaction.
+
+The schema is versioned with ``PRAGMA user_version`` and the file is marked
+with an ``application_id``, so a file from a newer runtime, or a database that
+is not a conversation store, is refused with a message saying so instead of
+being misread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from clika_runtime.sessions.store import StoreError, checked_id, decode_messages, encode_messages
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x436C6B43  # "ClkC": marks a clika conversation store
+
+_SCHEMA = (
+    "CREATE TABLE conversations ("
+    " id TEXT PRIMARY KEY,"
+    " messages TEXT NOT NULL,"
+    " created_at REAL NOT NULL,"
+    " updated_at REAL NOT NULL)",
+    "CREATE INDEX conversations_by_update ON conversations (updated_at)",
+)
+
+_T = TypeVar("_T")
+
+
+class SQLiteStore:
+    """A :class:`~clika_runtime.sessions.store.ConversationStore` in a SQLite file (created when absent).
+
+    ::
+
+        store = SQLiteStore("conversations.db")
+        chat = AsyncChat(model, store=store)
+        await chat.ask("My name is Ada.", id="ada")   # a later process continues "ada"
+
+    Its methods run the database work on a worker thread, so the event loop
+    never waits on the disk. ``close`` releases the file.
+    """
+
+    def __init__(self, path: str | Path, *, timeout: float = 30.0) -> None:
+        if str(path) == ":memory:" or not str(path):
+            raise ValueError("SQLiteStore needs a file path; use InMemoryStore for conversations in memory")
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self._conn: sqlite3.Connection | None = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the conversation store {self.path}: {exc}") from None
+        try:
+            self._configure()
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- the ConversationStore protocol ----------------------------------------------------------
+
+    async def get(self, conversation_id: str) -> list[dict[str, Any]] | None:
+        return await self._off_loop(self.get_now, conversation_id)
+
+    async def save(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        await self._off_loop(self.save_now, conversation_id, messages)
+
+    async def list(self) -> list[str]:
+        return await self._off_loop(self.list_now)
+
+    async def delete(self, conversation_id: str) -> bool:
+        return await self._off_loop(self.delete_now, conversation_id)
+
+    # -- the same, blocking (for code outside an event loop) -------------------------------------
+
+    def get_now(self, conversation_id: str) -> list[dict[str, Any]] | None:
+        """``get`` on the calling thread."""
+        key = checked_id(conversation_id)
+        row = self._query("SELECT messages FROM conversations WHERE id = ?", (key,)).fetchone()
+        return None if row is None else decode_messages(row[0])
+
+    def save_now(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        """``save`` on the calling thread: one transaction, durable once it returns."""
+        key = checked_id(conversation_id)
+        text = encode_messages(messages)
+        now = time.time()
+        self._transaction(
+            lambda conn: conn.execute(
+                "INSERT INTO conversations (id, messages, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET messages = excluded.messages, updated_at = excluded.updated_at",
+                (key, text, now, now),
+            )
+        )
+
+    def list_now(self) -> list[str]:
+        """``list`` on the calling thread."""
+        rows = self._query("SELECT id FROM conversations ORDER BY updated_at DESC, rowid DESC", ())
+        return [row[0] for row in rows.fetchall()]
+
+    def delete_now(self, conversation_id: str) -> bool:
+        """``delete`` on the calling thread."""
+        key = checked_id(conversation_id)
+        cursor = self._transaction(
+            lambda conn: conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
+        )
+        return cursor.rowcount > 0
+
+    def close(self) -> None:
+        """Close the file (later calls raise StoreError)."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the machinery ---------------------------------------------------------------------------
+
+    async def _off_loop(self, work: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(None, work, *args)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"the conversation store {self.path} is closed")
+        return self._conn
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
+        with self._lock:
+            try:
+                return self._connection().execute(sql, params)
+            except sqlite3.Error as exc:
+                raise StoreError(f"conversation store {self.path}: {exc}") from None
+
+    def _transaction(self, work: Callable[[sqlite3.Connection], sqlite3.Cursor]) -> sqlite3.Cursor:
+        """Run ``work`` in one write transaction: all of it is committed, or none of it."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    cursor = work(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise StoreError(f"conversation store {self.path}: {exc}") from None
+            return cursor
+
+    def _configure(self) -> None:
+        conn = self._connection()
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            conn.execute("PRAGMA synchronous=FULL")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a SQLite database: {exc}") from None
+        if str(mode).lower() != "wal":
+            raise StoreError(f"{self.path}: SQLite refused write-ahead logging (journal_mode={mode})")
+
+    def _migrate(self) -> None:
+        """Create the schema in a new file; refuse a file of another application or a newer schema."""
+        if self._checked_version(self._connection()) != SCHEMA_VERSION:
+            # Re-checked under the write lock: another process may be creating it right now.
+            self._transaction(self._create_schema)
+
+    def _checked_version(self, conn: sqlite3.Connection) -> int:
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if app not in (0, APPLICATION_ID) or (app == 0 and version != 0):
+            raise StoreError(
+                f"{self.path} is a SQLite database of another application, not a conversation store"
+            )
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} holds conversation store schema {version}; this runtime reads up to "
+                f"schema {SCHEMA_VERSION} (a newer runtime wrote it)"
+            )
+        return version
+
+    def _create_schema(self, conn: sqlite3.Connection) -> sqlite3.Cursor:
+        version = self._checked_version(conn)
+        if version == SCHEMA_VERSION:
+            return conn.execute("SELECT 1")
+        if conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            raise StoreError(
+                f"{self.path} already holds tables of another application, not a conversation store"
+            )
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        return conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
