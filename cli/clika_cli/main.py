@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import click
 
+from clika_cli.chat_command import chat
+from clika_cli.measure_commands import bench, eval_command
+from clika_cli.model_commands import list_models, pull, rm
+from clika_cli.run_commands import generate, serve
 from clika_runtime import __version__
 
 
@@ -16,6 +20,10 @@ from clika_runtime import __version__
 @click.version_option(__version__, prog_name="clika")
 def clika() -> None:
     """Run language models offline on this CPU."""
+
+
+for command in (chat, generate, serve, pull, list_models, rm, bench, eval_command):
+    clika.add_command(command)
 
 
 def main() -> None:

@@ -1,0 +1,187 @@
+"""``clika chat``: a conversation in the terminal, streamed, kept in a ChatSession.
+
+Input: a line; a line ending in ``\\`` continues on the next; a ``\"\"\"`` line
+opens a block that the next ``\"\"\"`` closes. Ctrl-C during a reply stops it
+(what was said stays in the conversation); Ctrl-C at the prompt twice in a
+row, ``/exit`` or EOF (Ctrl-D) leaves.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from clika_cli.common import dim, load_model, local_model, precision_option, pulled_note, say, threads_option
+from clika_cli.models import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from clika_runtime.chat.session import ChatSession
+    from clika_runtime.modelverse import GenerativeModel
+
+PROMPT, MORE = ">>> ", "... "
+BLOCK = '"""'
+HELP = """\
+/reset          forget the conversation (the system prompt stays)
+/system TEXT    set the system prompt and start a new conversation (/system alone shows it)
+/help           this list
+/exit           leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
+A line ending in \\ continues on the next line; \"\"\" opens and closes a multi-line block.
+Ctrl-C during a reply stops the reply."""
+
+
+@click.command()
+@click.argument("model", required=False, default=DEFAULT_MODEL)
+@precision_option
+@click.option("--system", default=None, help="System prompt.")
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Longest reply in tokens.",
+)
+@click.option("--temperature", type=click.FloatRange(min=0), default=None, help="Default: the model's own.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Sampling seed.")
+@threads_option
+def chat(
+    model: str,
+    precision: str | None,
+    system: str | None,
+    max_tokens: int,
+    temperature: float | None,
+    seed: int | None,
+    threads: int | None,
+) -> None:
+    """Chat with MODEL (default: smollm2-135m-instruct, pulled on first use)."""
+    local = local_model(model, precision)
+    pulled_note(local)
+    loaded = load_model(local, threads)
+    overrides = {k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None}
+    say(dim("/help lists the commands; Ctrl-D or /exit leaves."))
+    repl = ChatRepl(loaded, system=system, budget=max_tokens, overrides=overrides)
+    try:
+        repl.run()
+    finally:
+        repl.close()
+        loaded.close()
+
+
+class ChatRepl:
+    """The read-reply loop over one ChatSession (replaced by /system)."""
+
+    def __init__(self, model: GenerativeModel, *, system: str | None, budget: int, overrides: dict) -> None:
+        self.model = model
+        self.system = system
+        self.budget = budget
+        self.overrides: dict[str, Any] = overrides
+        self.session: ChatSession = self._new_session()
+
+    def _new_session(self) -> ChatSession:
+        return self.model.chat_session(system=self.system, default_budget=self.budget)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def run(self) -> None:
+        interrupted = False  # the last prompt ended in Ctrl-C
+        while True:
+            try:
+                text = read_message()
+            except EOFError:
+                click.echo()
+                return
+            except KeyboardInterrupt:
+                click.echo()
+                if interrupted:
+                    return
+                interrupted = True
+                say(dim("(Ctrl-C again, /exit or Ctrl-D to leave)"))
+                continue
+            interrupted = False
+            if not text:
+                continue
+            if text.startswith("/"):
+                if not self.command(text):
+                    return
+                continue
+            self.reply(text)
+
+    def reply(self, text: str) -> None:
+        pieces = self.session.send(text, stream=True, **self.overrides)
+        try:
+            for piece in pieces:
+                if isinstance(piece, str):
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            pieces.close()  # type: ignore[attr-defined]  # cancels the decode; the partial reply stays
+            click.echo()
+            say(dim("[stopped]"))
+        else:
+            click.echo()
+        self.stats()
+
+    def stats(self) -> None:
+        report = self.session.report
+        if report is None:
+            return
+        parts = [f"{report.completion_tokens} tokens"]
+        if report.decode_tokens_per_s:
+            parts.append(f"{report.decode_tokens_per_s:.1f} tokens/s")
+        if report.time_to_first_token_s is not None:
+            parts.append(f"first token {report.time_to_first_token_s:.2f} s")
+        say(dim(", ".join(parts)))
+
+    def command(self, line: str) -> bool:
+        """Run a slash command; False when the chat should end."""
+        name, _, argument = line.partition(" ")
+        argument = argument.strip()
+        if name in ("/exit", "/quit", "/bye"):
+            return False
+        if name == "/help":
+            say(HELP)
+        elif name == "/reset":
+            self.session.reset()
+            say(dim("(conversation cleared)"))
+        elif name == "/system":
+            self._system(argument)
+        else:
+            say(f"unknown command {name}; /help lists them")
+        return True
+
+    def _system(self, text: str) -> None:
+        if not text:
+            say(f"system prompt: {self.system!r}" if self.system else "no system prompt")
+            return
+        self.session.close()
+        self.system = text
+        self.session = self._new_session()
+        say(dim("(system prompt set; new conversation)"))
+
+
+def read_message() -> str:
+    """One message: a line, continued lines (``\\``), or a triple-quoted block; stripped."""
+    line = input(PROMPT)
+    stripped = line.strip()
+    if stripped.startswith(BLOCK):
+        return _read_block(stripped[len(BLOCK) :])
+    lines = []
+    while line.endswith("\\"):
+        lines.append(line[:-1])
+        line = input(MORE)
+    lines.append(line)
+    return "\n".join(lines).strip()
+
+
+def _read_block(first: str) -> str:
+    if first.endswith(BLOCK):  # """one line"""
+        return first[: -len(BLOCK)].strip()
+    lines = [first] if first else []
+    while True:
+        line = input(MORE)
+        if line.rstrip().endswith(BLOCK):
+            lines.append(line.rstrip()[: -len(BLOCK)])
+            return "\n".join(lines).strip()
+        lines.append(line)

@@ -1,0 +1,64 @@
+"""What the commands share: messages on stderr, naming a model, loading it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import click
+
+from clika_cli.models import PRECISIONS, LocalModel, ModelError, human_size, resolve
+
+if TYPE_CHECKING:
+    from clika_runtime.modelverse import GenerativeModel
+
+precision_option = click.option(
+    "--precision",
+    type=click.Choice(PRECISIONS),
+    default=None,
+    help="Weight precision of the export (default: int4; an exported folder keeps its own).",
+)
+threads_option = click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="ONNX Runtime threads (default: one per core).",
+)
+
+
+def say(text: str) -> None:
+    """A status line on stderr (stdout carries only what the command produces)."""
+    click.echo(text, err=True)
+
+
+def dim(text: str) -> str:
+    """``text`` dimmed when stderr is a terminal."""
+    return click.style(text, dim=True) if sys.stderr.isatty() else text
+
+
+def local_model(spec: str, precision: str | None, *, pull: bool = True, quiet: bool = False) -> LocalModel:
+    """Resolve ``spec`` (pulling it when needed), turning a ModelError into a clean CLI error."""
+    try:
+        return resolve(
+            spec, precision, pull=pull, say=(lambda _t: None) if quiet else say, progress=not quiet
+        )
+    except ModelError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def load_model(local: LocalModel, threads: int | None = None, quiet: bool = False) -> GenerativeModel:
+    """Load a model folder, saying how long it took."""
+    from clika_runtime import modelverse
+
+    began = time.perf_counter()
+    model = modelverse.load(local.folder, threads=threads)
+    if not quiet:
+        size = human_size(local.size)
+        say(dim(f"loaded {local.name} ({local.precision}, {size}) in {time.perf_counter() - began:.1f} s"))
+    return model
+
+
+def pulled_note(local: LocalModel) -> None:
+    if local.pulled_now:
+        say(f"pulled {local.name} ({local.precision}, {human_size(local.size)}) in {local.seconds:.1f} s")

@@ -1,0 +1,153 @@
+"""``clika generate`` (one reply, streamed to stdout) and ``clika serve`` (the OpenAI-compatible server)."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+
+import click
+
+from clika_cli.common import dim, load_model, local_model, precision_option, pulled_note, say, threads_option
+from clika_cli.models import DEFAULT_MODEL
+
+
+@click.command()
+@click.argument("model")
+@click.argument("prompt", required=False, default="-")
+@precision_option
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Longest reply in tokens.",
+)
+@click.option("--temperature", type=click.FloatRange(min=0), default=None, help="Default: the model's own.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Sampling seed.")
+@click.option("--system", default=None, help="System prompt (models with a chat template).")
+@threads_option
+@click.option("-q", "--quiet", is_flag=True, help="Only the reply: no progress or statistics.")
+def generate(
+    model: str,
+    prompt: str,
+    precision: str | None,
+    max_tokens: int,
+    temperature: float | None,
+    seed: int | None,
+    system: str | None,
+    threads: int | None,
+    quiet: bool,
+) -> None:
+    """Generate MODEL's reply to PROMPT ('-' or none: read it from stdin), streamed to stdout."""
+    text = sys.stdin.read() if prompt == "-" else prompt
+    if not text.strip():
+        raise click.UsageError("the prompt is empty")
+    local = local_model(model, precision, quiet=quiet)
+    if not quiet:
+        pulled_note(local)
+    loaded = load_model(local, threads, quiet=quiet)
+    options = {"max_new_tokens": max_tokens}
+    options.update({k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None})
+    try:
+        if system is None:  # a model without a chat template reads the prompt as raw text
+            pieces = loaded.stream_generate(text, **options)
+        else:
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+            pieces = loaded.stream_generate(messages=messages, **options)
+        for piece in pieces:
+            sys.stdout.write(piece)  # type: ignore[arg-type]
+            sys.stdout.flush()
+        click.echo()
+    except KeyboardInterrupt:
+        click.echo()
+        raise SystemExit(130) from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        loaded.close()
+    report = loaded.report
+    if report is not None and not quiet:
+        rate = f", {report.decode_tokens_per_s:.1f} tokens/s" if report.decode_tokens_per_s else ""
+        say(dim(f"{report.completion_tokens} tokens{rate}, ended by {report.finish_reason}"))
+
+
+@click.command()
+@click.argument("model", required=False, default=DEFAULT_MODEL)
+@precision_option
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every interface)."
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option(
+    "--api-key",
+    envvar="CLIKA_API_KEY",
+    default=None,
+    help="Require 'Authorization: Bearer KEY' (also $CLIKA_API_KEY).",
+)
+@click.option(
+    "--max-active",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Requests that decode together (one shared engine).",
+)
+@click.option(
+    "--max-queued",
+    type=click.IntRange(min=0),
+    default=64,
+    show_default=True,
+    help="Requests that may wait beyond those; more get 503.",
+)
+@click.option("--model-id", default=None, help="The id clients send as 'model' (default: MODEL as given).")
+@threads_option
+def serve(
+    model: str,
+    precision: str | None,
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_active: int,
+    max_queued: int,
+    model_id: str | None,
+    threads: int | None,
+) -> None:
+    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
+    try:
+        from clika_runtime.server import serve as run_server
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+    local = local_model(model, precision)
+    pulled_note(local)
+    if api_key is None and not _is_loopback(host):
+        say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
+    loaded = load_model(local, threads)
+    name = model_id or local.name
+
+    def ready(url: str) -> None:
+        say(f"serving {name} at {url} (model id {name!r}; Ctrl-C stops)")
+
+    try:
+        run_server(
+            loaded,
+            host=host,
+            port=port,
+            api_key=api_key,
+            model_id=name,
+            max_active=max_active,
+            max_queued=max_queued,
+            on_ready=ready,
+            log_level="warning",
+        )
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+    finally:
+        loaded.close()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

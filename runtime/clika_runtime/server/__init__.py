@@ -1,0 +1,198 @@
+"""An OpenAI-compatible HTTP server over one model (Starlette + uvicorn, the ``server`` extra).
+
+::
+
+    from clika_runtime import modelverse
+    from clika_runtime.server import serve
+
+    serve(modelverse.load("path/to/model-folder"), port=8000)   # blocks; Ctrl-C stops
+
+    # or in the background (tests, notebooks):
+    with start_server(model, port=0) as server:
+        print(server.url)  # http://127.0.0.1:<port>/v1
+
+Every request shares ONE engine, so concurrent requests decode together.
+The server binds 127.0.0.1 unless told otherwise. Starlette and uvicorn are
+imported only when a server is built, so the runtime runs without them.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from clika_runtime.engine.engine import Engine
+    from clika_runtime.modelverse import GenerativeModel
+    from clika_runtime.server.backend import ModelBackend
+
+__all__ = ["RunningServer", "build_backend", "serve", "start_server"]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+
+
+def build_backend(
+    model: GenerativeModel | str | Path,
+    *,
+    model_id: str | None = None,
+    max_active: int = 8,
+    max_queued: int = 64,
+    engine: Engine | None = None,
+    threads: int | None = None,
+) -> ModelBackend:
+    """The served model: a loaded model or a model folder, the id clients use, and its shared engine.
+
+    ``engine`` shares an engine already built over ``model`` (for instance a
+    chat session's); otherwise the server builds its own with ``max_active``
+    decoding together and ``max_queued`` waiting.
+    """
+    from clika_runtime import modelverse
+    from clika_runtime.server.backend import ModelBackend
+
+    owns = isinstance(model, (str, Path))
+    loaded = modelverse.load(model, threads=threads) if owns else model
+    if not isinstance(loaded, modelverse.GenerativeModel):
+        raise TypeError(f"serve() takes a GenerativeModel or a model folder, not {type(model).__name__}")
+    name = model_id or (Path(model).name if owns else loaded.local_dir.name)
+    return ModelBackend(
+        loaded, name, max_active=max_active, max_queued=max_queued, engine=engine, owns_model=owns
+    )
+
+
+def serve(
+    model: GenerativeModel | str | Path,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    api_key: str | None = None,
+    model_id: str | None = None,
+    max_active: int = 8,
+    max_queued: int = 64,
+    max_body_bytes: int | None = None,
+    engine: Engine | None = None,
+    log_level: str = "info",
+    on_ready: Any = None,
+) -> None:
+    """Serve ``model`` (a GenerativeModel or a model folder) until interrupted (Ctrl-C).
+
+    ``api_key``: clients must send ``Authorization: Bearer <key>``.
+    ``on_ready(url)`` is called once the socket listens.
+    """
+    backend = build_backend(
+        model, model_id=model_id, max_active=max_active, max_queued=max_queued, engine=engine
+    )
+    try:
+        server, sock = _uvicorn_server(backend, host, port, api_key, max_body_bytes, log_level)
+        if on_ready is not None:
+            on_ready(_url(sock))
+        server.run(sockets=[sock])
+    finally:
+        backend.close()
+
+
+class RunningServer:
+    """A server on a background thread: ``url`` (ends in ``/v1``), ``backend``, ``stop()``."""
+
+    def __init__(self, backend: ModelBackend, server: Any, sock: socket.socket) -> None:
+        self.backend = backend
+        self._server = server
+        self._socket = sock
+        self.host, self.port = sock.getsockname()[:2]
+        self.url = _url(sock)
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="clika-server", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` without the ``/v1``."""
+        return self.url.removesuffix("/v1")
+
+    def wait_started(self, timeout: float = 30.0) -> None:
+        """Block until uvicorn accepts connections."""
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the server thread stopped before it started")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the server did not start within {timeout} s")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        """Stop accepting, end open streams, and release the engine (and a model the server loaded)."""
+        self._server.should_exit = True
+        self._thread.join(30)
+        self.backend.close()
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_server(
+    model: GenerativeModel | str | Path,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = 0,
+    api_key: str | None = None,
+    model_id: str | None = None,
+    max_active: int = 8,
+    max_queued: int = 64,
+    max_body_bytes: int | None = None,
+    engine: Engine | None = None,
+    log_level: str = "warning",
+) -> RunningServer:
+    """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens."""
+    backend = build_backend(
+        model, model_id=model_id, max_active=max_active, max_queued=max_queued, engine=engine
+    )
+    try:
+        server, sock = _uvicorn_server(backend, host, port, api_key, max_body_bytes, log_level)
+        running = RunningServer(backend, server, sock)
+        running.wait_started()
+    except BaseException:
+        backend.close()
+        raise
+    return running
+
+
+def _uvicorn_server(
+    backend: ModelBackend,
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_body_bytes: int | None,
+    log_level: str,
+) -> tuple[Any, socket.socket]:
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ImportError(
+            "the server needs starlette and uvicorn: pip install 'clika-runtime[server]'"
+        ) from exc
+    from clika_runtime.server.app import DEFAULT_MAX_BODY_BYTES, create_app
+
+    app = create_app(backend, api_key=api_key, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+    # Bound here (not by uvicorn) so port 0 yields its real port before serving starts.
+    sock = socket.create_server((host, port), family=_family(host), reuse_port=False)
+    config = uvicorn.Config(
+        app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5, access_log=log_level == "debug"
+    )
+    return uvicorn.Server(config), sock
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/v1"

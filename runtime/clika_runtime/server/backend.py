@@ -1,0 +1,256 @@
+"""The server's model side: one engine shared by every request, replies as events.
+
+All requests go to ONE engine, so requests that arrive together decode
+together (continuous batching). A request becomes a :class:`ReplyRun`: its
+``events()`` drains the engine's stream on a worker thread and turns the text
+into the reply's channels (visible text, reasoning, tool calls) with the same
+parser a :class:`~clika_runtime.chat.session.ChatSession` uses.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
+from clika_runtime.chat.templates import TemplateError
+from clika_runtime.chat.tools import ToolCall, normalize_tools
+from clika_runtime.engine.engine import Engine, RequestStream
+from clika_runtime.engine.types import (
+    EngineClosedError,
+    GenerationConfig,
+    GenerationReport,
+    QueueFullError,
+)
+from clika_runtime.modelverse import GenerativeModel
+from clika_runtime.server.errors import ApiError, bad_request
+from clika_runtime.server.protocol import NONE, REQUEST_FIELD, REQUIRED, ChatRequest, ToolChoice
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class CallDelta:
+    index: int
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The reply ended: ``finish_reason`` in OpenAI's words, and the engine's report."""
+
+    finish_reason: str
+    report: GenerationReport
+
+
+Event = TextDelta | ReasoningDelta | CallDelta | Finished
+
+# Engine finish reasons -> OpenAI's; "cancelled" only reaches a client that is gone.
+_FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
+
+
+class ReplyRun:
+    """One submitted request: ``events()`` (blocking; run it on a worker thread) and ``cancel()``."""
+
+    def __init__(self, stream: RequestStream, parser: ReplyParser | None, prefill: str = "") -> None:
+        self.stream = stream
+        self.parser = parser
+        self.prefill = prefill
+        self.created = int(time.time())
+
+    def cancel(self) -> None:
+        """Stop the decode at the next engine step (no-op once it ended)."""
+        self.stream.cancel()
+
+    def events(self) -> Iterator[Event]:
+        """The reply as events; the last is :class:`Finished` (an engine failure raises RuntimeError)."""
+        calls = 0
+        reasoning_seen = 0
+        pieces = self.stream.texts()
+        try:
+            for text in self._with_prefill(pieces):
+                items = self.parser.feed(text) if self.parser is not None else [text]
+                yield from self._reasoning_since(reasoning_seen)
+                reasoning_seen = len(self.parser.reasoning) if self.parser is not None else 0
+                for item in items:
+                    if isinstance(item, ToolCall):
+                        yield CallDelta(calls, item)
+                        calls += 1
+                    elif item:
+                        yield TextDelta(item)
+        finally:
+            pieces.close()  # type: ignore[attr-defined]  # a consumer that stopped early cancels
+        if self.parser is not None:
+            for item in self.parser.finish():
+                if isinstance(item, ToolCall):
+                    yield CallDelta(calls, item)
+                    calls += 1
+                elif item:
+                    yield TextDelta(item)
+            yield from self._reasoning_since(reasoning_seen)
+        report = self.stream.report
+        assert report is not None, "the engine ended a stream without a report"
+        if report.finish_reason == "error":
+            raise RuntimeError(f"the model failed while generating: {report.error}")
+        yield Finished("tool_calls" if calls else _FINISH.get(report.finish_reason, "stop"), report)
+
+    def _with_prefill(self, pieces: Iterator[str]) -> Iterator[str]:
+        if self.prefill:
+            yield self.prefill
+        yield from pieces
+
+    def _reasoning_since(self, seen: int) -> Iterator[ReasoningDelta]:
+        if self.parser is not None and len(self.parser.reasoning) > seen:
+            yield ReasoningDelta(self.parser.reasoning[seen:])
+
+
+class ModelBackend:
+    """A loaded model, the id clients call it by, and the one engine every request shares."""
+
+    def __init__(
+        self,
+        model: GenerativeModel,
+        model_id: str,
+        *,
+        max_active: int = 8,
+        max_queued: int = 64,
+        engine: Engine | None = None,
+        owns_model: bool = False,
+    ) -> None:
+        self.model = model
+        self.model_id = model_id
+        self.created = int(time.time())
+        self.engine = engine or model.create_engine(max_active=max_active, max_queued=max_queued)
+        self._owns_engine = engine is None
+        self._owns_model = owns_model
+
+    # -- what is served ------------------------------------------------------------------------
+
+    def check_model(self, requested: str) -> None:
+        """404 unless ``requested`` names the served model."""
+        if requested != self.model_id:
+            raise ApiError(
+                404,
+                f"the model {requested!r} does not exist on this server; it serves {self.model_id!r}",
+                param="model",
+                code="model_not_found",
+            )
+
+    def load(self) -> dict[str, int]:
+        """Requests decoding and waiting right now (read without stopping the engine)."""
+        scheduler = self.engine.scheduler
+        return {"active": len(scheduler.running), "waiting": len(scheduler.waiting)}
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.close()
+        if self._owns_model:
+            self.model.close()
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def start_chat(self, request: ChatRequest) -> ReplyRun:
+        """Render the conversation, submit it, and return the run (400 / 503 ApiError when refused)."""
+        offered = self._offered_tools(request)
+        config = self._config(request.options)
+        try:
+            prompt = self.model.render(request.messages, tools=offered, config=config)
+        except (TemplateError, ValueError) as exc:
+            raise bad_request(f"the conversation cannot be rendered: {exc}", "messages") from None
+        template = self.model.chat_template
+        parser = reply_parser_for(template, prompt, offered)
+        prefill = _call_opener(template, prompt, request.tool_choice, offered) if offered else ""
+        ids = self.model.tokenizer.encode(prompt + prefill)
+        keep_special = keeps_special_tokens(template, offered)
+        stream = self._submit(ids, config, request.max_tokens_given, skip_special_tokens=not keep_special)
+        return ReplyRun(stream, parser, prefill)
+
+    def start_completion(
+        self, prompt: str | list[int], options: Mapping[str, Any], max_tokens_given: bool
+    ) -> ReplyRun:
+        """Submit raw text (no chat template) or token ids."""
+        config = self._config(options)
+        if isinstance(prompt, str):
+            ids = self.model.tokenizer.encode(prompt)
+        else:
+            ids = list(prompt)
+        return ReplyRun(self._submit(ids, config, max_tokens_given), None)
+
+    def _offered_tools(self, request: ChatRequest) -> list[dict[str, Any]] | None:
+        choice = request.tool_choice
+        if not request.tools or choice.mode == NONE:
+            return None
+        if not self.model.supports_tools:
+            raise bad_request(
+                f"the model {self.model_id!r} takes no tools (its chat template has no tools slot)", "tools"
+            )
+        tools = request.tools
+        if choice.name is not None:
+            tools = [tool for tool in tools if tool["function"]["name"] == choice.name]
+        try:
+            return normalize_tools(tools)
+        except ValueError as exc:
+            raise bad_request(str(exc), "tools") from None
+
+    def _config(self, options: Mapping[str, Any]) -> GenerationConfig:
+        try:
+            return self.model.defaults.overlay(dict(options))
+        except (ValueError, TypeError) as exc:
+            field = next((name for name in options if name in str(exc)), None)
+            raise bad_request(str(exc), REQUEST_FIELD.get(field or "", field)) from None
+
+    def _submit(
+        self, ids: Sequence[int], config: GenerationConfig, max_tokens_given: bool, **options: Any
+    ) -> RequestStream:
+        window = self.model.max_seq
+        if max_tokens_given and len(ids) + config.max_new_tokens > window:
+            raise bad_request(
+                f"the prompt has {len(ids)} tokens and max_tokens asks for {config.max_new_tokens} more; "
+                f"the context window is {window} tokens",
+                "max_tokens",
+                "context_length_exceeded",
+            )
+        if not max_tokens_given:  # no limit asked: the reply may fill the context window
+            config = config.overlay({"max_new_tokens": max(window - len(ids), 1)})
+        try:
+            return self.engine.submit(ids, config, **options)
+        except QueueFullError as exc:
+            raise ApiError(503, f"the server is busy: {exc}", code="queue_full") from None
+        except EngineClosedError as exc:
+            raise ApiError(503, str(exc), code="engine_closed") from None
+        except ValueError as exc:
+            code = "context_length_exceeded" if "context window" in str(exc) else None
+            raise bad_request(str(exc), "messages", code) from None
+
+
+def _call_opener(template: Any, prompt: str, choice: ToolChoice, offered: list[dict[str, Any]]) -> str:
+    """Text that starts the reply inside a call when a call is required.
+
+    Without constrained decoding this is how a required call is asked for: the
+    reply begins with the format's start marker (for hermes' JSON calls, also
+    the ``"name"`` key, and the function's name when one is named or only one
+    is offered), so the model
+    writes the rest of the call. Small models otherwise often end the reply
+    right after a bare marker.
+    """
+    if choice.mode != REQUIRED or template is None or template.opens_reasoning(prompt):
+        return ""
+    if template.tool_call_format == "hermes":
+        only = choice.name or (offered[0]["function"]["name"] if len(offered) == 1 else None)
+        named = f'{json.dumps(only)}, "arguments": ' if only else '"'
+        return '<tool_call>\n{"name": ' + named
+    syntax = template.format.syntaxes[0]
+    if syntax.implicit or syntax.at_reply_start or not syntax.start:
+        return ""
+    return syntax.start

@@ -1,0 +1,325 @@
+"""OpenAI request bodies in, checked values out: every refusal is a 400 naming the field.
+
+Sampling fields become :class:`~clika_runtime.engine.types.GenerationConfig`
+overrides (``max_tokens`` / ``max_completion_tokens`` -> ``max_new_tokens``);
+fields this server cannot honour (``n`` > 1, ``logprobs``, a JSON response
+format, ``echo``, ``suffix``) are refused rather than silently ignored, so a
+client never reads an answer that does not mean what it asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from clika_runtime.server.errors import bad_request
+
+AUTO, NONE, REQUIRED = "auto", "none", "required"
+MAX_STOP_STRINGS = 4
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """``mode`` is auto, none or required; ``name`` pins one function (a required call to it)."""
+
+    mode: str = AUTO
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A checked ``/v1/chat/completions`` body."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    stream: bool = False
+    include_usage: bool = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: ToolChoice = ToolChoice()
+    options: dict[str, Any] = field(default_factory=dict)  # GenerationConfig overrides
+    max_tokens_given: bool = False
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """A checked ``/v1/completions`` body: one prompt per entry (text, or token ids)."""
+
+    model: str
+    prompts: list[str | list[int]]
+    stream: bool = False
+    include_usage: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    max_tokens_given: bool = False
+
+
+def parse_chat(body: Any) -> ChatRequest:
+    """Check a chat completions body (raises a 400 ApiError naming the bad field)."""
+    body = _object(body)
+    _refuse_unsupported(body)
+    tools = _tools(body.get("tools"))
+    return ChatRequest(
+        model=_model(body),
+        messages=[_message(m, i) for i, m in enumerate(_list(body, "messages", required=True))],
+        stream=_bool(body, "stream"),
+        include_usage=_include_usage(body),
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        options=_sampling(body, "max_completion_tokens", "max_tokens"),
+        max_tokens_given=body.get("max_completion_tokens", body.get("max_tokens")) is not None,
+    )
+
+
+def parse_completion(body: Any) -> CompletionRequest:
+    """Check a (legacy) completions body."""
+    body = _object(body)
+    _refuse_unsupported(body)
+    for name in ("echo",):
+        if body.get(name):
+            raise bad_request(f"'{name}' is not supported by this server", name)
+    if body.get("suffix"):
+        raise bad_request("'suffix' (fill-in-the-middle) is not supported by this server", "suffix")
+    if body.get("best_of") not in (None, 1):
+        raise bad_request("'best_of' must be 1 on this server", "best_of")
+    request = CompletionRequest(
+        model=_model(body),
+        prompts=_prompts(body.get("prompt")),
+        stream=_bool(body, "stream"),
+        include_usage=_include_usage(body),
+        options=_sampling(body, "max_tokens"),
+        max_tokens_given=body.get("max_tokens") is not None,
+    )
+    if request.stream and len(request.prompts) != 1:
+        raise bad_request("a streamed completion takes exactly one prompt", "prompt")
+    return request
+
+
+# -- pieces ----------------------------------------------------------------------------------------
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise bad_request(f"the request body must be a JSON object, got {_json_kind(body)}")
+    return body
+
+
+def _model(body: Mapping[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' is required: the id of the served model (see /v1/models)", "model")
+    return model
+
+
+def _refuse_unsupported(body: Mapping[str, Any]) -> None:
+    if body.get("n") not in (None, 1):
+        raise bad_request(f"'n' must be 1 on this server, got {body.get('n')!r}", "n")
+    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
+        raise bad_request("'logprobs' are not supported by this server", "logprobs")
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
+        raise bad_request(
+            "'response_format' other than {'type': 'text'} is not supported by this server",
+            "response_format",
+        )
+
+
+def _bool(body: Mapping[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad_request(f"'{name}' must be true or false, got {value!r}", name)
+    return value
+
+
+def _include_usage(body: Mapping[str, Any]) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, Mapping):
+        raise bad_request("'stream_options' must be an object", "stream_options")
+    if not body.get("stream"):
+        raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
+    return _bool(options, "include_usage")
+
+
+def _list(body: Mapping[str, Any], name: str, *, required: bool = False) -> list[Any]:
+    value = body.get(name)
+    if value is None and not required:
+        return []
+    if not isinstance(value, list) or (required and not value):
+        raise bad_request(f"'{name}' must be a non-empty array", name)
+    return value
+
+
+def _message(message: Any, index: int) -> dict[str, Any]:
+    param = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise bad_request(f"{param} must be an object with 'role' and 'content'", param)
+    role = message.get("role")
+    if role not in ROLES:
+        raise bad_request(f"{param}.role must be one of {', '.join(ROLES)}, got {role!r}", f"{param}.role")
+    turn = {key: value for key, value in message.items() if value is not None}
+    turn["role"] = "system" if role == "developer" else role  # chat templates know no developer role
+    content = message.get("content")
+    if content is None and not (role == "assistant" and message.get("tool_calls")):
+        if role != "assistant":
+            raise bad_request(f"{param}.content is required for a {role} message", f"{param}.content")
+    turn["content"] = _content_text(content, f"{param}.content")
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        raise bad_request(f"{param}.tool_call_id is required for a tool message", f"{param}.tool_call_id")
+    return turn
+
+
+def _content_text(content: Any, param: str) -> str:
+    """A string, or the text parts of a content array joined (this server reads text only)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request(f"{param} must be a string or an array of content parts", param)
+    texts = []
+    for index, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise bad_request(
+                f"{param}[{index}] is a {kind or type(part).__name__!s} part; this model reads text parts only",
+                f"{param}[{index}]",
+            )
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _tools(value: Any) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise bad_request("'tools' must be an array of tool definitions", "tools")
+    for index, tool in enumerate(value):
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            raise bad_request(f"tools[{index}] must be {{'type': 'function', 'function': {{...}}}}", "tools")
+        function = tool.get("function")
+        if (
+            not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or not function["name"]
+        ):
+            raise bad_request(f"tools[{index}].function needs a non-empty 'name'", f"tools[{index}].function")
+    return value or None
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
+    if value is None:
+        return ToolChoice(AUTO if tools else NONE)
+    if value in (AUTO, NONE, REQUIRED):
+        if value != NONE and not tools:
+            raise bad_request(f"tool_choice {value!r} needs 'tools'", "tool_choice")
+        return ToolChoice(value)
+    if (
+        isinstance(value, dict)
+        and value.get("type") == "function"
+        and isinstance(value.get("function"), dict)
+    ):
+        name = value["function"].get("name")
+        offered = [tool["function"]["name"] for tool in tools or ()]
+        if name not in offered:
+            raise bad_request(
+                f"tool_choice names {name!r}, which is not among the tools offered", "tool_choice"
+            )
+        return ToolChoice(REQUIRED, name)
+    raise bad_request(
+        "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
+        "tool_choice",
+    )
+
+
+def _prompts(value: Any) -> list[str | list[int]]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value:
+        if all(isinstance(item, str) for item in value):
+            return list(value)
+        if all(_is_token(item) for item in value):
+            return [list(value)]
+        if all(isinstance(item, list) and item and all(_is_token(t) for t in item) for item in value):
+            return [list(item) for item in value]
+    raise bad_request(
+        "'prompt' must be a string, an array of strings, or token ids (an array of integers, or arrays of them)",
+        "prompt",
+    )
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# -- sampling ----------------------------------------------------------------------------------
+
+# OpenAI name -> GenerationConfig name, for the fields passed through unchanged.
+_PASSED = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "seed": "seed",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    # Widely used extensions (vLLM, llama.cpp's server).
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "reasoning_effort": "reasoning_effort",
+}
+
+
+def _sampling(body: Mapping[str, Any], *token_fields: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for name in token_fields:
+        if body.get(name) is not None:
+            options["max_new_tokens"] = _positive_int(body[name], name)
+            break
+    if body.get("temperature") is not None and not _number(body["temperature"], 0.0, 2.0):
+        raise bad_request(
+            f"'temperature' must be a number in [0, 2], got {body['temperature']!r}", "temperature"
+        )
+    for name, target in _PASSED.items():
+        if body.get(name) is not None:
+            options[target] = body[name]
+    stop = _stops(body.get("stop"))
+    if stop:
+        options["stop"] = stop
+    kwargs = body.get("chat_template_kwargs")
+    if isinstance(kwargs, Mapping) and kwargs.get("enable_thinking") is not None:
+        options["enable_thinking"] = kwargs["enable_thinking"]
+    return options
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if not _is_token(value) or value < 1:
+        raise bad_request(f"'{name}' must be an integer >= 1, got {value!r}", name)
+    return value
+
+
+def _number(value: Any, low: float, high: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
+
+
+def _stops(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise bad_request("'stop' must be a non-empty string or an array of them", "stop")
+    if len(stops) > MAX_STOP_STRINGS:
+        raise bad_request(f"'stop' takes at most {MAX_STOP_STRINGS} strings, got {len(stops)}", "stop")
+    return tuple(stops)
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "an array", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
+
+
+# GenerationConfig field -> the request field a client wrote (for the 400's ``param``).
+REQUEST_FIELD = {"max_new_tokens": "max_tokens", **{v: k for k, v in _PASSED.items()}}

@@ -1,0 +1,177 @@
+"""OpenAI response bodies and stream chunks, built from a reply's events."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from clika_runtime.chat.tools import ToolCall
+from clika_runtime.engine.types import GenerationReport
+from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
+
+SYSTEM_FINGERPRINT = "clika-runtime"
+DONE = b"data: [DONE]\n\n"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    """One server-sent event carrying ``payload`` as JSON."""
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
+
+
+def usage(report: GenerationReport) -> dict[str, Any]:
+    return {
+        "prompt_tokens": report.prompt_tokens,
+        "completion_tokens": report.completion_tokens,
+        "total_tokens": report.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": report.cached_tokens},
+    }
+
+
+@dataclass
+class Reply:
+    """A whole reply gathered from its events (the non-streamed answer)."""
+
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    finished: Finished | None = None
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning.append(event.text)
+        elif isinstance(event, CallDelta):
+            self.calls.append(event.call)
+        else:
+            self.finished = event
+
+
+# -- chat completions ------------------------------------------------------------------------
+
+
+def chat_completion(reply_id: str, model: str, created: int, reply: Reply) -> dict[str, Any]:
+    """The ``chat.completion`` object of a finished reply."""
+    assert reply.finished is not None
+    text = "".join(reply.text)
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not reply.calls else None}
+    if reply.calls:
+        message["tool_calls"] = [call.to_message() for call in reply.calls]
+    if reply.reasoning:
+        message["reasoning_content"] = "".join(reply.reasoning)
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finished.finish_reason}
+    return {
+        "id": reply_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "choices": [choice],
+        "usage": usage(reply.finished.report),
+    }
+
+
+class ChatChunks:
+    """``chat.completion.chunk`` objects for one streamed reply."""
+
+    def __init__(self, reply_id: str, model: str, created: int, include_usage: bool) -> None:
+        self.base = {
+            "id": reply_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+        }
+        self.include_usage = include_usage
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        payload = {**self.base, "choices": [choice]}
+        if self.include_usage:
+            payload["usage"] = None  # OpenAI's shape: null until the last chunk
+        return payload
+
+    def first(self) -> dict[str, Any]:
+        return self.chunk({"role": "assistant", "content": ""})
+
+    def for_event(self, event: Event) -> list[dict[str, Any]]:
+        """The chunks one event becomes (a tool call: its name, then its arguments, as OpenAI streams them)."""
+        if isinstance(event, TextDelta):
+            return [self.chunk({"content": event.text})]
+        if isinstance(event, ReasoningDelta):
+            return [self.chunk({"reasoning_content": event.text})]
+        if isinstance(event, CallDelta):
+            call = event.call
+            head = {"index": event.index, "id": call.id, "type": "function"}
+            head["function"] = {"name": call.name, "arguments": ""}
+            body = {"index": event.index, "function": {"arguments": call.arguments_json}}
+            return [self.chunk({"tool_calls": [head]}), self.chunk({"tool_calls": [body]})]
+        chunks = [self.chunk({}, event.finish_reason)]
+        if self.include_usage:
+            chunks.append({**self.base, "choices": [], "usage": usage(event.report)})
+        return chunks
+
+
+# -- completions ----------------------------------------------------------------------------
+
+
+def completion(reply_id: str, model: str, created: int, replies: list[Reply]) -> dict[str, Any]:
+    """The ``text_completion`` object, one choice per prompt."""
+    choices = []
+    totals = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    cached = 0
+    for index, reply in enumerate(replies):
+        assert reply.finished is not None
+        report = reply.finished.report
+        choices.append(
+            {
+                "index": index,
+                "text": "".join(reply.text),
+                "logprobs": None,
+                "finish_reason": reply.finished.finish_reason,
+            }
+        )
+        totals["prompt_tokens"] += report.prompt_tokens
+        totals["completion_tokens"] += report.completion_tokens
+        totals["total_tokens"] += report.total_tokens
+        cached += report.cached_tokens
+    return {
+        "id": reply_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "choices": choices,
+        "usage": {**totals, "prompt_tokens_details": {"cached_tokens": cached}},
+    }
+
+
+class CompletionChunks:
+    """``text_completion`` stream chunks for one prompt."""
+
+    def __init__(self, reply_id: str, model: str, created: int, include_usage: bool) -> None:
+        self.base = {"id": reply_id, "object": "text_completion", "created": created, "model": model}
+        self.include_usage = include_usage
+
+    def chunk(self, text: str, finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        payload = {**self.base, "choices": [choice]}
+        if self.include_usage:
+            payload["usage"] = None
+        return payload
+
+    def for_event(self, event: Event) -> list[dict[str, Any]]:
+        if isinstance(event, TextDelta):
+            return [self.chunk(event.text)]
+        if isinstance(event, Finished):
+            chunks = [self.chunk("", event.finish_reason)]
+            if self.include_usage:
+                chunks.append({**self.base, "choices": [], "usage": usage(event.report)})
+            return chunks
+        return []
