@@ -65,17 +65,41 @@ def test_min_p_drops_tokens_below_a_fraction_of_the_best():
     np.testing.assert_allclose(freq, expected, atol=0.01)
 
 
-def test_flat_distribution_needs_more_than_the_candidate_window(monkeypatch):
-    monkeypatch.setattr(sampler_module, "CANDIDATES", 16)
+def test_flat_distribution_reaches_past_the_candidates(monkeypatch):
+    # A floor this high leaves only the four likely tokens as candidates: the
+    # nucleus needs the flat tail too, so the row must fall back to a full sort.
+    monkeypatch.setattr(sampler_module, "CANDIDATE_FLOOR", 0.5)
     logits = np.zeros(64, dtype=np.float32)
-    logits[:4] = 2.0  # a few likely tokens, then a long flat tail the window cannot hold
+    logits[:4] = 2.0
     p = softmax(logits)
     freq = frequencies(logits, GenerationConfig(temperature=1.0, top_p=0.999))
     np.testing.assert_allclose(freq, p, atol=0.01)
-    # min_p alone: the window holds every survivor when the tail falls below the bar.
+    # min_p at or above the floor: the candidates hold every survivor.
     freq = frequencies(logits, GenerationConfig(temperature=1.0, min_p=0.5))
     np.testing.assert_allclose(freq[:4], 0.25, atol=0.01)
     assert freq[4:].sum() == 0
+
+
+def test_top_p_applies_to_the_top_k_renormalized():
+    logits = np.log(np.array([0.4, 0.3, 0.2, 0.1], dtype=np.float32))
+    # Over the top 2 renormalized (0.57, 0.43), top_p=0.5 keeps only the first;
+    # over the full distribution it would keep the first two (0.4 < 0.5).
+    freq = frequencies(logits, GenerationConfig(temperature=1.0, top_k=2, top_p=0.5))
+    assert freq[0] == 1.0
+
+
+@pytest.mark.parametrize("width", [1, 5, 256, 300, 1000])
+def test_inverse_cdf_matches_a_plain_cumulative_sum(width):
+    rng = np.random.default_rng(width)
+    weights = rng.random((50, width)).astype(np.float32)
+    weights[weights < 0.3] = 0  # zero-weight tokens are never picked
+    weights[:, 0] = 0.5
+    draws = rng.random(50)
+    got = sampler_module.inverse_cdf(weights, draws)
+    cdf = np.cumsum(weights.astype(np.float64), axis=1)
+    expected = (cdf <= (draws * cdf[:, -1])[:, None]).sum(axis=1)
+    assert np.array_equal(got, expected)
+    assert (weights[np.arange(50), got] > 0).all()
 
 
 def test_mixed_rows_each_follow_their_own_policy():
