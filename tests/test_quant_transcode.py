@@ -197,3 +197,19 @@ def test_graph_stays_valid_onnx():
         matmul_model(ref.T.copy()), BlocksOnly({"w": RawBlocks("Q4_1", data, (8, 64))}), "int4"
     )
     onnx.checker.check_model(model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["smollm2_gguf", "qwen05_gguf"])
+def test_real_gguf_tensors_transcode_exactly(model, request):
+    """Every block-quantized tensor of the real files, through the reader's raw blocks (HF row order)."""
+    from clika_export.api import read_source
+
+    checkpoint = read_source(request.getfixturevalue(model))
+    seen = set()
+    for name in checkpoint.raw_loaders:
+        blocks = checkpoint.raw(name)
+        seen.add(blocks.ggml_type)
+        got = transcode(blocks.ggml_type, blocks.data, tuple(blocks.shape)).dequantize()
+        assert same_bits(got, checkpoint.tensor(name)), name
+    assert seen <= set(TYPES) and seen
