@@ -106,12 +106,16 @@ class RequestStream:
     # -- engine side ---------------------------------------------------------------
 
     def _put(self, delta: Delta) -> None:
-        self._queue.put(delta)
+        self._engine._outbox.append((self, delta))
 
     def _end(self, report: GenerationReport) -> None:
         self._report = report
-        self._done.set()
-        self._queue.put(_DONE)
+        self._engine._outbox.append((self, _DONE))
+
+    def _hand_over(self, item: Any) -> None:
+        if item is _DONE:
+            self._done.set()
+        self._queue.put(item)
 
     # -- caller side ---------------------------------------------------------------
 
@@ -227,6 +231,9 @@ class Engine:
         self.sampler = Sampler(vocab_size)
         self.stats = EngineStats()
         self._live: dict[int, _Live] = {}
+        # Deltas wait here until the engine is about to release the GIL (the next ORT call, or
+        # going idle): a reader woken then runs while the model computes instead of stalling it.
+        self._outbox: list[tuple[RequestStream, Any]] = []
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -341,9 +348,18 @@ class Engine:
         for live in list(self._live.values()):
             self.scheduler.finish(live.seq, SequenceStatus.FINISHED_CANCELLED)
             self._finalize(live)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give the waiting deltas to their streams' readers."""
+        outbox, self._outbox = self._outbox, []
+        for stream, item in outbox:
+            stream._hand_over(item)
 
     def _drain(self, *, block: bool) -> bool:
         """Apply posted commands; False once the engine must stop."""
+        if block:
+            self._hand_over()
         try:
             item = self._inbox.get() if block else self._inbox.get_nowait()
         except queue.Empty:
@@ -413,7 +429,7 @@ class Engine:
         if plan is None:
             return False
         try:
-            logits = self.executor.run(plan)
+            logits = self.executor.run(plan, before_call=self._hand_over)
             rows = plan.sample_rows
             tokens = self.sampler.sample(
                 logits,

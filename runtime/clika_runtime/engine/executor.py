@@ -11,6 +11,7 @@ array the same way.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,8 +57,12 @@ class Executor:
         self._inputs: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
         self._logits: tuple[np.ndarray, ort.OrtValue] | None = None
 
-    def run(self, plan: StepPlan) -> np.ndarray:
-        """Run ``plan``; returns logits ``[len(plan.sample_rows), vocab]`` in ``sample_rows`` order."""
+    def run(self, plan: StepPlan, before_call: Callable[[], None] | None = None) -> np.ndarray:
+        """Run ``plan``; returns logits ``[len(plan.sample_rows), vocab]`` in ``sample_rows`` order.
+
+        ``before_call`` runs right before the ORT call (which releases the GIL).
+        The returned array may be the bound output: it is valid until the next run.
+        """
         start = time.perf_counter()
         self._bind_cache()
         rows = [StepRow(0, ())] * self.cache.num_rows
@@ -67,10 +72,14 @@ class Executor:
         for name, array in packed.feeds().items():
             self._bind_input(name, array)
         logits = self._bind_logits(len(packed.logits_index))
+        if before_call is not None:
+            before_call()
         called = time.perf_counter()
         self.session.run_with_iobinding(self.binding)
         returned = time.perf_counter()
-        picked = logits[[packed.logits_rows[r.slot].start for r in plan.sample_rows]]
+        picked_rows = [packed.logits_rows[r.slot].start for r in plan.sample_rows]
+        # Every row samples (plain decode): hand out the bound array itself, no copy.
+        picked = logits if len(picked_rows) == len(logits) else logits[picked_rows]
         self.timing = StepTiming(
             host_s=(called - start) + (time.perf_counter() - returned), model_s=returned - called
         )
