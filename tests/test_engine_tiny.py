@@ -16,7 +16,7 @@ import torch
 
 from clika_export.api import export
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig, QueueFullError, StageEvent
+from clika_runtime.engine.types import EngineClosedError, GenerationConfig, QueueFullError, StageEvent
 
 CONTEXT = 512
 
@@ -283,3 +283,37 @@ def test_checkpoint_defaults_and_overrides(model):
     assert model.report.completion_tokens == 3
     model.generate("hi", config=GenerationConfig(max_new_tokens=2, ignore_eos=True))
     assert model.report.completion_tokens == 2
+
+
+def test_a_failed_step_ends_its_requests_and_the_engine_goes_on(tiny):
+    m = modelverse.load(tiny[1], threads=1)
+    engine = m.engine
+    expected = run(engine, [5, 6, 7], max_new_tokens=4, ignore_eos=True)[0]
+    real_run = engine.executor.run
+    failures = iter([RuntimeError("injected fault")])
+
+    def failing_once(plan, before_call=None):
+        fault = next(failures, None)
+        if fault is not None:
+            raise fault
+        return real_run(plan, before_call)
+
+    engine.executor.run = failing_once
+    ids, report = run(engine, [1, 2, 3], max_new_tokens=4)
+    assert ids == [] and report.finish_reason == "error" and "injected fault" in report.error
+    assert run(engine, [5, 6, 7], max_new_tokens=4, ignore_eos=True)[0] == expected
+    engine.check_integrity()
+    m.close()
+
+
+def test_closing_the_engine_cancels_what_runs_and_refuses_more(tiny):
+    m = modelverse.load(tiny[1], threads=1, max_active=1)
+    engine = m.engine
+    running = engine.submit([1, 2, 3], GenerationConfig(max_new_tokens=400, ignore_eos=True))
+    waiting = engine.submit([4, 5], GenerationConfig(max_new_tokens=400, ignore_eos=True))
+    next(iter(running))
+    engine.close()
+    assert running.report.finish_reason == "cancelled" and waiting.report.finish_reason == "cancelled"
+    with pytest.raises(EngineClosedError):
+        engine.submit([1], GenerationConfig())
+    m.close()
