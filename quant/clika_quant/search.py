@@ -39,17 +39,26 @@ def quantize_search(
     if zero_point not in ("none", "uint8", "offset"):
         raise ValueError(f"zero_point must be none, uint8 or offset, got {zero_point!r}")
     n, k = weight_nk.shape
-    x = split_blocks(weight_nk, block_size).astype(np.float64)
+    x = split_blocks(weight_nk, block_size)
     w = _block_weights(importance, n, k, block_size)
     fit = _FITS[zero_point]
     levels = (1 << bits) - 1
-    best = None
+    base_scale, low = _initial(x, zero_point, bits)
+    # Only each block's best starting point is kept during the search (cheap 2-D arrays).
+    best_start, best_error = None, None
     for step in range(STEPS + 1):
-        stretch = (levels + STEP * step + LOW) / levels
-        candidate = fit(x, w, bits, _initial(x, zero_point, bits, stretch))
-        best = candidate if best is None else _keep_better(best, candidate)
+        scale = base_scale * np.float32((levels + STEP * step + LOW) / levels)
+        start = (scale, _zero_for(scale, low, zero_point, bits))
+        error = fit(x, w, bits, start)[3]
+        if best_start is None:
+            best_start, best_error = start, error
+            continue
+        better = error < best_error
+        best_start = tuple(np.where(better, new, old) for new, old in zip(start, best_start, strict=True))
+        best_error = np.where(better, error, best_error)
+    best = fit(x, w, bits, best_start)
     for _ in range(refinements):
-        best = _keep_better(best, fit(x, w, bits, best))
+        best = _keep_better(best, fit(x, w, bits, _as_start(best, zero_point)))
     return _to_matrix(best, zero_point, bits, block_size, k)
 
 
@@ -67,26 +76,37 @@ def weighted_error(
 # -- internals: a candidate is (scale, zero, codes, error) per block ------------------------
 
 
-def _block_weights(importance: np.ndarray | None, n: int, k: int, block_size: int) -> np.ndarray:
+def _block_weights(importance: np.ndarray | None, n: int, k: int, block_size: int) -> np.ndarray | None:
     if importance is None:
-        return np.ones((1, 1, 1))
+        return None
     imp = np.asarray(importance, np.float64).reshape(1, k)
     if imp.shape[1] != k:
         raise ValueError(f"importance has {imp.size} entries, the matrix has K={k}")
     imp = imp / max(imp.mean(), 1e-30) + 1e-6
-    return split_blocks(np.broadcast_to(imp, (1, k)), block_size).astype(np.float64)
+    return split_blocks(np.broadcast_to(imp, (1, k)), block_size).astype(np.float32)
 
 
-def _initial(x: np.ndarray, zero_point: str, bits: int, stretch: float) -> tuple:
-    """RTN scale and zero for the block, the scale multiplied by ``stretch``."""
-    kind = "float" if zero_point == "offset" else zero_point
-    scale, zero = block_range(x.astype(np.float32), kind, bits)
-    scale = scale.astype(np.float64) * stretch
+def _initial(x: np.ndarray, zero_point: str, bits: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The RTN scale of every block and the low end of its range (None when symmetric)."""
+    scale, _ = block_range(x, "float" if zero_point == "offset" else zero_point, bits)
     if zero_point == "none":
-        return scale, zero.astype(np.float64), None, None
+        return scale, None
     low = np.minimum(x.min(axis=-1), 0.0) if zero_point == "uint8" else x.min(axis=-1)
-    safe = np.where(scale == 0, 1.0, scale)
-    return scale, -low / safe, None, None
+    return scale, low
+
+
+def _zero_for(scale: np.ndarray, low: np.ndarray | None, zero_point: str, bits: int) -> np.ndarray:
+    if zero_point == "none":
+        return np.full(scale.shape, float(1 << (bits - 1)), np.float32)
+    return (-low / np.where(scale == 0, 1.0, scale)).astype(np.float32)
+
+
+def _as_start(candidate: tuple, zero_point: str) -> tuple:
+    """A fitted candidate as the starting point of another fit (offsets back to zero points)."""
+    scale, zero_or_offset = candidate[0], candidate[1]
+    if zero_point != "offset":
+        return scale, zero_or_offset
+    return scale, -zero_or_offset / np.where(scale == 0, 1.0, scale)
 
 
 def _codes(x: np.ndarray, scale: np.ndarray, zero: np.ndarray, bits: int) -> np.ndarray:
@@ -94,46 +114,43 @@ def _codes(x: np.ndarray, scale: np.ndarray, zero: np.ndarray, bits: int) -> np.
     return np.clip(np.rint(x / safe + zero[..., None]), 0, (1 << bits) - 1)
 
 
+def _wsum(w: np.ndarray | None, values: np.ndarray) -> np.ndarray:
+    """Sum over each block, weighted when importance was given."""
+    return (values if w is None else w * values).sum(-1)
+
+
+def _fit_scale(x, w, bits, scale, zero):
+    """Codes for (scale, integer zero); scale refit to them; error from the sums (no second pass)."""
+    q = _codes(x, scale, zero, bits) - zero[..., None]
+    sqq, sqx = _wsum(w, q * q), _wsum(w, q * x)
+    fitted = np.where(sqq > 0, sqx / np.where(sqq > 0, sqq, 1.0), scale)
+    error = fitted * fitted * sqq - 2 * fitted * sqx + _wsum(w, x * x)
+    return fitted, zero, q + zero[..., None], error
+
+
 def _fit_symmetric(x, w, bits, start):
     """Codes around the fixed zero point 2**(bits-1); scale refit by least squares."""
-    scale, zero = start[0], np.full(start[0].shape, float(1 << (bits - 1)))
-    q = _codes(x, scale, zero, bits) - zero[..., None]
-    num, den = (w * x * q).sum(-1), (w * q * q).sum(-1)
-    fitted = np.where(den > 0, num / np.where(den > 0, den, 1.0), scale)
-    return _scored(x, w, fitted, zero, q + zero[..., None])
+    return _fit_scale(x, w, bits, start[0], np.full(start[0].shape, float(1 << (bits - 1)), np.float32))
 
 
 def _fit_integer_zero(x, w, bits, start):
     """Integer zero point from the candidate; scale refit to the codes."""
-    scale, zero = start[0], np.clip(np.rint(start[1]), 0, (1 << bits) - 1)
-    q = _codes(x, scale, zero, bits) - zero[..., None]
-    num, den = (w * x * q).sum(-1), (w * q * q).sum(-1)
-    fitted = np.where(den > 0, num / np.where(den > 0, den, 1.0), scale)
-    return _scored(x, w, fitted, zero, q + zero[..., None])
+    return _fit_scale(x, w, bits, start[0], np.clip(np.rint(start[1]), 0, (1 << bits) - 1))
 
 
 def _fit_offset(x, w, bits, start):
     """Codes from zero; scale and offset refit together (2x2 weighted least squares)."""
     scale, zero = start[0], start[1]
     q = _codes(x, scale, zero, bits)
-    sw, sq, sqq = w.sum(-1) * np.ones(q.shape[:-1]), (w * q).sum(-1), (w * q * q).sum(-1)
-    sx, sqx = (w * x).sum(-1), (w * q * x).sum(-1)
+    sw = np.full(q.shape[:-1], x.shape[-1], np.float32) if w is None else _wsum(w, np.ones_like(q))
+    sq, sqq, sx, sqx = _wsum(w, q), _wsum(w, q * q), _wsum(w, x), _wsum(w, q * x)
     det = sw * sqq - sq * sq
-    ok = det > 1e-20 * np.maximum(sw * sqq, 1e-30)
+    ok = det > 1e-12 * np.maximum(sw * sqq, 1e-30)
     safe_det = np.where(ok, det, 1.0)
-    fitted_scale = np.where(ok, (sw * sqx - sq * sx) / safe_det, scale)
-    offset = np.where(ok, (sqq * sx - sq * sqx) / safe_det, -zero * scale)
-    # Stored as zero = -offset / scale only to share the candidate layout; the offset is kept exactly.
-    return _scored(x, w, fitted_scale, None, q, offset)
-
-
-def _scored(x, w, scale, zero, codes, offset=None):
-    if offset is None:
-        approx = (codes - zero[..., None]) * scale[..., None]
-    else:
-        approx = codes * scale[..., None] + offset[..., None]
-    error = (w * (approx - x) ** 2).sum(-1)
-    return scale, (zero if offset is None else offset), codes, error
+    s = np.where(ok, (sw * sqx - sq * sx) / safe_det, scale)
+    o = np.where(ok, (sqq * sx - sq * sqx) / safe_det, -zero * scale)
+    error = s * s * sqq + 2 * s * o * sq + o * o * sw - 2 * s * sqx - 2 * o * sx + _wsum(w, x * x)
+    return s, o, q, error
 
 
 def _keep_better(best: tuple, candidate: tuple) -> tuple:
