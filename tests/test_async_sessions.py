@@ -13,8 +13,12 @@ import threading
 import pytest
 
 from clika_runtime import modelverse
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.reply import ReplyParser
+from clika_runtime.chat.tool_formats import get_format
+from clika_runtime.chat.tools import ToolCall, normalize_tools
+from clika_runtime.engine.types import GenerationConfig
 from clika_runtime.sessions import AsyncChat, Event, RunCancelled, SQLiteStore, TurnResult
+from clika_runtime.sessions.turn import Prepared, TurnRun, TurnSpec
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 8}
 
@@ -335,3 +339,34 @@ def test_event_and_result_message_shapes():
     assert not result.is_error and TurnResult("boom", "s1", subtype="error").is_error
     with pytest.raises(ValueError, match="event type"):
         Event("message", text="x")
+
+
+def test_a_replys_pieces_become_thinking_text_and_tool_use_events_in_order():
+    tools = normalize_tools([{"name": "lookup", "parameters": {"type": "object"}}])
+    parser = ReplyParser(reasoning=True, fmt=get_format("hermes"), tools=tools)
+    pieces = [
+        "<think>Ada asked",
+        " for a lookup.</think>",
+        "Let me check. ",
+        '<tool_call>{"name": "lookup", ',
+    ]
+    pieces.append('"arguments": {"q": "Ada"}}</tool_call>')
+
+    async def scenario():
+        run_ = TurnRun(TurnSpec((), GenerationConfig(), tools), asyncio.get_running_loop())
+        run_.prepared = Prepared("prompt", [1], parser, skip_special_tokens=False)
+        events = []
+        for piece in pieces:
+            events += run_._events_of(parser.feed(piece), parser)
+        events += run_._events_of(parser.finish(), parser)
+        return events, run_.reply_message()
+
+    events, reply = run(scenario())
+    kinds = [event.type for event in events]
+    assert kinds[0] == "thinking" and kinds[-1] == "tool_use" and "text" in kinds
+    assert "".join(e.text for e in events if e.type == "thinking") == "Ada asked for a lookup."
+    assert "".join(e.text for e in events if e.type == "text").strip() == "Let me check."
+    call = events[-1].to_message()
+    assert (call["type"], call["name"], call["input"]) == ("tool_use", "lookup", {"q": "Ada"})
+    assert reply["reasoning_content"] == "Ada asked for a lookup."
+    assert reply["tool_calls"][0]["function"]["name"] == "lookup"

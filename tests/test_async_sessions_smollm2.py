@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +180,24 @@ def test_a_sqlite_conversation_is_continued_by_another_process(model, folder, tm
     assert second["total_cost_usd"] == 0.0 and second["session_id"] == "visitor"
     with SQLiteStore(path) as store:
         assert run(store.get("visitor")) == history
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "async_conversation.py"
+
+
+def test_the_in_process_example_holds_a_conversation_and_saves_it(folder, tmp_path):
+    store = tmp_path / "example.db"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), str(folder), "--threads", "1", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    for turn in (1, 2, 3):
+        assert f"[turn {turn}: " in done.stdout
+    assert "[fork " in done.stdout
+    with SQLiteStore(store) as opened:
+        saved = opened.get_now("example")
+    assert [m["role"] for m in saved] == ["system"] + ["user", "assistant"] * 3
+    assert "My name is Ada" in saved[1]["content"]
