@@ -99,6 +99,26 @@ def test_a_stream_yields_text_events_then_the_result_and_joins_the_history_at_th
     assert events[0].to_message() == {"type": "text", "text": events[0].text}
 
 
+def test_a_turn_leaves_the_event_loop_free_while_the_engine_decodes(chat):
+    async def scenario():
+        ticks, sending = 0, True
+
+        async def ticker():
+            nonlocal ticks
+            while sending:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        await chat.create_session().send("hello", temperature=0.0, max_new_tokens=24, ignore_eos=True)
+        sending = False
+        await other
+        return ticks
+
+    assert run(scenario()) >= 10  # a send that blocked the loop would leave the ticker at 1
+
+
 def test_two_conversations_interleaved_on_one_engine_keep_their_histories_apart(model):
     rows_per_step: list[list[int]] = []  # one list per round
     both_submitted = threading.Event()
