@@ -98,6 +98,13 @@ def generate(
     show_default=True,
     help="Requests that may wait beyond those; more get 503.",
 )
+@click.option(
+    "--default-max-tokens",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    help="Reply length when a request names no max_tokens.",
+)
 @click.option("--model-id", default=None, help="The id clients send as 'model' (default: MODEL as given).")
 @threads_option
 def serve(
@@ -108,6 +115,7 @@ def serve(
     api_key: str | None,
     max_active: int,
     max_queued: int,
+    default_max_tokens: int,
     model_id: str | None,
     threads: int | None,
 ) -> None:
@@ -135,9 +143,12 @@ def serve(
             model_id=name,
             max_active=max_active,
             max_queued=max_queued,
+            default_max_tokens=default_max_tokens,
             on_ready=ready,
             log_level="warning",
         )
+    except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
+        say("stopped")
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
     finally:

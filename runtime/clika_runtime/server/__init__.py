@@ -43,12 +43,14 @@ def build_backend(
     max_queued: int = 64,
     engine: Engine | None = None,
     threads: int | None = None,
+    default_max_tokens: int = 1024,
 ) -> ModelBackend:
     """The served model: a loaded model or a model folder, the id clients use, and its shared engine.
 
     ``engine`` shares an engine already built over ``model`` (for instance a
     chat session's); otherwise the server builds its own with ``max_active``
-    decoding together and ``max_queued`` waiting.
+    decoding together and ``max_queued`` waiting. ``default_max_tokens`` bounds
+    a reply whose request names no ``max_tokens``.
     """
     from clika_runtime import modelverse
     from clika_runtime.server.backend import ModelBackend
@@ -59,7 +61,13 @@ def build_backend(
         raise TypeError(f"serve() takes a GenerativeModel or a model folder, not {type(model).__name__}")
     name = model_id or (Path(model).name if owns else loaded.local_dir.name)
     return ModelBackend(
-        loaded, name, max_active=max_active, max_queued=max_queued, engine=engine, owns_model=owns
+        loaded,
+        name,
+        max_active=max_active,
+        max_queued=max_queued,
+        engine=engine,
+        owns_model=owns,
+        default_max_tokens=default_max_tokens,
     )
 
 
@@ -74,6 +82,7 @@ def serve(
     max_queued: int = 64,
     max_body_bytes: int | None = None,
     engine: Engine | None = None,
+    default_max_tokens: int = 1024,
     log_level: str = "info",
     on_ready: Any = None,
 ) -> None:
@@ -83,7 +92,12 @@ def serve(
     ``on_ready(url)`` is called once the socket listens.
     """
     backend = build_backend(
-        model, model_id=model_id, max_active=max_active, max_queued=max_queued, engine=engine
+        model,
+        model_id=model_id,
+        max_active=max_active,
+        max_queued=max_queued,
+        engine=engine,
+        default_max_tokens=default_max_tokens,
     )
     try:
         server, sock = _uvicorn_server(backend, host, port, api_key, max_body_bytes, log_level)
@@ -147,11 +161,17 @@ def start_server(
     max_queued: int = 64,
     max_body_bytes: int | None = None,
     engine: Engine | None = None,
+    default_max_tokens: int = 1024,
     log_level: str = "warning",
 ) -> RunningServer:
     """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens."""
     backend = build_backend(
-        model, model_id=model_id, max_active=max_active, max_queued=max_queued, engine=engine
+        model,
+        model_id=model_id,
+        max_active=max_active,
+        max_queued=max_queued,
+        engine=engine,
+        default_max_tokens=default_max_tokens,
     )
     try:
         server, sock = _uvicorn_server(backend, host, port, api_key, max_body_bytes, log_level)

@@ -127,9 +127,11 @@ class ModelBackend:
         max_queued: int = 64,
         engine: Engine | None = None,
         owns_model: bool = False,
+        default_max_tokens: int = 1024,
     ) -> None:
         self.model = model
         self.model_id = model_id
+        self.default_max_tokens = default_max_tokens
         self.created = int(time.time())
         self.engine = engine or model.create_engine(max_active=max_active, max_queued=max_queued)
         self._owns_engine = engine is None
@@ -221,8 +223,10 @@ class ModelBackend:
                 "max_tokens",
                 "context_length_exceeded",
             )
-        if not max_tokens_given:  # no limit asked: the reply may fill the context window
-            config = config.overlay({"max_new_tokens": max(window - len(ids), 1)})
+        if not max_tokens_given:
+            # No limit asked: a bounded default, because the KV cache reserves room for the whole
+            # reply in every slot (a reply may still end earlier at the context window).
+            config = config.overlay({"max_new_tokens": self.default_max_tokens})
         try:
             return self.engine.submit(ids, config, **options)
         except QueueFullError as exc:
@@ -239,8 +243,8 @@ def _call_opener(template: Any, prompt: str, choice: ToolChoice, offered: list[d
 
     Without constrained decoding this is how a required call is asked for: the
     reply begins with the format's start marker (for hermes' JSON calls, also
-    the ``"name"`` key, and the function's name when one is named or only one
-    is offered), so the model
+    the ``"name"`` key, and the function's name and the brace opening its
+    arguments when one is named or only one is offered), so the model
     writes the rest of the call. Small models otherwise often end the reply
     right after a bare marker.
     """
@@ -248,7 +252,7 @@ def _call_opener(template: Any, prompt: str, choice: ToolChoice, offered: list[d
         return ""
     if template.tool_call_format == "hermes":
         only = choice.name or (offered[0]["function"]["name"] if len(offered) == 1 else None)
-        named = f'{json.dumps(only)}, "arguments": ' if only else '"'
+        named = f'{json.dumps(only)}, "arguments": {{' if only else '"'
         return '<tool_call>\n{"name": ' + named
     syntax = template.format.syntaxes[0]
     if syntax.implicit or syntax.at_reply_start or not syntax.start:

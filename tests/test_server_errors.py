@@ -1,0 +1,259 @@
+"""The server's edges on a tiny random model: API key, error shapes and statuses, body cap, routes.
+
+A real server on 127.0.0.1 (ephemeral port) and the real ``openai`` client;
+the tiny model's replies are noise, so these checks look at the protocol, not
+the words. A greedy reply must still be the same streamed and not, and the
+same as the engine's own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from clika_runtime import modelverse
+from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.server import start_server
+
+KEY = "test-key"
+MODEL = "tiny"
+BODY_CAP = 16 * 1024
+
+
+@pytest.fixture(scope="module")
+def model(tiny_llama_model):
+    loaded = modelverse.load(tiny_llama_model, threads=1)
+    yield loaded
+    loaded.close()
+
+
+@pytest.fixture(scope="module")
+def server(model):
+    with start_server(model, model_id=MODEL, api_key=KEY, max_active=4, max_body_bytes=BODY_CAP) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.base_url, timeout=60, headers={"authorization": f"Bearer {KEY}"}) as c:
+        yield c
+
+
+def hello(**extra):
+    return {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, **extra}
+
+
+def error_of(response: httpx.Response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"} and {"message", "type", "param", "code"} <= set(body["error"])
+    return body["error"]
+
+
+# -- what works ------------------------------------------------------------------------------
+
+
+def test_chat_reply_streamed_equals_whole_and_the_engines_own(client, model):
+    messages = [{"role": "user", "content": "hello"}]
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=10, temperature=0)
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=10,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    expected = model.generate(messages=messages, max_new_tokens=10, temperature=0.0)
+    assert whole.choices[0].message.content == streamed == expected
+    assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 10
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-2].choices[0].finish_reason == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 10
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens > 0
+
+
+def test_completions_read_raw_text_and_token_ids(client, model):
+    prompt_ids = model.tokenizer.encode("hello world")
+    stream = model.engine.submit(prompt_ids, GenerationConfig(max_new_tokens=6))
+    expected = stream.result()
+    by_text = client.completions.create(model=MODEL, prompt="hello world", max_tokens=6, temperature=0)
+    by_ids = client.completions.create(model=MODEL, prompt=prompt_ids, max_tokens=6, temperature=0)
+    assert by_text.choices[0].text == by_ids.choices[0].text == expected
+    assert by_text.usage.prompt_tokens == len(prompt_ids)
+    pair = client.completions.create(
+        model=MODEL, prompt=["hello world", "hello world"], max_tokens=6, temperature=0
+    )
+    assert [c.text for c in pair.choices] == [expected, expected] and [c.index for c in pair.choices] == [
+        0,
+        1,
+    ]
+
+
+def test_stop_strings_end_the_reply_unshown(client):
+    whole = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=20, temperature=0
+    ).choices[0]
+    text = whole.message.content
+    cut = next(i for i in range(3, len(text)) if text[i] not in text[:i])  # a character seen first here
+    stopped = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hello"}],
+        max_tokens=20,
+        temperature=0,
+        stop=[text[cut]],
+    ).choices[0]
+    assert stopped.message.content == text[:cut] and stopped.finish_reason == "stop"
+
+
+def test_models_and_health(client, http, server):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    health = httpx.get(server.base_url + "/health").json()  # no key needed
+    assert health["status"] == "ok" and health["model"] == MODEL and health["active"] == 0
+
+
+def test_binds_loopback_by_default(server):
+    assert server.host == "127.0.0.1"
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+def test_401_without_or_with_a_wrong_key(server):
+    for key in ("", "wrong"):
+        client = openai.OpenAI(base_url=server.url, api_key=key or "unused", max_retries=0)
+        if not key:
+            client = client.with_options(default_headers={"Authorization": ""})
+        with pytest.raises(openai.AuthenticationError) as caught:
+            client.chat.completions.create(**hello())
+        assert caught.value.status_code == 401 and caught.value.body["code"] == "invalid_api_key"
+    assert httpx.get(server.url + "/models").status_code == 401
+
+
+def test_404_unknown_model_and_route(client, http):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(**{**hello(), "model": "gpt-4o"})
+    assert caught.value.body["code"] == "model_not_found" and "'tiny'" in caught.value.body["message"]
+    response = http.post("/v1/embeddings", json={"model": MODEL, "input": "x"})
+    assert response.status_code == 404 and "/v1/embeddings" in error_of(response)["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        (b"{not json", None, "not valid JSON"),
+        (b"[1, 2]", None, "JSON object"),
+        (
+            json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode(),
+            "model",
+            "'model' is required",
+        ),
+        (json.dumps({"model": MODEL, "messages": []}).encode(), "messages", "non-empty"),
+        (
+            json.dumps({"model": MODEL, "messages": [{"role": "bot", "content": "x"}]}).encode(),
+            "messages[0].role",
+            "role",
+        ),
+        (json.dumps(hello(temperature=5)).encode(), "temperature", "temperature"),
+        (json.dumps(hello(max_tokens=0)).encode(), "max_tokens", "max_tokens"),
+        (json.dumps(hello(top_p=0)).encode(), "top_p", "top_p"),
+        (json.dumps(hello(n=2)).encode(), "n", "'n' must be 1"),
+        (json.dumps(hello(stop=["a", "b", "c", "d", "e"])).encode(), "stop", "at most 4"),
+        (json.dumps(hello(tool_choice="required")).encode(), "tool_choice", "needs 'tools'"),
+        (json.dumps(hello(stream_options={"include_usage": True})).encode(), "stream_options", "stream"),
+    ],
+)
+def test_400_names_the_bad_field(http, body, param, words):
+    response = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["type"] == "invalid_request_error" and error["param"] == param and words in error["message"]
+
+
+def test_400_for_a_prompt_longer_than_the_context(client, model):
+    long_text = "hello " * (model.max_seq * 2)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": long_text}])
+    assert (
+        caught.value.body["code"] == "context_length_exceeded"
+        and str(model.max_seq) in caught.value.body["message"]
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(**{**hello(), "max_tokens": model.max_seq})
+    assert caught.value.body["code"] == "context_length_exceeded"
+
+
+def test_400_for_tools_offered_to_a_model_without_a_tools_slot(client):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(**hello(), tools=[tool])
+    assert caught.value.body["param"] == "tools" and "takes no tools" in caught.value.body["message"]
+
+
+def test_413_for_a_body_over_the_cap(http):
+    big = json.dumps(hello(messages=[{"role": "user", "content": "x" * BODY_CAP}]))
+    response = http.post("/v1/chat/completions", content=big, headers={"content-type": "application/json"})
+    assert response.status_code == 413 and error_of(response)["code"] == "request_too_large"
+
+    def chunked():  # no content-length: the cap holds while reading
+        yield big[: BODY_CAP // 2].encode()
+        yield big[BODY_CAP // 2 :].encode()
+
+    response = http.post(
+        "/v1/chat/completions", content=chunked(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413
+
+
+def test_the_engine_is_clean_after_all_that(server):
+    deadline = time.monotonic() + 10
+    while server.backend.load() != {"active": 0, "waiting": 0} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.backend.load() == {"active": 0, "waiting": 0}
+    server.backend.engine.check_integrity()
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def test_clika_serve_command_serves_a_model_folder_and_stops_on_ctrl_c(tiny_llama_model):
+    command = [sys.executable, "-m", "clika_cli.main", "serve", str(tiny_llama_model), "--port", "0"]
+    command += ["--model-id", "m", "--threads", "1"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        url = _served_url(process)
+        reply = openai.OpenAI(base_url=url, api_key="none", max_retries=0).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+        assert reply.usage.completion_tokens == 4 and url.startswith("http://127.0.0.1:")
+        process.send_signal(2)  # Ctrl-C
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _served_url(process: subprocess.Popen) -> str:
+    assert process.stderr is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if " at http://" in line:
+            return line.split(" at ")[1].split()[0]
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError(f"clika serve did not report its address (exit {process.poll()})")
