@@ -38,8 +38,8 @@ from clika_runtime.manifest import Manifest
 VARIANTS = {
     "exact": ("int4", {}),
     "exact-acc0": ("int4", {"accuracy_level": 0}),
+    "exact-4bit-acc0": ("int4", {"accuracy_level_4bit": 0}),
     "exact-head-acc0": ("int4", {"head_accuracy_level": 0}),
-    "exact-layers-acc0": ("int4", {"accuracy_level": 0, "head_accuracy_level": 4}),
     "exact-head-fp32": ("int4", {"head": "fp32"}),
     "rtn-sym": ("int4", {"transcode": False, "method": "rtn", "zero_point": "none"}),
     "rtn-offset": ("int4", {"transcode": False, "method": "rtn", "zero_point": "offset"}),

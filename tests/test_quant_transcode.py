@@ -213,3 +213,27 @@ def test_real_gguf_tensors_transcode_exactly(model, request):
         got = transcode(blocks.ggml_type, blocks.data, tuple(blocks.shape)).dequantize()
         assert same_bits(got, checkpoint.tensor(name)), name
     assert seen <= set(TYPES) and seen
+
+
+def test_accuracy_levels_follow_the_weight_width():
+    """4-bit groups may compute in fp32 (level 0) while 8-bit ones keep int8 activations (level 0 is 10-30x slower)."""
+    cols = 256
+    parts = {"q": ("Q4_K", 32), "v": ("Q6_K", 16)}
+    blocks = {n: RawBlocks(t, random_blocks(t, r, cols), (r, cols)) for n, (t, r) in parts.items()}
+    ref = np.concatenate([gguf_values(b.ggml_type, b.data, *b.shape) for b in blocks.values()])
+    matrices = {
+        "w": {"roles": ["qkv"], "nodes": ["/layer/proj/MatMul"], "layout": "in_out", "sources": list(parts)}
+    }
+    _, record = quantize_proto(matmul_model(ref.T.copy()), BlocksOnly(blocks), "int4", dict(matrices))
+    assert [g["accuracy_level"] for g in record["matrices"]["w"]["groups"]] == [4, 4]  # the default
+    options = {"accuracy_level_4bit": 0}
+    model, record = quantize_proto(matmul_model(ref.T.copy()), BlocksOnly(blocks), "int4", matrices, options)
+    assert [g["accuracy_level"] for g in record["matrices"]["w"]["groups"]] == [0, 4]
+    levels = [
+        a.i
+        for n in model.graph.node
+        if n.op_type == "MatMulNBits"
+        for a in n.attribute
+        if a.name == "accuracy_level"
+    ]
+    assert levels == [0, 4]

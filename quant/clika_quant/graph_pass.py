@@ -39,7 +39,6 @@ class Rewriter:
     """Collects replacement nodes and initializers for one graph."""
 
     graph: onnx.GraphProto
-    accuracy_level: int
     new_initializers: list[onnx.TensorProto] = field(default_factory=list)
     replaced: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
     removed_initializers: set[str] = field(default_factory=set)
@@ -83,11 +82,8 @@ class Rewriter:
 
     # -- MatMul / Gemm consumers ---------------------------------------------------
 
-    def matmul(
-        self, node: onnx.NodeProto, groups: list[Group], base: str, accuracy_level: int | None = None
-    ) -> None:
+    def matmul(self, node: onnx.NodeProto, groups: list[Group], base: str, levels: list[int]) -> None:
         """Replace a MatMul/Gemm by the groups' MatMulNBits (concatenated when several)."""
-        level = self.accuracy_level if accuracy_level is None else accuracy_level
         x, out = node.input[0], node.output[0]
         scope = node.name.rsplit("/", 1)[0]
         nodes: list[onnx.NodeProto] = []
@@ -96,7 +92,7 @@ class Rewriter:
             suffix = "" if len(groups) == 1 else f".part{i}"
             target = out if len(groups) == 1 else f"{scope}/part{i}/output_0"
             nodes += self._nbits(
-                x, target, group.matrix, f"{base}{suffix}", f"{scope}{suffix.replace('.', '/')}", level
+                x, target, group.matrix, f"{base}{suffix}", f"{scope}{suffix.replace('.', '/')}", levels[i]
             )
             outputs.append(target)
         if len(groups) > 1:

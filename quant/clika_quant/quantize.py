@@ -79,7 +79,7 @@ def quantize_proto(
         return model, _summarize(record)
     load = load or _inline_loader(model)
     raw = _raw_source(checkpoint)
-    rewriter = Rewriter(model.graph, options.accuracy_level)
+    rewriter = Rewriter(model.graph)
     for name, info in matrices.items():
         record["matrices"][name] = _quantize_matrix(rewriter, name, info, precision, options, load, raw)
     rewriter.apply()
@@ -111,9 +111,7 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
     plan = plan_matrix(weight_nk, sources, raw, bits, options)
     if plan.is_float:
         return {**entry, "ops": ["fp32"]}
-    level = options.accuracy_level
-    if HEAD in roles and options.head_accuracy_level is not None:
-        level = options.head_accuracy_level
+    levels = [options.accuracy_for(g.matrix.bits, HEAD in roles) for g in plan.groups]
     ops = []
     for node_name in info["nodes"]:
         node = rewriter.node(node_name)
@@ -131,10 +129,11 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
             raise QuantError(
                 f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
             )
-        rewriter.matmul(node, plan.groups, base, level)
+        rewriter.matmul(node, plan.groups, base, levels)
         ops.append("MatMulNBits")
     rewriter.removed_initializers.add(name)
-    entry.update(ops=ops, accuracy_level=level, groups=[g.record() for g in plan.groups])
+    groups = [{**g.record(), "accuracy_level": level} for g, level in zip(plan.groups, levels, strict=True)]
+    entry.update(ops=ops, groups=groups)
     return entry
 
 
