@@ -120,8 +120,11 @@ def serve(
     threads: int | None,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
+    from clika_runtime.server import require_server_stack
+    from clika_runtime.server import serve as run_server
+
     try:
-        from clika_runtime.server import serve as run_server
+        require_server_stack()
     except ImportError as exc:
         raise click.ClickException(str(exc)) from None
     local = local_model(model, precision)

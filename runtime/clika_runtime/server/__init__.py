@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from clika_runtime.modelverse import GenerativeModel
     from clika_runtime.server.backend import ModelBackend
 
-__all__ = ["RunningServer", "build_backend", "serve", "start_server"]
+__all__ = ["RunningServer", "build_backend", "require_server_stack", "serve", "start_server"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -91,6 +91,7 @@ def serve(
     ``api_key``: clients must send ``Authorization: Bearer <key>``.
     ``on_ready(url)`` is called once the socket listens.
     """
+    require_server_stack()
     backend = build_backend(
         model,
         model_id=model_id,
@@ -165,6 +166,7 @@ def start_server(
     log_level: str = "warning",
 ) -> RunningServer:
     """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens."""
+    require_server_stack()
     backend = build_backend(
         model,
         model_id=model_id,
@@ -191,12 +193,8 @@ def _uvicorn_server(
     max_body_bytes: int | None,
     log_level: str,
 ) -> tuple[Any, socket.socket]:
-    try:
-        import uvicorn
-    except ImportError as exc:
-        raise ImportError(
-            "the server needs starlette and uvicorn: pip install 'clika-runtime[server]'"
-        ) from exc
+    import uvicorn
+
     from clika_runtime.server.app import DEFAULT_MAX_BODY_BYTES, create_app
 
     app = create_app(backend, api_key=api_key, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
@@ -206,6 +204,17 @@ def _uvicorn_server(
         app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5, access_log=log_level == "debug"
     )
     return uvicorn.Server(config), sock
+
+
+def require_server_stack() -> None:
+    """Fail before loading anything when the ``server`` extra is missing."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"the server needs starlette and uvicorn: pip install 'clika-runtime[server]' ({exc})"
+        ) from None
 
 
 def _family(host: str) -> socket.AddressFamily:
