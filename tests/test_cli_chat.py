@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from clika_cli.chat_command import read_message
+from clika_cli.chat_command import ChatRepl, read_message
+from clika_runtime import modelverse
 
 PROMPT = ">>> "
 STATS = re.compile(r"(\d+) tokens, [\d.]+ tokens/s")
@@ -27,7 +28,10 @@ def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> list[str]:
 
     def fake_input(prompt: str = "") -> str:
         shown.append(prompt)
-        return next(feed)
+        line = next(feed, None)
+        if line is None:
+            raise EOFError  # Ctrl-D
+        return line
 
     monkeypatch.setattr(builtins, "input", fake_input)
     return shown
@@ -45,6 +49,22 @@ def test_a_triple_quoted_block_spans_lines(monkeypatch):
     assert read_message() == "opened here\nclosed here"
     typed(monkeypatch, '"""all on one line"""')
     assert read_message() == "all on one line"
+
+
+def test_commands_change_the_session_and_eof_leaves(monkeypatch, capsys, tiny_llama_model):
+    model = modelverse.load(tiny_llama_model, threads=1)
+    repl = ChatRepl(model, system=None, budget=4, overrides={"temperature": 0.0})
+    typed(monkeypatch, "hello", "/system Be brief.", "/system", "again", "/nope", "/help", "/reset")
+    try:
+        repl.run()  # returns at the end of input (EOF)
+        history = repl.session.messages
+    finally:
+        repl.close()
+        model.close()
+    err = capsys.readouterr().err
+    assert "system prompt: 'Be brief.'" in err and "unknown command /nope" in err and "/reset" in err
+    assert len(re.findall(r"^4 tokens, ", err, flags=re.M)) == 2  # a statistics line after each reply
+    assert history == [{"role": "system", "content": "Be brief."}]  # /system began anew, /reset kept it
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The server's edges on a tiny random model: API key, error shapes and statuses, body cap, routes.
+"""The server's protocol on a tiny random model: replies, reasoning, API key, errors, body cap, routes.
 
 A real server on 127.0.0.1 (ephemeral port) and the real ``openai`` client;
 the tiny model's replies are noise, so these checks look at the protocol, not
@@ -9,9 +9,11 @@ same as the engine's own.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -20,6 +22,8 @@ import pytest
 from clika_runtime import modelverse
 from clika_runtime.engine.types import GenerationConfig
 from clika_runtime.server import start_server
+
+TEMPLATES = Path(__file__).parent / "templates"
 
 KEY = "test-key"
 MODEL = "tiny"
@@ -117,6 +121,46 @@ def test_stop_strings_end_the_reply_unshown(client):
         stop=[text[cut]],
     ).choices[0]
     assert stopped.message.content == text[:cut] and stopped.finish_reason == "stop"
+
+
+def test_completions_stream_like_the_whole_reply(client):
+    whole = client.completions.create(model=MODEL, prompt="hello", max_tokens=8, temperature=0)
+    chunks = list(
+        client.completions.create(
+            model=MODEL,
+            prompt="hello",
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert chunks[-1].usage.completion_tokens == 8 and chunks[-2].choices[0].finish_reason == "length"
+
+
+@pytest.fixture(scope="module")
+def thinking_client(tiny_llama_model, tmp_path_factory):
+    """The tiny model under a template whose prompt opens a reasoning block (all its noise is reasoning)."""
+    folder = tmp_path_factory.mktemp("thinking") / "model"
+    shutil.copytree(tiny_llama_model, folder)
+    shutil.copy(TEMPLATES / "always_thinking.jinja", folder / "chat_template.jinja")
+    model = modelverse.load(folder, threads=1)
+    assert model.reasoning_mode == "always"
+    with start_server(model, model_id=MODEL) as running:
+        yield openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=60)
+    model.close()
+
+
+def test_reasoning_travels_as_reasoning_content_whole_and_streamed(thinking_client):
+    request = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 12}
+    whole = thinking_client.chat.completions.create(**request, temperature=0).choices[0].message
+    reasoning = whole.model_extra["reasoning_content"]
+    assert reasoning and whole.content == ""
+    chunks = list(thinking_client.chat.completions.create(**request, temperature=0, stream=True))
+    deltas = [c.choices[0].delta for c in chunks]
+    assert "".join(d.model_extra.get("reasoning_content") or "" for d in deltas) == reasoning
+    assert "".join(d.content or "" for d in deltas) == ""
 
 
 def test_models_and_health(client, http, server):
