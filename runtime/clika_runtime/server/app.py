@@ -89,7 +89,7 @@ class _Routes:
         if parsed.stream:
             chunks = ChatChunks(reply_id, self.backend.model_id, run.created, parsed.include_usage)
             return EventStream(_chat_stream(run, chunks), on_close=run.cancel)
-        reply = await _gather(run, request)
+        [reply] = await _gather([run], request)
         return JSONResponse(chat_completion(reply_id, self.backend.model_id, run.created, reply))
 
     async def completions(self, request: Request) -> Response:
@@ -112,8 +112,8 @@ class _Routes:
         if parsed.stream:
             chunks = CompletionChunks(reply_id, self.backend.model_id, runs[0].created, parsed.include_usage)
             return EventStream(_completion_stream(runs[0], chunks), on_close=runs[0].cancel)
-        replies = await asyncio.gather(*(_gather(run, request) for run in runs))
-        return JSONResponse(completion(reply_id, self.backend.model_id, runs[0].created, list(replies)))
+        replies = await _gather(runs, request)
+        return JSONResponse(completion(reply_id, self.backend.model_id, runs[0].created, replies))
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -168,25 +168,33 @@ class _Routes:
 # -- replies -----------------------------------------------------------------------------------
 
 
-async def _gather(run: ReplyRun, request: Request) -> Reply:
-    """The whole reply; a client that disconnects meanwhile cancels the decode."""
-    watcher = asyncio.ensure_future(_cancel_on_disconnect(request, run))
+async def _gather(runs: list[ReplyRun], request: Request) -> list[Reply]:
+    """The whole replies; a client that disconnects meanwhile cancels every decode of its request."""
+    watcher = asyncio.ensure_future(_cancel_on_disconnect(request, runs))
+    try:
+        return list(await asyncio.gather(*(_collect(run) for run in runs)))
+    finally:
+        watcher.cancel()
+        for run in runs:  # no-op for finished runs; stops the others when one failed
+            run.cancel()
+
+
+async def _collect(run: ReplyRun) -> Reply:
     reply = Reply()
     try:
         async for event in run_events(run):
             reply.add(event)
     except RuntimeError as exc:
         raise ApiError(500, str(exc), code="generation_failed") from None
-    finally:
-        watcher.cancel()
     return reply
 
 
-async def _cancel_on_disconnect(request: Request, run: ReplyRun) -> None:
+async def _cancel_on_disconnect(request: Request, runs: list[ReplyRun]) -> None:
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            run.cancel()
+            for run in runs:
+                run.cancel()
             return
 
 

@@ -163,9 +163,8 @@ def _message(message: Any, index: int) -> dict[str, Any]:
     turn = {key: value for key, value in message.items() if value is not None}
     turn["role"] = "system" if role == "developer" else role  # chat templates know no developer role
     content = message.get("content")
-    if content is None and not (role == "assistant" and message.get("tool_calls")):
-        if role != "assistant":
-            raise bad_request(f"{param}.content is required for a {role} message", f"{param}.content")
+    if content is None and role != "assistant":  # an assistant turn may hold only tool calls
+        raise bad_request(f"{param}.content is required for a {role} message", f"{param}.content")
     turn["content"] = _content_text(content, f"{param}.content")
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
         raise bad_request(f"{param}.tool_call_id is required for a tool message", f"{param}.tool_call_id")
