@@ -170,6 +170,18 @@ def test_models_and_health(client, http, server):
     assert health["status"] == "ok" and health["model"] == MODEL and health["active"] == 0
 
 
+def test_a_chat_sessions_engine_can_be_served(model):
+    with model.chat_session(max_active=2) as session:
+        with start_server(session, model_id=MODEL) as running:
+            assert running.backend.engine is session.engine
+            steps = session.engine.stats.steps
+            client = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0)
+            reply = client.chat.completions.create(**hello())
+            assert reply.usage.completion_tokens == 8 and session.engine.stats.steps > steps
+        assert not session.engine.closed  # the server leaves the session's engine to the session
+        assert session.send("hi", max_new_tokens=2) is not None
+
+
 def test_binds_loopback_by_default(server):
     assert server.host == "127.0.0.1"
 

@@ -106,6 +106,11 @@ class ChatSession:
     # -- state ----------------------------------------------------------------------------------
 
     @property
+    def model(self) -> GenerativeModel:
+        """The model the session talks to."""
+        return self._model
+
+    @property
     def card(self) -> ChatCard:
         """What the session's engine advertises about the model (a ChatCard)."""
         return self._card

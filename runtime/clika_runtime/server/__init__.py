@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from clika_runtime.chat.session import ChatSession
     from clika_runtime.engine.engine import Engine
     from clika_runtime.modelverse import GenerativeModel
     from clika_runtime.server.backend import ModelBackend
@@ -36,7 +37,7 @@ DEFAULT_PORT = 8000
 
 
 def build_backend(
-    model: GenerativeModel | str | Path,
+    model: GenerativeModel | ChatSession | str | Path,
     *,
     model_id: str | None = None,
     max_active: int = 8,
@@ -45,20 +46,25 @@ def build_backend(
     threads: int | None = None,
     default_max_tokens: int = 1024,
 ) -> ModelBackend:
-    """The served model: a loaded model or a model folder, the id clients use, and its shared engine.
+    """The served model: a loaded model, a chat session or a model folder; the id clients use; one engine.
 
-    ``engine`` shares an engine already built over ``model`` (for instance a
-    chat session's); otherwise the server builds its own with ``max_active``
-    decoding together and ``max_queued`` waiting. ``default_max_tokens`` bounds
-    a reply whose request names no ``max_tokens``.
+    A chat session is served on its own engine (``session.engine``); ``engine``
+    shares an engine already built over ``model``; otherwise the server builds
+    its own with ``max_active`` decoding together and ``max_queued`` waiting.
+    ``default_max_tokens`` bounds a reply whose request names no ``max_tokens``.
     """
     from clika_runtime import modelverse
+    from clika_runtime.chat.session import ChatSession
     from clika_runtime.server.backend import ModelBackend
 
+    if isinstance(model, ChatSession):
+        model, engine = model.model, engine or model.engine
     owns = isinstance(model, (str, Path))
     loaded = modelverse.load(model, threads=threads) if owns else model
     if not isinstance(loaded, modelverse.GenerativeModel):
-        raise TypeError(f"serve() takes a GenerativeModel or a model folder, not {type(model).__name__}")
+        raise TypeError(
+            f"serve() takes a GenerativeModel, a ChatSession or a model folder, not {type(model).__name__}"
+        )
     name = model_id or (Path(model).name if owns else loaded.local_dir.name)
     return ModelBackend(
         loaded,
@@ -72,7 +78,7 @@ def build_backend(
 
 
 def serve(
-    model: GenerativeModel | str | Path,
+    model: GenerativeModel | ChatSession | str | Path,
     *,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
@@ -86,7 +92,7 @@ def serve(
     log_level: str = "info",
     on_ready: Any = None,
 ) -> None:
-    """Serve ``model`` (a GenerativeModel or a model folder) until interrupted (Ctrl-C).
+    """Serve ``model`` (a GenerativeModel, a ChatSession's engine, or a model folder) until Ctrl-C.
 
     ``api_key``: clients must send ``Authorization: Bearer <key>``.
     ``on_ready(url)`` is called once the socket listens.
@@ -152,7 +158,7 @@ class RunningServer:
 
 
 def start_server(
-    model: GenerativeModel | str | Path,
+    model: GenerativeModel | ChatSession | str | Path,
     *,
     host: str = DEFAULT_HOST,
     port: int = 0,
