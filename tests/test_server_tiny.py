@@ -90,6 +90,18 @@ def test_chat_reply_streamed_equals_whole_and_the_engines_own(client, model):
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens > 0
 
 
+def test_sampling_fields_reach_the_engine(client):
+    def sample(**fields) -> str:
+        reply = client.chat.completions.create(**hello(max_tokens=12), temperature=1.0, **fields)
+        return reply.choices[0].message.content
+
+    assert sample(seed=7) == sample(seed=7)
+    assert len({sample(seed=seed) for seed in range(4)}) > 1  # the seed is not ignored
+    assert sample(seed=7, top_p=1e-6) == sample(seed=8, top_p=1e-6)  # top_p: only the likeliest token
+    short = client.chat.completions.create(**hello(max_tokens=None), max_completion_tokens=3)
+    assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length"
+
+
 def test_completions_read_raw_text_and_token_ids(client, model):
     prompt_ids = model.tokenizer.encode("hello world")
     stream = model.engine.submit(prompt_ids, GenerationConfig(max_new_tokens=6))
