@@ -189,3 +189,13 @@ def test_pack_step_refuses_what_the_graph_cannot_run() -> None:
         pack_step([(6, [1, 2, 3], False)], context_window=8)
     with pytest.raises(ValueError, match="negative past_len"):
         pack_step([(-1, [1], False)])
+
+
+def test_numpy_reference_matches_transformers(make_tiny_hf, tmp_path) -> None:
+    from clika_export.readers.hf import read_hf
+    from clika_export.verify import reference_logits
+
+    model = make_tiny_hf(tmp_path / "hf", "qwen2", tied=True)
+    sequences = [[5, 9, 200, 31, 7], [1, 2]]
+    for tokens, logits in zip(sequences, reference_logits(read_hf(tmp_path / "hf"), sequences), strict=True):
+        assert relative_error(logits, _reference(model, tokens)) < 1e-5

@@ -26,7 +26,7 @@ from clika_export.families import family_for
 from clika_export.graph.decoder import BuiltGraph
 from clika_export.progress import Progress
 from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
-from clika_export.verify import FP32_TOLERANCE, check_export
+from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
 from clika_runtime.engine.step_inputs import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 from clika_runtime.manifest import GraphSpec, KVSpec, Manifest, ManifestError, Provenance, TokenizerSpec
@@ -68,16 +68,29 @@ def export(
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     work.chmod(0o755)  # mkdtemp makes it private; the model folder is an ordinary one
     try:
+        # The float reference runs alongside the build, on the tensors it reads.
+        sequences = check_sequences(checkpoint.architecture)
+        reference = StreamingReference(checkpoint.architecture, sequences) if verify else None
         with report.steps("building graph", checkpoint.architecture.num_layers) as on_layer:
-            built = family.build(checkpoint, work, context, on_layer)
+            built = family.build(
+                checkpoint,
+                work,
+                context,
+                on_layer=_both(on_layer, reference.layer_done if reference else None),
+                on_tensor=reference.observe if reference else None,
+            )
+        expected = reference.logits() if reference else None
         record = {"weights": "fp32", "matrices": built.matrices}
         if precision != "fp32":
             with report.stage(f"quantizing to {precision}"):
                 record = quantizer(work / built.model_file, checkpoint, precision, matrices=built.matrices)
         quality: dict[str, Any] = {}
-        if verify:
+        if expected is not None:
             with report.stage("verifying against the float reference"):
-                quality = verify_export(work / built.model_file, checkpoint, precision, threads)
+                result = check_graph(
+                    work / built.model_file, checkpoint.architecture, sequences, expected, threads=threads
+                )
+                quality = {"reference_check": _judge(result, precision)}
         with report.stage("writing the model folder"):
             manifest = _write_folder(work, checkpoint, built, context, record, quality)
             Manifest.read(work)  # the folder must read back as a complete model
@@ -111,17 +124,25 @@ def _quantizer(precision: str) -> Callable[..., dict[str, Any]]:
     return quantize_model
 
 
-def verify_export(
-    model_path: Path, checkpoint: Checkpoint, precision: str, threads: int | None = None
-) -> dict[str, Any]:
-    """Compare the graph with the NumPy reference; an fp32 graph must match within ``FP32_TOLERANCE``."""
-    result = check_export(model_path, checkpoint, threads=threads)
+def _judge(result: dict[str, Any], precision: str) -> dict[str, Any]:
+    """An fp32 graph must match the float reference within ``FP32_TOLERANCE``; others are measured."""
     if precision == "fp32" and result["max_rel_logits_error"] > FP32_TOLERANCE:
         raise ExportError(
             f"the exported graph does not match the reference: relative logits error "
             f"{result['max_rel_logits_error']:.2e} > {FP32_TOLERANCE:.0e}"
         )
-    return {"reference_check": result}
+    return result
+
+
+def _both(first: Callable[[int], None], second: Callable[[int], None] | None) -> Callable[[int], None]:
+    if second is None:
+        return first
+
+    def call(index: int) -> None:
+        first(index)
+        second(index)
+
+    return call
 
 
 def read_source(source: Path) -> Checkpoint:

@@ -34,6 +34,7 @@ class Progress:
     @contextlib.contextmanager
     def steps(self, name: str, total: int, unit: str = "layer") -> Iterator[Callable[[int], None]]:
         """A stage with a bar; the callback is told each finished step's index."""
+        self.note(f"{name} ...")
         start = time.perf_counter()
         bar = tqdm(
             total=total, desc=f"{self.prefix}: {name}", unit=unit, file=sys.stderr, disable=not self.enabled
@@ -43,3 +44,4 @@ class Progress:
         finally:
             bar.close()
         self.timings[name] = time.perf_counter() - start
+        self.note(f"{name} done in {self.timings[name]:.1f} s")

@@ -10,6 +10,7 @@ compares every logits row it asked for with the reference.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -69,11 +70,20 @@ class StepRunner:
 
     @classmethod
     def open(
-        cls, model_path: Path, arch: Architecture, slots: int, capacity: int, threads: int | None = None
-    ):
-        session = ort.InferenceSession(
-            str(model_path), session_options(threads), providers=["CPUExecutionProvider"]
-        )
+        cls,
+        model_path: Path,
+        arch: Architecture,
+        slots: int,
+        capacity: int,
+        threads: int | None = None,
+        *,
+        prepack: bool = True,
+    ) -> StepRunner:
+        """A runner over a new session; ``prepack=False`` keeps the weights mapped, not copied (less memory)."""
+        options = session_options(threads)
+        if not prepack:
+            options.add_session_config_entry("session.disable_prepacking", "1")
+        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         return cls(session, arch, slots, capacity)
 
     def step(self, rows: Sequence[tuple[int, Sequence[int], bool]]) -> list[np.ndarray]:
@@ -105,24 +115,66 @@ def greedy(runner: StepRunner, prompts: Sequence[Sequence[int]], new_tokens: int
 # -- the NumPy reference -------------------------------------------------------
 
 
+class StreamingReference:
+    """A NumPy float32 forward of fixed sequences, fed tensors in the order a build reads them.
+
+    The graph builder reads each tensor once (embedding, then layer by layer,
+    then the final norm and head); handed the same arrays through ``observe``
+    and told when a layer is complete, this runs the reference alongside, so a
+    checked export dequantizes its source once and holds one layer at a time.
+    """
+
+    def __init__(self, arch: Architecture, sequences: Sequence[Sequence[int]]) -> None:
+        self.arch = arch
+        self.sequences = [list(s) for s in sequences]
+        self.inv_freq = inverse_frequencies(arch.head_dim, arch.rope_theta, arch.rope_scaling)
+        self.lengths = [len(s) for s in self.sequences]
+        self.hidden: np.ndarray | None = None  # the sequences stacked: [sum of lengths, hidden]
+        self.layer: dict[str, np.ndarray] = {}
+        self.kept: dict[str, np.ndarray] = {}
+        self.done = 0
+
+    def observe(self, name: str, array: np.ndarray) -> None:
+        array = np.asarray(array, dtype=np.float32)
+        if name == "model.embed_tokens.weight":
+            self.hidden = array[np.asarray([t for s in self.sequences for t in s], dtype=np.int64)]
+            if self.arch.tie_word_embeddings:
+                self.kept["lm_head.weight"] = array
+        elif name.startswith("model.layers."):
+            self.layer[name.split(".", 3)[3]] = array
+        elif name in ("model.norm.weight", "lm_head.weight"):
+            self.kept[name] = array
+
+    def layer_done(self, layer: int) -> None:
+        if self.hidden is None or layer != self.done:
+            raise RuntimeError(f"reference fed out of order: layer {layer} after {self.done} layers")
+        self.hidden = _layer_forward(self.arch, self.layer, self.hidden, self.lengths, self.inv_freq)
+        assert self.hidden.dtype == np.float32, self.hidden.dtype
+        self.layer = {}
+        self.done += 1
+
+    def logits(self) -> list[np.ndarray]:
+        """Every position's logits ``[len, vocab]`` of each sequence; frees the tables."""
+        if self.hidden is None or self.done != self.arch.num_layers:
+            raise RuntimeError(f"reference incomplete: {self.done} of {self.arch.num_layers} layers")
+        norm, head = self.kept.pop("model.norm.weight"), self.kept.pop("lm_head.weight")
+        logits = _rms_norm(self.hidden, norm, self.arch.rms_norm_eps) @ head.T
+        return np.split(logits, np.cumsum(self.lengths)[:-1])
+
+
 def reference_logits(checkpoint: Checkpoint, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    """Every position's logits ``[len, vocab]`` of each sequence, computed in NumPy float32."""
+    """Every position's logits ``[len, vocab]`` of each sequence, read straight from the checkpoint."""
     arch = checkpoint.architecture
-    embed = checkpoint.tensor("model.embed_tokens.weight").astype(np.float32)
-    hidden = [embed[np.asarray(s, dtype=np.int64)] for s in sequences]
-    inv_freq = inverse_frequencies(arch.head_dim, arch.rope_theta, arch.rope_scaling)
+    reference = StreamingReference(arch, sequences)
+    reference.observe("model.embed_tokens.weight", checkpoint.tensor("model.embed_tokens.weight"))
     for layer in range(arch.num_layers):
-        weights = _layer_weights(checkpoint, layer)
-        hidden = [_layer_forward(arch, weights, h, inv_freq) for h in hidden]
-    norm = checkpoint.tensor("model.norm.weight").astype(np.float32)
-    head = embed if arch.tie_word_embeddings else checkpoint.tensor("lm_head.weight").astype(np.float32)
-    return [_rms_norm(h, norm, arch.rms_norm_eps) @ head.T for h in hidden]
-
-
-def _layer_weights(checkpoint: Checkpoint, layer: int) -> dict[str, np.ndarray]:
-    prefix = f"model.layers.{layer}."
-    names = [n for n in checkpoint.names() if n.startswith(prefix)]
-    return {n[len(prefix) :]: checkpoint.tensor(n).astype(np.float32) for n in names}
+        prefix = f"model.layers.{layer}."
+        for name in [n for n in checkpoint.names() if n.startswith(prefix)]:
+            reference.observe(name, checkpoint.tensor(name))
+        reference.layer_done(layer)
+    for name in ("model.norm.weight", *(() if arch.tie_word_embeddings else ("lm_head.weight",))):
+        reference.observe(name, checkpoint.tensor(name))
+    return reference.logits()
 
 
 def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -145,63 +197,87 @@ def _rotate(x: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
 
 
 def _layer_forward(
-    arch: Architecture, w: dict[str, np.ndarray], h: np.ndarray, inv_freq: np.ndarray
+    arch: Architecture, w: dict[str, np.ndarray], h: np.ndarray, lengths: Sequence[int], inv_freq: np.ndarray
 ) -> np.ndarray:
+    """One decoder layer over the sequences stacked in ``h`` (``lengths`` rows each)."""
     n, hd, kv = arch.num_heads, arch.head_dim, arch.num_kv_heads
-    length = h.shape[0]
     x = _rms_norm(h, w["input_layernorm.weight"], arch.rms_norm_eps)
-    q = _linear(w, "self_attn.q_proj", x).reshape(length, n, hd).transpose(1, 0, 2)
-    k = _linear(w, "self_attn.k_proj", x).reshape(length, kv, hd).transpose(1, 0, 2)
-    v = _linear(w, "self_attn.v_proj", x).reshape(length, kv, hd).transpose(1, 0, 2)
-    q, k = _rotate(q, inv_freq), _rotate(k, inv_freq)
-    group = n // kv
-    k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)
-    scores = q @ k.transpose(0, 2, 1) / np.sqrt(hd)
-    scores = np.where(np.tril(np.ones((length, length), dtype=bool)), scores, -np.inf)
-    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    context = (scores / scores.sum(axis=-1, keepdims=True)) @ v
-    h = h + _linear(w, "self_attn.o_proj", context.transpose(1, 0, 2).reshape(length, n * hd))
+    q, k, v = (_linear(w, f"self_attn.{p}_proj", x) for p in "qkv")
+    bounds = np.cumsum([0, *lengths])
+    context = np.concatenate(
+        [
+            _attention(q[a:b], k[a:b], v[a:b], n, kv, hd, inv_freq)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+    )
+    h = h + _linear(w, "self_attn.o_proj", context)
     x = _rms_norm(h, w["post_attention_layernorm.weight"], arch.rms_norm_eps)
     gate = _linear(w, "mlp.gate_proj", x)
     up = _linear(w, "mlp.up_proj", x)
     return h + _linear(w, "mlp.down_proj", gate / (1 + np.exp(-gate)) * up)
 
 
+def _attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, n: int, kv: int, hd: int, inv_freq: np.ndarray
+) -> np.ndarray:
+    """Causal grouped-query attention of one sequence (positions from 0), ``[len, n * hd]``."""
+    length = q.shape[0]
+    q = _rotate(q.reshape(length, n, hd).transpose(1, 0, 2), inv_freq)
+    k = _rotate(k.reshape(length, kv, hd).transpose(1, 0, 2), inv_freq)
+    v = v.reshape(length, kv, hd).transpose(1, 0, 2)
+    k, v = np.repeat(k, n // kv, axis=0), np.repeat(v, n // kv, axis=0)
+    scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # a Python float keeps float32
+    scores = np.where(np.tril(np.ones((length, length), dtype=bool)), scores, -np.inf)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    context = (scores / scores.sum(axis=-1, keepdims=True)) @ v
+    return context.transpose(1, 0, 2).reshape(length, n * hd)
+
+
 # -- the export check -------------------------------------------------------------
 
+# A ragged batch for the export check: (past_len, count, want_all) per sequence
+# and step, None = idle; one more slot stays idle throughout.
+CHECK_LENGTHS = (13, 7, 10)
+CHECK_PLAN = (
+    ((0, 8, True), (0, 7, False), (0, 4, False)),  # prefill of different lengths
+    ((8, 4, False), None, (4, 5, True)),  # chunked prefill next to an idle row
+    ((12, 1, False), None, (9, 1, False)),  # decode
+)
 
-def check_export(
-    model_path: Path, checkpoint: Checkpoint, *, seed: int = 0, threads: int | None = None
+
+def check_sequences(arch: Architecture, seed: int = 0) -> list[list[int]]:
+    """The token sequences ``check_graph`` runs (random ids, fixed by ``seed``)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, arch.vocab_size, size=n).tolist() for n in CHECK_LENGTHS]
+
+
+def check_graph(
+    model_path: Path,
+    arch: Architecture,
+    sequences: Sequence[Sequence[int]],
+    reference: Sequence[np.ndarray],
+    *,
+    threads: int | None = None,
 ) -> dict[str, Any]:
-    """Run a ragged batch through prefill, chunked prefill and decode; compare with the reference.
+    """Run ``CHECK_PLAN`` over ``sequences`` and compare every logits row with ``reference``.
 
     Returns ``max_rel_logits_error`` (worst row), ``top1_agreement`` and how
     many logits rows were compared.
     """
-    arch = checkpoint.architecture
-    rng = np.random.default_rng(seed)
-    lengths = (13, 7, 10)
-    sequences = [rng.integers(0, arch.vocab_size, size=n).tolist() for n in lengths]
-    reference = reference_logits(checkpoint, sequences)
-    runner = StepRunner.open(model_path, arch, slots=len(sequences) + 1, capacity=32, threads=threads)
-    # (past_len, count, want_all) per sequence and step; the last slot stays idle throughout.
-    plan = [
-        [(0, 8, True), (0, 7, False), (0, 4, False)],  # prefill of different lengths
-        [(8, 4, False), None, (4, 5, True)],  # chunked prefill next to an idle row
-        [(12, 1, False), None, (9, 1, False)],  # decode
-    ]
+    # A few steps only: without prepacked weight copies the check adds little to the export's peak memory.
+    runner = StepRunner.open(model_path, arch, len(sequences) + 1, 32, threads, prepack=False)
     errors, agree, compared = [], 0, 0
-    for step in plan:
+    for step in CHECK_PLAN:
         rows = [(0, [], False)] * (len(sequences) + 1)
         for b, entry in enumerate(step):
             if entry:
                 past, count, want_all = entry
-                rows[b] = (past, sequences[b][past : past + count], want_all)
+                rows[b] = (past, list(sequences[b][past : past + count]), want_all)
         for b, logits in enumerate(runner.step(rows)):
             if not len(logits):
                 continue
-            past, count = rows[b][0], len(rows[b][1])
-            ref = reference[b][past + count - len(logits) : past + count]
+            end = rows[b][0] + len(rows[b][1])
+            ref = reference[b][end - len(logits) : end]
             errors.append(relative_error(logits, ref))
             agree += int((logits.argmax(-1) == ref.argmax(-1)).sum())
             compared += len(logits)
@@ -210,3 +286,10 @@ def check_export(
         "top1_agreement": agree / compared,
         "rows_compared": compared,
     }
+
+
+def check_export(model_path: Path, checkpoint: Checkpoint, *, threads: int | None = None) -> dict[str, Any]:
+    """``check_graph`` against the reference computed from ``checkpoint`` (reads every tensor again)."""
+    sequences = check_sequences(checkpoint.architecture)
+    reference = reference_logits(checkpoint, sequences)
+    return check_graph(model_path, checkpoint.architecture, sequences, reference, threads=threads)

@@ -1,7 +1,8 @@
 """Architecture families: each module turns a ``Checkpoint`` of its family into a step graph.
 
 A family module exposes ``NAME`` and ``build(checkpoint, folder, context_window,
-on_layer) -> BuiltGraph``; ``family_for`` picks the module by
+on_layer, on_tensor) -> BuiltGraph`` (the hooks as in
+``clika_export.graph.decoder.build_decoder``); ``family_for`` picks the module by
 ``Checkpoint.architecture.family`` and refuses an unknown family by name.
 """
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.graph.decoder import BuiltGraph, DecoderSpec, build_decoder
 
@@ -15,7 +17,11 @@ NAME = "llama"
 
 
 def build(
-    checkpoint: Checkpoint, folder: Path, context_window: int, on_layer: Callable[[int], None] | None = None
+    checkpoint: Checkpoint,
+    folder: Path,
+    context_window: int,
+    on_layer: Callable[[int], None] | None = None,
+    on_tensor: Callable[[str, np.ndarray], None] | None = None,
 ) -> BuiltGraph:
     """Write the step graph of a llama checkpoint into ``folder``."""
     arch = checkpoint.architecture
@@ -24,4 +30,4 @@ def build(
             if not checkpoint.has(f"model.layers.0.self_attn.{name}.bias"):
                 raise CheckpointError(f"llama checkpoint declares attention_bias but has no {name} bias")
     spec = DecoderSpec(arch, context_window, qkv_bias=arch.attention_bias, o_bias=arch.attention_bias)
-    return build_decoder(spec, checkpoint, folder, on_layer=on_layer)
+    return build_decoder(spec, checkpoint, folder, on_layer=on_layer, on_tensor=on_tensor)

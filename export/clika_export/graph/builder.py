@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 # Offsets of external tensors are aligned to a page so ORT may memory-map them.
 _DATA_ALIGNMENT = 4096
+_WRITE_BLOCK = 16 << 20
 
 ONNX_OPSET = 21
 MS_DOMAIN = "com.microsoft"
@@ -55,7 +56,7 @@ class ExternalData:
         self._offset = 0
 
     def add(self, name: str, array: np.ndarray) -> TensorProto:
-        array = np.ascontiguousarray(array)
+        """Append ``array`` (any strides: a transposed view is written row block by row block)."""
         pad = -self._offset % _DATA_ALIGNMENT
         if pad:
             self._file.write(b"\0" * pad)
@@ -65,9 +66,18 @@ class ExternalData:
         for key, value in (("location", self.path.name), ("offset", self._offset), ("length", array.nbytes)):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, str(value)
-        self._file.write(array.tobytes())
+        self._write(array)
         self._offset += array.nbytes
         return tensor
+
+    def _write(self, array: np.ndarray) -> None:
+        # Blocks of about _WRITE_BLOCK bytes: a strided view never becomes one full-size copy.
+        if array.ndim == 0 or array.flags.c_contiguous:
+            self._file.write(np.ascontiguousarray(array).data)
+            return
+        rows = max(1, _WRITE_BLOCK // max(1, array[0].nbytes))
+        for start in range(0, array.shape[0], rows):
+            self._file.write(np.ascontiguousarray(array[start : start + rows]).data)
 
     @property
     def size(self) -> int:

@@ -66,11 +66,16 @@ def build_decoder(
     folder: Path,
     *,
     on_layer: Callable[[int], None] | None = None,
+    on_tensor: Callable[[str, np.ndarray], None] | None = None,
 ) -> BuiltGraph:
-    """Write ``model.onnx`` and ``model.onnx.data`` for ``checkpoint`` into ``folder``."""
+    """Write ``model.onnx`` and ``model.onnx.data`` for ``checkpoint`` into ``folder``.
+
+    ``on_layer(i)`` is called when layer ``i`` is written; ``on_tensor(name, array)``
+    sees every checkpoint tensor as it is read (HF name and layout), once.
+    """
     data = ExternalData(Path(folder) / DATA_FILE)
     try:
-        builder = _DecoderBuilder(spec, checkpoint, GraphBuilder("clika_step", data))
+        builder = _DecoderBuilder(spec, checkpoint, GraphBuilder("clika_step", data), on_tensor)
         model = builder.build(on_layer)
     finally:
         data.close()
@@ -85,8 +90,15 @@ def build_decoder(
 
 
 class _DecoderBuilder:
-    def __init__(self, spec: DecoderSpec, checkpoint: Checkpoint, graph: GraphBuilder) -> None:
+    def __init__(
+        self,
+        spec: DecoderSpec,
+        checkpoint: Checkpoint,
+        graph: GraphBuilder,
+        on_tensor: Callable[[str, np.ndarray], None] | None = None,
+    ) -> None:
         self.spec = spec
+        self.on_tensor = on_tensor
         self.arch = spec.arch
         self.ckpt = checkpoint
         self.g = graph
@@ -175,7 +187,7 @@ class _DecoderBuilder:
 
     def _embed(self) -> str:
         table = self._tensor("model.embed_tokens.weight")
-        self.embed_name = self.g.weight("model.embed_tokens.weight", table.astype(np.float32))
+        self.embed_name = self.g.weight("model.embed_tokens.weight", table.astype(np.float32, copy=False))
         with self.g.scope("embed_tokens"):
             hidden = self.g.op("Gather", [self.embed_name, io.INPUT_IDS], axis=0)
         self._record(self.embed_name, "embed", "/model/embed_tokens/Gather", None, "out_in", table.shape)
@@ -203,7 +215,7 @@ class _DecoderBuilder:
                 self._add_role(self.embed_name, "lm_head", "/model/lm_head/Gemm")
             else:
                 head = self._tensor("lm_head.weight")
-                name = g.weight("lm_head.weight", np.ascontiguousarray(head.T, dtype=np.float32))
+                name = g.weight("lm_head.weight", head.astype(np.float32, copy=False).T)
                 g.op("MatMul", [normed, name], outputs=[io.LOGITS])
                 self._record(
                     name, "lm_head", "/model/lm_head/MatMul", None, "in_out", (a.hidden_size, a.vocab_size)
@@ -301,7 +313,10 @@ class _DecoderBuilder:
         """MatMul by the concatenation of ``sources`` (HF ``[out, in]``), stored ``[in, out]``."""
         g = self.g
         parts = [self._tensor(f"{s}.weight") for s in sources]
-        weight = np.ascontiguousarray(np.concatenate(parts, axis=0).T, dtype=np.float32)
+        stacked = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        weight = stacked.astype(
+            np.float32, copy=False
+        ).T  # a view: written block by block, never copied whole
         name = f"model.layers.{layer}.{role}.weight"
         g.weight(name, weight)
         with g.scope(scope):
@@ -329,7 +344,7 @@ class _DecoderBuilder:
         return (result[0], result[3]) if want_sum else result
 
     def _norm_weight(self, name: str) -> str:
-        return self.g.weight(name, self._tensor(name).astype(np.float32))
+        return self.g.weight(name, self._tensor(name).astype(np.float32, copy=False))
 
     def _tensor(self, name: str) -> np.ndarray:
         """A checkpoint tensor, checked against the shape the architecture implies."""
@@ -339,6 +354,8 @@ class _DecoderBuilder:
             raise CheckpointError(
                 f"tensor {name} has shape {tuple(array.shape)}, the architecture implies {expected}"
             )
+        if self.on_tensor:
+            self.on_tensor(name, array)
         return array
 
     def _record(
