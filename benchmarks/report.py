@@ -37,6 +37,7 @@ FIGURES = (
     Figure("w3_agg", "W3 aggregate tok/s", "W3", "agg_tok_s", True),
     Figure("w3_p50", "W3 latency p50 s", "W3", "lat_p50_s", False, 2),
     Figure("w3_p95", "W3 latency p95 s", "W3", "lat_p95_s", False, 2),
+    Figure("w3_ttft", "W3 TTFT p50 ms", "W3", "ttft_p50_ms", False, 0),
     Figure("w4_ttft", "W4 turn-5 TTFT ms", "W4", "ttft_turn5_ms", False, 0),
     Figure("w4_prefilled", "W4 turn-5 tokens prefilled", "W4", "prefilled_turn5", None, 0),
     Figure("rss_w1", "peak RSS after W1 MiB", "W1", "peak_rss_mib", False, 0),
@@ -188,9 +189,11 @@ def header_items(meta: dict, records: list[dict]) -> list[tuple[str, str]]:
             f"{meta['cpu']['model']} ({meta['cpu']['logical_cpus']} logical CPUs; {meta['cpu']['flags']})",
         ),
         ("threads per system", str(meta["threads"])),
+        ("idle threads busy-wait (--spin)", meta.get("spin", "default")),
         ("rounds x repeats", f"{meta['rounds']} x {meta['repeats']} (warm-up {meta['warmup']} per process)"),
         ("prompt tokens", json.dumps(meta["prompt_tokens"])),
         ("python / OS", f"{meta['python']} / {meta['platform']}"),
+        ("load average (1/5/15 min) at start / end", f"{loadavg(meta, 'start')} / {loadavg(meta, 'end')}"),
     ]
     seen = set()
     for r in records:
@@ -198,6 +201,11 @@ def header_items(meta: dict, records: list[dict]) -> list[tuple[str, str]]:
             seen.add(r["system"])
             items.append((f"{r['system']} versions", json.dumps(r["versions"])))
     return items
+
+
+def loadavg(meta: dict, when: str) -> str:
+    values = meta.get(f"load_average_{when}")
+    return "-" if not values else " ".join(f"{v:.1f}" for v in values)
 
 
 def main() -> int:

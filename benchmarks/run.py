@@ -38,6 +38,12 @@ ALL_SYSTEMS = ("clika", "llama-cpp-python", "onnxruntime-genai")
 WORKLOAD_ORDER = ("W1", "W2", "W4", "W3")
 W1_NEW, W3_NEW, W4_REPLY_CAP = 128, 128, 48
 # Token texts that end generation whatever the GGUF's eos id says (llama.cpp's rule too).
+# llama.cpp's threads are OpenMP threads: their idle waiting is set by the environment.
+OPENMP_WAIT_POLICY = {
+    "default": {},
+    "off": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "on": {"OMP_WAIT_POLICY": "ACTIVE"},
+}
 END_OF_GENERATION_TEXTS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
 
 
@@ -71,6 +77,12 @@ def parse_args() -> argparse.Namespace:
         choices=["on", "off"],
         default="on",
         help="llama.cpp flash attention (on measured faster on 2 AVX2 cores)",
+    )
+    ap.add_argument(
+        "--spin",
+        choices=["default", "off", "on"],
+        default="default",
+        help="whether idle worker threads busy-wait: each system's own default, or off / on for all",
     )
     ap.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per process")
@@ -131,6 +143,7 @@ def build_spec(args, gguf: Path, run_dir: Path) -> dict:
 
     return {
         "threads": args.threads,
+        "spin": args.spin,
         "warmup": args.warmup,
         "repeats": args.repeats,
         "workloads": args.workloads,
@@ -196,6 +209,7 @@ def plan_systems(args, gguf: Path) -> tuple[dict, dict]:
                     "worker": "worker_llamacpp.py",
                     "system": {"gguf": str(gguf), "flash_attn": args.llama_flash_attn == "on"},
                     "weight_bytes": weight_bytes.gguf_bytes_per_token(gguf),
+                    "env": OPENMP_WAIT_POLICY[args.spin],
                 }
         elif name == "onnxruntime-genai":
             why = python_can_import(args.peers_python, "onnxruntime_genai")
@@ -227,10 +241,11 @@ def run_process(name: str, plan: dict, spec: dict, round_no: int, run_dir: Path,
     spec_path.write_text(json.dumps({**spec, "round": round_no, "system": plan["system"]}))
     raw_path.unlink(missing_ok=True)
     cmd = [plan["python"], str(BENCH_DIR / plan["worker"]), str(spec_path), str(raw_path)]
+    env = {**os.environ, **plan.get("env", {})}
     with open(run_dir / "logs" / f"{tag}.log", "w") as log:
         try:
             rc = subprocess.run(
-                cmd, cwd=BENCH_DIR, stdout=log, stderr=subprocess.STDOUT, timeout=timeout
+                cmd, cwd=BENCH_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout
             ).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
@@ -320,6 +335,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "cpu": cpu_info(),
         "threads": args.threads,
+        "spin": args.spin,
         "rounds": args.rounds,
         "repeats": args.repeats,
         "warmup": args.warmup,
@@ -333,6 +349,7 @@ def main() -> int:
             "W3": [len(r["ids"]) for r in spec["w3"]["requests"]],
         },
         "eos_ids": spec["eos_ids"],
+        "load_average_start": os.getloadavg(),
         "systems_run": names,
         "skipped": skipped,
     }
@@ -345,7 +362,11 @@ def main() -> int:
             records = run_process(name, plans[name], spec, round_no, run_dir, args.timeout)
             with open(records_path, "a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in records)
-            print(f"round {round_no} " + one_line(name, records), flush=True)
+            load = os.getloadavg()[0]
+            print(f"round {round_no} " + one_line(name, records) + f" [load {load:.1f}]", flush=True)
+    # Other processes on the machine bend every figure: say how busy it was.
+    meta["load_average_end"] = os.getloadavg()
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
     records = report.load_records(run_dir) if records_path.exists() else []
     summary = report.markdown(meta, records)
     (run_dir / "summary.md").write_text(summary)

@@ -39,6 +39,10 @@ class Clika:
         self.thread_option = next((n for n in THREAD_OPTIONS if n in params), None)
         if self.thread_option:
             options[self.thread_option] = spec["threads"]
+        self.spin = spec["spin"]
+        if self.spin != "default" and "allow_spinning" in params:
+            options["allow_spinning"] = self.spin == "on"
+        self.options = options
         self.model = modelverse.load(spec["system"]["model_dir"], **options)
         self.prompt_ids_match = self._same_ids(spec["w1"]["messages"], spec["w1"]["ids"])
 
@@ -113,6 +117,7 @@ class Clika:
         return {
             "clika_runtime": metadata.version("clika-runtime"),
             "onnxruntime": metadata.version("onnxruntime"),
+            "load_options": self.options,
             "thread_option": self.thread_option or "none in load(): the runtime's default",
             "prompt_ids_match_reference": self.prompt_ids_match,
             "kv_cache_mode": getattr(self.model, "kv_cache_mode", None),

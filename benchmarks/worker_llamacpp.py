@@ -10,6 +10,7 @@ by a logits processor, like llama.cpp's ignore_eos.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -89,6 +90,7 @@ class LlamaCppPython:
         return {
             "llama_cpp_python": llama_cpp.__version__,
             "flash_attn": self.flash_attn,
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset (OpenMP default)"),
             "system_info": llama_cpp.llama_print_system_info().decode().strip(),
         }
 

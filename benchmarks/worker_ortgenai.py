@@ -30,6 +30,11 @@ class OrtGenai:
         config = og.Config(spec["system"]["model_dir"])
         # Threads and both end-of-sequence ids ride an overlay, so the built folder stays as built.
         session = {"intra_op_num_threads": self.threads, "inter_op_num_threads": 1}
+        self.spin = spec["spin"]
+        if self.spin != "default":  # unknown session keys become ORT session config entries
+            allow = "1" if self.spin == "on" else "0"
+            session["session.intra_op.allow_spinning"] = allow
+            session["session.inter_op.allow_spinning"] = allow
         overlay = {"model": {"eos_token_id": self.eos_ids, "decoder": {"session_options": session}}}
         config.overlay(json.dumps(overlay))
         self.model = og.Model(config)
@@ -102,7 +107,11 @@ class OrtGenai:
         return TurnResult(first, self.template.decode(reply), len(reply), reused)
 
     def versions(self) -> dict:
-        return {"onnxruntime_genai": og.__version__, "onnxruntime": metadata.version("onnxruntime")}
+        return {
+            "onnxruntime_genai": og.__version__,
+            "onnxruntime": metadata.version("onnxruntime"),
+            "spinning": "ORT default (on)" if self.spin == "default" else self.spin,
+        }
 
 
 if __name__ == "__main__":
