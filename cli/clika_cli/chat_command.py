@@ -58,7 +58,10 @@ def chat(
     local = local_model(model, precision)
     pulled_note(local)
     loaded = load_model(local, threads)
-    overrides = {k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None}
+    # A temperature on the command line takes the sampling policy over whole.
+    overrides = chat_sampling(loaded) if temperature is None else {"temperature": temperature}
+    if seed is not None:
+        overrides["seed"] = seed
     say(dim("/help lists the commands; Ctrl-D or /exit leaves."))
     repl = ChatRepl(loaded, system=system, budget=max_tokens, overrides=overrides)
     try:
@@ -66,6 +69,18 @@ def chat(
     finally:
         repl.close()
         loaded.close()
+
+
+# What an interactive chat samples with when the checkpoint names no policy of its
+# own (Ollama's and llama.cpp's habit): greedy decoding makes small models loop.
+INTERACTIVE_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "repetition_penalty": 1.1}
+
+
+def chat_sampling(model: GenerativeModel) -> dict[str, Any]:
+    """The chat's decode overrides: none when the checkpoint samples by itself."""
+    if model.defaults.temperature > 0:
+        return {}
+    return dict(INTERACTIVE_SAMPLING)
 
 
 class ChatRepl:
