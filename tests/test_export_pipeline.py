@@ -133,3 +133,12 @@ def test_tensor_shapes_are_checked_against_the_config(tiny_llama_hf: Path, tmp_p
         CheckpointError, match=r"gate_proj.weight has shape \(96, 64\), the architecture implies \(128, 64\)"
     ):
         export(source, tmp_path / "out", progress=False)
+
+
+def test_unknown_precision_is_refused_by_name(tiny_llama_hf: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        export_command, [str(tiny_llama_hf), "-o", str(tmp_path / "o"), "--precision", "int3"]
+    )
+    assert result.exit_code != 0
+    assert "precision 'int3' is not supported (supported: " in result.output and "int4" in result.output
+    assert not (tmp_path / "o").exists()

@@ -44,6 +44,7 @@ def export_command(
     """Export SOURCE (a Hugging Face model folder or a .gguf file) to an ONNX model folder."""
     from clika_export.api import ExportError, export
     from clika_export.checkpoint import CheckpointError
+    from clika_quant import QuantError
 
     try:
         folder = export(
@@ -56,7 +57,7 @@ def export_command(
             verify=not no_verify,
             threads=threads,
         )
-    except (ExportError, CheckpointError) as exc:
+    except (ExportError, CheckpointError, QuantError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(str(folder), file=sys.stdout)
 

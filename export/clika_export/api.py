@@ -119,10 +119,13 @@ def _quantizer(precision: str) -> Callable[..., dict[str, Any]]:
         return lambda *args, **kwargs: {}
     try:
         from clika_quant import quantize_model
+        from clika_quant.options import PRECISIONS
     except ImportError as exc:
         raise ExportError(
             f"precision {precision!r} needs the quantization pass, which is not available: {exc}"
         ) from None
+    if precision not in PRECISIONS:
+        raise ExportError(f"precision {precision!r} is not supported (supported: {', '.join(PRECISIONS)})")
     return quantize_model
 
 
