@@ -39,6 +39,9 @@ class Rewriter:
     """Collects replacement nodes and initializers for one graph."""
 
     graph: onnx.GraphProto
+    # Keep new weights as arrays (a file writer streams them out) instead of copying them into protobufs.
+    keep_arrays: bool = False
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
     new_initializers: list[onnx.TensorProto] = field(default_factory=list)
     replaced: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
     removed_initializers: set[str] = field(default_factory=set)
@@ -52,7 +55,13 @@ class Rewriter:
         raise KeyError(f"the graph has no node named {name!r}")
 
     def add_init(self, name: str, array: np.ndarray) -> str:
-        self.new_initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        array = np.ascontiguousarray(array)
+        if self.keep_arrays:
+            self.arrays[name] = array
+            dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
+            self.new_initializers.append(onnx.TensorProto(name=name, data_type=dtype, dims=array.shape))
+        else:
+            self.new_initializers.append(numpy_helper.from_array(array, name))
         return name
 
     # -- shared storage of one quantized matrix ------------------------------------
@@ -165,7 +174,8 @@ class Rewriter:
         scope = node.name.rsplit("/", 1)[0]
         nodes, inits = dynamic_quantize_matmul(weight_kn, node.input[0], node.output[0], base)
         nodes[0].name = f"{scope}/DynamicQuantizeMatMul"
-        self.new_initializers += inits
+        for tensor in inits:
+            self.add_init(tensor.name, numpy_helper.to_array(tensor))
         self.replaced[node.name] = nodes
 
     # -- Gather consumer (token table) ---------------------------------------------

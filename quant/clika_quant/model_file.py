@@ -49,8 +49,19 @@ def load_graph(model_path: Path) -> tuple[onnx.ModelProto, ExternalWeights]:
     return model, ExternalWeights(model, Path(model_path).parent)
 
 
-def save_graph(model: onnx.ModelProto, model_path: Path, data_name: str, load: ExternalWeights) -> None:
-    """Write ``model`` to ``model_path`` with every large initializer in ``data_name``."""
+def save_graph(
+    model: onnx.ModelProto,
+    model_path: Path,
+    data_name: str,
+    load: ExternalWeights,
+    arrays: dict[str, np.ndarray] | None = None,
+) -> None:
+    """Write ``model`` to ``model_path`` with every large initializer in ``data_name``.
+
+    An initializer's value comes from ``arrays`` (new weights) when named there,
+    else from the old data file, else from the graph itself.
+    """
+    arrays = arrays or {}
     model_path = Path(model_path)
     folder = model_path.parent
     tmp_data = folder / f".{data_name}.writing"
@@ -59,11 +70,16 @@ def save_graph(model: onnx.ModelProto, model_path: Path, data_name: str, load: E
         offset = 0
         tensors = []
         for tensor in model.graph.initializer:
-            array = load(tensor.name) if tensor.data_location == TensorProto.EXTERNAL else None
+            array = arrays.get(tensor.name)
+            if array is None and tensor.data_location == TensorProto.EXTERNAL:
+                array = load(tensor.name)
             if array is None and len(tensor.raw_data) + _typed_size(tensor) < _INLINE_BYTES:
                 tensors.append(tensor)
                 continue
             array = np.ascontiguousarray(array if array is not None else numpy_helper.to_array(tensor))
+            if array.nbytes < _INLINE_BYTES:
+                tensors.append(numpy_helper.from_array(array, tensor.name))
+                continue
             pad = -offset % _ALIGNMENT
             fh.write(b"\0" * pad)
             offset += pad

@@ -45,11 +45,15 @@ def quantize_model(
 ) -> dict[str, Any]:
     """Quantize the graph at ``model_path`` (and its external data file) in place; return the record."""
     model_path = Path(model_path)
+    check_precision(precision)
+    if precision == "fp32":
+        return quantize_proto(onnx.ModelProto(), checkpoint, precision, {}, options)[1]
     model, load = load_graph(model_path)
     data_names = {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
     data_name = data_names.pop() if len(data_names) == 1 else f"{model_path.name}.data"
-    model, record = quantize_proto(model, checkpoint, precision, matrices, options, load)
-    save_graph(model, model_path, data_name, load)
+    arrays: dict[str, np.ndarray] = {}
+    model, record = quantize_proto(model, checkpoint, precision, matrices, options, load, arrays)
+    save_graph(model, model_path, data_name, load, arrays)
     return record
 
 
@@ -60,6 +64,7 @@ def quantize_proto(
     matrices: dict[str, dict[str, Any]] | None = None,
     options: QuantOptions | dict[str, Any] | None = None,
     load: Callable[[str], np.ndarray] | None = None,
+    arrays: dict[str, np.ndarray] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Quantize the weights of ``model`` (modified in place and returned) and describe what was done.
 
@@ -68,7 +73,9 @@ def quantize_proto(
     ``matrices`` maps initializer names to ``{"roles", "nodes", "layout",
     "sources", "layer"}`` as the graph builder records them; when None it is
     inferred from the graph (every MatMul/Gemm/Gather reading a 2-D float
-    initializer).
+    initializer). When ``arrays`` is given, new initializers are left empty in
+    the graph and their values put there instead (for a writer that streams
+    them to an external data file).
     """
     check_precision(precision)
     if not isinstance(options, QuantOptions):
@@ -79,10 +86,12 @@ def quantize_proto(
         return model, _summarize(record)
     load = load or _inline_loader(model)
     raw = _raw_source(checkpoint)
-    rewriter = Rewriter(model.graph)
+    rewriter = Rewriter(model.graph, keep_arrays=arrays is not None)
     for name, info in matrices.items():
         record["matrices"][name] = _quantize_matrix(rewriter, name, info, precision, options, load, raw)
     rewriter.apply()
+    if arrays is not None:
+        arrays.update(rewriter.arrays)
     return model, _summarize(record)
 
 
