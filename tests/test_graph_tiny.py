@@ -184,7 +184,9 @@ def test_pack_step_refuses_what_the_graph_cannot_run() -> None:
         pack_step([(3, [], False)])
     with pytest.raises(ValueError, match="KV capacity 16"):
         pack_step([(15, [1], False), (0, [1, 2], False)], capacity=16)  # 15 + width 2 > 16
-    pack_step([(15, [1], False), (0, [], False)], capacity=16)  # an idle neighbour is fine
+    pack_step([(15, [1], False), (16, [], False)], capacity=16)  # a full idle neighbour is fine
+    with pytest.raises(ValueError, match="row 1 holds 1 cached tokens"):
+        pack_step([(0, list(range(16)), False), (0, [], False)], capacity=16)  # idle rows count as 1
     with pytest.raises(ValueError, match="context window 8"):
         pack_step([(6, [1, 2, 3], False)], context_window=8)
     with pytest.raises(ValueError, match="negative past_len"):
@@ -199,3 +201,13 @@ def test_numpy_reference_matches_transformers(make_tiny_hf, tmp_path) -> None:
     sequences = [[5, 9, 200, 31, 7], [1, 2]]
     for tokens, logits in zip(sequences, reference_logits(read_hf(tmp_path / "hf"), sequences), strict=True):
         assert relative_error(logits, _reference(model, tokens)) < 1e-5
+
+
+def test_the_widest_steps_pack_step_accepts_run(exported) -> None:
+    _, out, manifest = exported
+    runner = _runner(out, manifest, slots=2, capacity=16)
+    runner.step([(0, list(range(15)), False), (0, [], False)])  # 1 + 15 fits next to an idle row
+    runner.step([(15, [1], False), (0, [7], False)])  # a row one token short of full decodes
+    alone = _runner(out, manifest, slots=1, capacity=16)
+    (logits,) = alone.step([(0, list(range(16)), True)])  # a whole-capacity prefill alone
+    assert logits.shape == (16, manifest.architecture.vocab_size)

@@ -12,7 +12,7 @@ What GroupQueryAttention needs per row (measured on onnxruntime 1.32, CPU):
 ========================  =================  ==========================  ==========================
 row kind                  ``query_seqlens``  ``seqlens_k``               constraint
 ========================  =================  ==========================  ==========================
-idle (no new tokens)      0                  0                           none: cache untouched
+idle (no new tokens)      0                  0                           ``1 + S <= capacity``
 prefill (no past)         ``q``              ``q - 1``                   ``S <= capacity``
 decode                    1                  ``past_len``                ``past_len + S <= capacity``
 chunked prefill / spec.   ``q``              ``past_len + q - 1``        ``past_len + S <= capacity``
@@ -26,8 +26,9 @@ chunked prefill / spec.   ``q``              ``past_len + q - 1``        ``past_
   it writes only ``q`` rows. Give the buffer slack above the context window
   (the widest step) or keep rows near their end out of wide steps.
 * An idle row's ``seqlens_k`` is 0, not ``past_len - 1``: that claims one
-  cached token, which keeps the op's checks satisfied for an empty slot and
-  frees a full slot from the capacity rule; its cache is left as it was.
+  cached token (the least the op accepts), which keeps its checks satisfied
+  for an empty slot and frees a full slot from the capacity rule but for that
+  one token; its cache is left as it was.
 * ``total_sequence_length`` is the largest ``seqlens_k + 1`` of the step. It
   must not exceed the rotary table (the context window); its value does not
   change the step's cost.
@@ -152,12 +153,15 @@ def _check_room(
     context_window: int | None,
 ) -> None:
     if capacity is not None:
-        over = active & (past + width > capacity)
+        # GQA counts an idle row as holding one token (its seqlens_k is 0).
+        held = np.where(active, past, 1)
+        over = held + width > capacity
         if over.any():
             b = int(np.argmax(over))
             raise ValueError(
-                f"row {b} has {int(past[b])} cached tokens: a step {width} tokens wide does not fit "
-                f"its KV capacity {capacity} (the runtime needs past_len + step width <= capacity)"
+                f"row {b} holds {int(held[b])} cached tokens: a step {width} tokens wide does not fit "
+                f"its KV capacity {capacity} (the runtime needs past_len + step width <= capacity, "
+                f"counting an idle row as 1)"
             )
     if context_window is not None:
         over = past + counts > context_window
