@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from clika_runtime.engine.step_inputs import pack_step
-from clika_runtime.manifest import ManifestError
+from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.model_folder import open_model_folder, session_options
 
 
@@ -98,6 +98,10 @@ def test_graph_that_does_not_match_the_manifest(tiny_llama_model: Path, tmp_path
         open_model_folder(folder)
 
 
-def test_unknown_kv_mode(tiny_llama_model: Path) -> None:
-    with pytest.raises(ManifestError, match="no 'paged' graph"):
-        open_model_folder(tiny_llama_model, kv_mode="paged")
+def test_kv_modes(tiny_llama_model: Path) -> None:
+    for mode, graph in Manifest.read(tiny_llama_model).graphs.items():
+        opened = open_model_folder(tiny_llama_model, kv_mode=mode, threads=1)
+        assert opened.graph == graph
+        assert {i.name for i in opened.session.get_inputs()} == set(graph.inputs)
+    with pytest.raises(ManifestError, match="no 'ring' graph"):
+        open_model_folder(tiny_llama_model, kv_mode="ring")
