@@ -148,8 +148,8 @@ def test_bad_requests_are_refused_clearly(model):
         model.generate()
     with pytest.raises(ValueError, match="images"):
         model.generate("hi", images=[np.zeros((2, 2, 3))])
-    with pytest.raises(ValueError, match="paged"):
-        modelverse.load(model.local_dir, kv_cache_mode="paged")
+    with pytest.raises(ValueError, match="kv_cache_bytes must be an integer >= 1"):
+        modelverse.load(model.local_dir, kv_cache_mode="paged", kv_cache_bytes=0)
     with pytest.raises(ValueError, match="kv_cache_mode"):
         modelverse.load(model.local_dir, kv_cache_mode="blocks")
 

@@ -30,7 +30,8 @@ from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
 from clika_runtime.chat.tools import ToolCall
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
+from clika_runtime.engine.paged_cache import PagedKVCache
 from clika_runtime.engine.types import (
     ChatOutcome,
     GenerationConfig,
@@ -54,6 +55,8 @@ __all__ = [
 ]
 
 KV_CACHE_MODES = ("continuous", "paged")
+# A paged cache's default byte budget (SmolLM2-135M: about 23k tokens; Qwen2.5-0.5B: about 44k).
+DEFAULT_KV_CACHE_BYTES = 1 << 30
 
 
 @dataclass
@@ -84,6 +87,7 @@ def load(
     max_step_tokens: int = 256,
     prefix_reuse: bool = True,
     allow_spinning: bool = False,
+    kv_cache_bytes: int | None = None,
 ) -> GenerativeModel:
     """Open an exported model folder.
 
@@ -92,18 +96,25 @@ def load(
     ``generate_batch``); ``max_queued`` how many more may wait;
     ``max_step_tokens`` the most tokens one step computes (longer prompts run
     in chunks between the other requests' decode steps).
+
+    ``kv_cache_mode``: "continuous" (the default) gives each active request
+    one slot of the whole context; "paged" keeps KV in fixed-size blocks
+    that grow with the tokens held, up to ``kv_cache_bytes`` (default 1 GiB),
+    shares cached prefixes block by block between requests and preempts
+    (then recomputes) a request when memory runs out. ``prefix_reuse``
+    switches the prefix cache of either mode.
     """
     if kv_cache_mode not in (None, *KV_CACHE_MODES):
         raise ValueError(f"kv_cache_mode must be one of {KV_CACHE_MODES} or None, got {kv_cache_mode!r}")
-    if kv_cache_mode == "paged":
-        raise ValueError("kv_cache_mode='paged' is not available in this runtime yet; use 'continuous'")
     options = EngineOptions(
         max_active=1 if max_active is None else max_active,
         max_queued=max_queued,
         max_step_tokens=max_step_tokens,
         prefix_reuse=prefix_reuse,
+        kv_cache_bytes=kv_cache_bytes,
     )
-    opened = open_model_folder(folder, kv_mode="continuous", threads=threads, allow_spinning=allow_spinning)
+    mode = kv_cache_mode or "continuous"
+    opened = open_model_folder(folder, kv_mode=mode, threads=threads, allow_spinning=allow_spinning)
     spec = opened.manifest.tokenizer
     tokenizer = Tokenizer(
         opened.tokenizer,
@@ -199,13 +210,10 @@ class GenerativeModel:
     def residency(self) -> dict[str, Any]:
         """The weights on each device plus the ``pipeline`` part, the KV cache the engine built."""
         engine = self._engine
-        cache = engine.cache if engine is not None else None
-        pipeline = {
-            "kv_cache_mode": self.kv_cache_mode or "continuous",
-            "kv_cache_bytes": cache.nbytes if cache is not None else 0,
-            "slots": cache.num_rows if cache is not None else 0,
-            "capacity": cache.capacity if cache is not None else 0,
-        }
+        usage = (
+            engine.cache.usage() if engine is not None else {"kv_cache_bytes": 0, "slots": 0, "capacity": 0}
+        )
+        pipeline = {"kv_cache_mode": self.kv_cache_mode or "continuous", **usage}
         return {**self._handle.residency, "pipeline": pipeline}
 
     @property
@@ -282,19 +290,12 @@ class GenerativeModel:
         """A new serving engine over this model (its own KV cache and thread; the ORT session is shared).
 
         ``limits`` override the load's ``max_active``, ``max_queued``,
-        ``max_step_tokens`` and ``prefix_reuse``.
+        ``max_step_tokens``, ``prefix_reuse`` and ``kv_cache_bytes``.
         """
         options = EngineOptions(**{**self._handle.options.__dict__, **limits})
         folder = self._handle.folder
         arch = folder.manifest.architecture
-        shape = CacheShape(arch.num_layers, arch.num_kv_heads, arch.head_dim, folder.graph.kv.dtype)
-        cache = ContinuousKVCache(
-            shape,
-            num_slots=options.max_active,
-            max_seq=self.max_seq,
-            slack=options.max_step_tokens,
-            prefix_reuse=options.prefix_reuse,
-        )
+        cache = self._new_cache(options)
         executor = Executor(
             folder.session,
             folder.graph,
@@ -312,6 +313,29 @@ class GenerativeModel:
             eos_token_ids=self.eos_token_ids,
             options=options,
             observer=observer,
+        )
+
+    def _new_cache(self, options: EngineOptions) -> KVCacheManager:
+        folder = self._handle.folder
+        arch = folder.manifest.architecture
+        shape = CacheShape(arch.num_layers, arch.num_kv_heads, arch.head_dim, folder.graph.kv.dtype)
+        if folder.kv_mode == "paged":
+            if not folder.graph.kv.block_size:
+                raise ValueError(f"the paged graph of {folder.path.name} declares no block_size")
+            return PagedKVCache(
+                shape,
+                block_size=folder.graph.kv.block_size,
+                max_bytes=options.kv_cache_bytes or DEFAULT_KV_CACHE_BYTES,
+                num_slots=options.max_active,
+                max_seq=self.max_seq,
+                prefix_reuse=options.prefix_reuse,
+            )
+        return ContinuousKVCache(
+            shape,
+            num_slots=options.max_active,
+            max_seq=self.max_seq,
+            slack=options.max_step_tokens,
+            prefix_reuse=options.prefix_reuse,
         )
 
     @property

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv_cache import ContinuousKVCache
+from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.types import (
@@ -44,12 +44,14 @@ from clika_runtime.text.tokenizer import Tokenizer
 @dataclass(frozen=True)
 class EngineOptions:
     """Engine limits: ``max_active`` sequences decode together, ``max_queued`` wait beyond them,
-    a step computes at most ``max_step_tokens`` tokens (a longer prompt runs in chunks)."""
+    a step computes at most ``max_step_tokens`` tokens (a longer prompt runs in chunks).
+    ``kv_cache_bytes`` caps a paged KV cache (None: the runtime's default budget)."""
 
     max_active: int = 8
     max_queued: int = 256
     max_step_tokens: int = 256
     prefix_reuse: bool = True
+    kv_cache_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_active", "max_step_tokens"):
@@ -58,6 +60,9 @@ class EngineOptions:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if isinstance(self.max_queued, bool) or not isinstance(self.max_queued, int) or self.max_queued < 0:
             raise ValueError(f"max_queued must be an integer >= 0, got {self.max_queued!r}")
+        budget = self.kv_cache_bytes
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise ValueError(f"kv_cache_bytes must be an integer >= 1 or None, got {budget!r}")
 
 
 @dataclass(frozen=True)
@@ -203,7 +208,7 @@ class Engine:
     def __init__(
         self,
         executor: Executor,
-        cache: ContinuousKVCache,
+        cache: KVCacheManager,
         tokenizer: Tokenizer,
         *,
         max_seq: int,
@@ -288,6 +293,11 @@ class Engine:
             raise ValueError(
                 f"the prompt has {len(prompt)} tokens; the context window is {self.max_seq} tokens "
                 f"and the reply needs room for at least one more"
+            )
+        if len(prompt) >= self.cache.token_capacity:
+            raise ValueError(
+                f"the prompt has {len(prompt)} tokens; the KV cache holds at most "
+                f"{self.cache.token_capacity} tokens of one request and the reply needs room for one more"
             )
         bad = [t for t in prompt if not 0 <= t < self.vocab_size]
         if bad:
@@ -425,6 +435,8 @@ class Engine:
     def _step(self) -> bool:
         start = time.perf_counter()
         plan = self.scheduler.schedule()
+        for seq in self.scheduler.take_ended():  # outgrew the KV budget
+            self._finalize(self._live[seq.request_id])
         self._note_waiting()
         if plan is None:
             return False

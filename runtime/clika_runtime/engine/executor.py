@@ -18,7 +18,6 @@ import numpy as np
 import onnxruntime as ort
 
 from clika_runtime.engine.kv_cache import KVCacheManager
-from clika_runtime.engine.step_inputs import StepRow, pack_step
 from clika_runtime.engine.types import StepPlan
 from clika_runtime.manifest import GraphSpec
 
@@ -65,21 +64,18 @@ class Executor:
         """
         start = time.perf_counter()
         self._bind_cache()
-        rows = [StepRow(0, ())] * self.cache.num_rows
-        for row in plan.rows:
-            rows[row.slot] = StepRow(row.start, row.new_token_ids)
-        packed = pack_step(rows, capacity=self.cache.capacity, context_window=self.context_window)
-        for name, array in packed.feeds().items():
+        packed = self.cache.pack(plan, self.context_window)
+        for name, array in packed.feeds.items():
             self._bind_input(name, array)
-        logits = self._bind_logits(len(packed.logits_index))
+        logits = self._bind_logits(packed.num_logits)
         if before_call is not None:
             before_call()
         called = time.perf_counter()
         self.session.run_with_iobinding(self.binding)
         returned = time.perf_counter()
-        picked_rows = [packed.logits_rows[r.slot].start for r in plan.sample_rows]
+        picked_rows = packed.sample_logits
         # Every row samples (plain decode): hand out the bound array itself, no copy.
-        picked = logits if len(picked_rows) == len(logits) else logits[picked_rows]
+        picked = logits if picked_rows == list(range(len(logits))) else logits[picked_rows]
         self.timing = StepTiming(
             host_s=(called - start) + (time.perf_counter() - returned), model_s=returned - called
         )

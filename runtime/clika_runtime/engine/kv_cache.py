@@ -1,15 +1,20 @@
 """KV cache managers: the only code that hands out cache storage.
 
 ``KVCacheManager`` is the interface the scheduler talks to: ``allocate`` a
-sequence (or learn there is no room yet, a result and not an error), ``free``
-it, and read the buffers the executor binds. ``ContinuousKVCache`` gives each
-sequence one slot, a row of ``[slots, kv_heads, capacity, head_dim]`` NumPy
-buffers per layer that the graph updates in place. The paged block pool will
-implement the same interface.
+sequence (or learn there is no room yet, a result and not an error),
+``reserve`` room for a step's tokens, ``commit`` what a step computed, ``free``
+it, and ``pack`` a step's inputs for the buffers the executor binds.
+``ContinuousKVCache`` gives each sequence one slot, a row of ``[slots,
+kv_heads, capacity, head_dim]`` NumPy buffers per layer that the graph updates
+in place; ``clika_runtime.engine.paged_cache.PagedKVCache`` keeps KV in a
+pool of fixed-size blocks instead.
 
-A freed slot remembers which tokens its KV holds. A later sequence whose
-prompt starts with those tokens takes that slot and skips computing the
-shared prefix (a chat's next turn, a repeated system prompt).
+Prefix reuse in continuous mode: a freed slot remembers which tokens its KV
+holds, and a later sequence whose prompt starts with those tokens takes that
+slot and skips computing the shared prefix (a chat's next turn). When a slot
+still running holds a longer prefix (a system prompt shared by concurrent
+requests), its rows are copied into the new sequence's slot (about 1 ms per
+128 tokens on SmolLM2-135M, far below computing them).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clika_runtime.engine.types import Sequence
+from clika_runtime.engine.step_inputs import StepRow, pack_step
+from clika_runtime.engine.types import Sequence, StepPlan
 
 # Capacity grows in these steps so a growing conversation rarely reallocates.
 CAPACITY_ALIGN = 256
@@ -32,6 +38,15 @@ class Allocation:
 
     slot: int
     cached_tokens: int
+
+
+@dataclass(frozen=True)
+class PackedStep:
+    """One step's graph inputs (the KV buffers aside) and where the sampled rows' logits land."""
+
+    feeds: dict[str, np.ndarray]
+    num_logits: int
+    sample_logits: list[int]  # the logits row of each of ``plan.sample_rows``, in order
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,35 @@ class KVCacheManager(abc.ABC):
     @abc.abstractmethod
     def free(self, seq: Sequence) -> None:
         """Release ``seq``'s storage (what it computed may serve a later prefix)."""
+
+    def reserve(self, seq: Sequence, num_new: int) -> bool:
+        """Make room for ``seq``'s next ``num_new`` tokens; False when there is none now."""
+        return True
+
+    def commit(self, seq: Sequence) -> None:  # noqa: B027 - optional hook: most caches record nothing
+        """Record what a step computed for ``seq`` (its ``num_computed_tokens`` advanced)."""
+
+    @abc.abstractmethod
+    def pack(self, plan: StepPlan, context_window: int | None) -> PackedStep:
+        """The graph inputs of ``plan`` over this cache's layout."""
+
+    @abc.abstractmethod
+    def ensure_slots(self, num_slots: int) -> None:
+        """Let ``num_slots`` sequences hold storage at once."""
+
+    @property
+    @abc.abstractmethod
+    def token_capacity(self) -> int:
+        """The most tokens one sequence could ever hold (a longer request can never run)."""
+
+    @property
+    @abc.abstractmethod
+    def nbytes(self) -> int:
+        """Bytes of KV buffers allocated now."""
+
+    def usage(self) -> dict[str, int]:
+        """What the cache holds, for ``residency`` reports."""
+        return {"kv_cache_bytes": self.nbytes, "slots": self.num_rows, "capacity": self.capacity}
 
     @property
     @abc.abstractmethod
@@ -102,6 +146,7 @@ class ContinuousKVCache(KVCacheManager):
         self._values: list[np.ndarray] = []
         self._version = 0
         self._owner: dict[int, int] = {}  # slot -> request id
+        self._seqs: dict[int, Sequence] = {}  # slot -> the sequence running in it
         self._free: list[int] = list(range(num_slots))  # least recently freed first
         self._held: dict[int, np.ndarray] = {}  # free slot -> token ids its KV still holds
 
@@ -125,6 +170,10 @@ class ContinuousKVCache(KVCacheManager):
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self._keys) + sum(a.nbytes for a in self._values)
 
+    @property
+    def token_capacity(self) -> int:
+        return self.max_seq
+
     def buffers(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         return self._keys, self._values
 
@@ -143,20 +192,35 @@ class ContinuousKVCache(KVCacheManager):
         needed = min(self.max_seq, seq.num_prompt_tokens + seq.config.max_new_tokens) + self.slack
         if needed > self.capacity:
             self._grow(needed)
-        prompt = np.asarray(seq.request.prompt_ids, dtype=np.int64)
+        prompt = np.asarray(seq.token_ids, dtype=np.int64)
         slot, cached = self._best_slot(prompt)
+        if self.prefix_reuse:
+            source, shared = self._best_running_prefix(prompt)
+            if shared > cached:
+                self._copy_prefix(source, slot, shared)
+                cached = shared
         self._free.remove(slot)
         self._held.pop(slot, None)
         self._owner[slot] = seq.request_id
+        self._seqs[slot] = seq
         return Allocation(slot=slot, cached_tokens=cached)
 
     def free(self, seq: Sequence) -> None:
         slot = seq.slot
         assert slot is not None and self._owner.get(slot) == seq.request_id, f"{seq} does not own its slot"
         del self._owner[slot]
+        del self._seqs[slot]
         self._free.append(slot)
         if self.prefix_reuse and seq.num_computed_tokens:
             self._held[slot] = np.asarray(seq.token_ids[: seq.num_computed_tokens], dtype=np.int64)
+
+    def pack(self, plan: StepPlan, context_window: int | None) -> PackedStep:
+        rows = [StepRow(0, ())] * self.num_rows
+        for row in plan.rows:
+            rows[row.slot] = StepRow(row.start, row.new_token_ids)
+        packed = pack_step(rows, capacity=self.capacity, context_window=context_window)
+        sample = [packed.logits_rows[r.slot].start for r in plan.sample_rows]
+        return PackedStep(packed.feeds(), len(packed.logits_index), sample)
 
     def _best_slot(self, prompt: np.ndarray) -> tuple[int, int]:
         """The free slot sharing the longest prefix with ``prompt``.
@@ -179,6 +243,25 @@ class ContinuousKVCache(KVCacheManager):
             if shared > best:
                 best_slot, best = slot, shared
         return best_slot, best
+
+    def _best_running_prefix(self, prompt: np.ndarray) -> tuple[int, int]:
+        """The running slot whose computed tokens share the longest prefix with ``prompt``."""
+        best_slot, best = -1, 0
+        limit = len(prompt) - 1
+        for slot, seq in self._seqs.items():
+            n = min(limit, seq.num_computed_tokens)
+            held = np.asarray(seq.token_ids[:n], dtype=np.int64)
+            differ = np.flatnonzero(held != prompt[:n])
+            shared = int(differ[0]) if differ.size else n
+            if shared > best:
+                best_slot, best = slot, shared
+        return best_slot, best
+
+    def _copy_prefix(self, source: int, slot: int, num_tokens: int) -> None:
+        """Copy the first ``num_tokens`` positions of ``source``'s KV into ``slot`` (every layer)."""
+        for buffers in (self._keys, self._values):
+            for buf in buffers:
+                buf[slot, :, :num_tokens] = buf[source, :, :num_tokens]
 
     def _grow(self, needed: int) -> None:
         capacity = max(needed, 2 * self.capacity)
@@ -204,6 +287,7 @@ class ContinuousKVCache(KVCacheManager):
 
     def check_integrity(self, live: Mapping[int, int]) -> None:
         assert {rid: slot for slot, rid in self._owner.items()} == dict(live), "slot owners drifted"
+        assert set(self._seqs) == set(self._owner), "running sequences and slot owners disagree"
         owned = set(self._owner)
         free = set(self._free)
         assert len(free) == len(self._free), "a slot is free twice"

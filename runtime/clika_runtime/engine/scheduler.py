@@ -11,6 +11,13 @@ sampled last); a step gives each of them a share of the budget:
 3. then waiting sequences, first come first served, while a slot is free and
    budget is left. A cache with no room is a result (they keep waiting).
 
+Each row first reserves room for its tokens (a paged cache allocates blocks
+step by step). When the cache has none left, the sequence admitted last
+that is not yet in the step is preempted: its blocks go back to the cache
+(they stay reusable as a cached prefix) and it waits at the head of the
+queue to recompute what it had. A sequence that finds no room with nobody
+else to take it from has outgrown the whole budget: it ends with "length".
+
 After the ORT call ``update`` advances the computed counts, appends sampled
 tokens and ends sequences on a stop id, ``max_new_tokens`` or a full context.
 """
@@ -53,8 +60,10 @@ class Scheduler:
         self.max_queued = max_queued
         self.max_step_tokens = max_step_tokens
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.running: list[Sequence] = []  # in admission order: the last is preempted first
         self._by_id: dict[int, Sequence] = {}
+        self._ended: list[Sequence] = []  # sequences ``schedule`` ended, for the engine to report
+        self.num_preemptions = 0
 
     @property
     def has_work(self) -> bool:
@@ -82,25 +91,77 @@ class Scheduler:
         budget = max(self.max_step_tokens, len(decoding))
         rows: list[ScheduledRow] = []
         for seq in decoding:
-            rows.append(_row(seq, 1))
+            if seq.status == SequenceStatus.RUNNING and self._make_room(seq, 1, rows):
+                rows.append(_row(seq, 1))
         budget -= len(decoding)
         for seq in prefilling:
             if budget <= 0:
                 break
             n = min(seq.num_pending_tokens, budget)
-            rows.append(_row(seq, n))
-            budget -= n
+            if seq.status == SequenceStatus.RUNNING and self._make_room(seq, n, rows):
+                rows.append(_row(seq, n))
+                budget -= n
         while budget > 0 and self.waiting and len(self.running) < self.max_active:
             seq = self.waiting[0]
             if not self._admit(seq):
                 break
             n = min(seq.num_pending_tokens, budget)
-            rows.append(_row(seq, n))
-            budget -= n
+            if self._make_room(seq, n, rows):
+                rows.append(_row(seq, n))
+                budget -= n
+            else:
+                break
         if not rows:
             return None
         rows.sort(key=lambda r: r.slot)
         return StepPlan(tuple(rows))
+
+    def take_ended(self) -> list[Sequence]:
+        """Sequences the last ``schedule`` ended (outgrown the KV budget); each is returned once."""
+        ended, self._ended = self._ended, []
+        return ended
+
+    def _make_room(self, seq: Sequence, num_new: int, rows: list[ScheduledRow]) -> bool:
+        """Reserve cache room for ``seq``'s next tokens, preempting later-admitted sequences if needed.
+
+        False when ``seq`` cannot run this step: it was preempted itself (others hold the
+        memory) or, alone, has outgrown the budget and ended.
+        """
+        while not self.cache.reserve(seq, num_new):
+            victim = self._victim(seq, rows)
+            if victim is not None:
+                self._preempt(victim)
+            elif rows or len(self.running) > 1:
+                self._preempt(seq)
+                return False
+            else:
+                budget = self.cache.token_capacity
+                self.finish(
+                    seq, SequenceStatus.FINISHED_LENGTH, f"the KV cache budget ({budget} tokens) is full"
+                )
+                self._ended.append(seq)
+                return False
+        return True
+
+    def _victim(self, seq: Sequence, rows: list[ScheduledRow]) -> Sequence | None:
+        """The last-admitted running sequence admitted after ``seq`` and not in this step yet."""
+        scheduled = {id(r.seq) for r in rows}
+        for other in reversed(self.running):
+            if other is seq:
+                return None
+            if id(other) not in scheduled:
+                return other
+        return None
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Send a running sequence back to the head of the queue; it recomputes its tokens later."""
+        self.running.remove(seq)
+        self.cache.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.slot = None
+        seq.num_computed_tokens = 0
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
 
     def _admit(self, seq: Sequence) -> bool:
         allocation = self.cache.allocate(seq)
@@ -109,9 +170,10 @@ class Scheduler:
         self.waiting.popleft()
         seq.slot = allocation.slot
         seq.num_computed_tokens = allocation.cached_tokens
-        seq.num_cached_tokens = allocation.cached_tokens
+        if seq.first_scheduled_time is None:  # a preempted sequence keeps its first admission's figures
+            seq.num_cached_tokens = allocation.cached_tokens
+            seq.first_scheduled_time = time.perf_counter()
         seq.status = SequenceStatus.RUNNING
-        seq.first_scheduled_time = time.perf_counter()
         self.running.append(seq)
         return True
 
@@ -124,6 +186,7 @@ class Scheduler:
         """
         for row in plan.rows:
             row.seq.num_computed_tokens += row.num_new
+            self.cache.commit(row.seq)
         now = time.perf_counter()
         appended: list[tuple[Sequence, int]] = []
         for row, token in zip(plan.sample_rows, sampled, strict=True):
