@@ -89,6 +89,29 @@ def build_decoder(
     )
 
 
+def _expected_shapes(a: Architecture) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes by ``<module>.<param>`` (HF layout: ``[out, in]`` for a Linear)."""
+    q, kv, h, i = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.hidden_size, a.intermediate_size
+    return {
+        "embed_tokens.weight": (a.vocab_size, h),
+        "lm_head.weight": (a.vocab_size, h),
+        "q_proj.weight": (q, h),
+        "k_proj.weight": (kv, h),
+        "v_proj.weight": (kv, h),
+        "o_proj.weight": (h, q),
+        "q_proj.bias": (q,),
+        "k_proj.bias": (kv,),
+        "v_proj.bias": (kv,),
+        "o_proj.bias": (h,),
+        "gate_proj.weight": (i, h),
+        "up_proj.weight": (i, h),
+        "down_proj.weight": (h, i),
+        "input_layernorm.weight": (h,),
+        "post_attention_layernorm.weight": (h,),
+        "norm.weight": (h,),
+    }
+
+
 class _DecoderBuilder:
     def __init__(
         self,
@@ -103,32 +126,7 @@ class _DecoderBuilder:
         self.ckpt = checkpoint
         self.g = graph
         self.matrices: dict[str, dict[str, Any]] = {}
-        a = spec.arch
-        q, kv, h, i = (
-            a.num_heads * a.head_dim,
-            a.num_kv_heads * a.head_dim,
-            a.hidden_size,
-            a.intermediate_size,
-        )
-        # Shapes by "<module>.<param>" (HF layout, [out, in] for Linear).
-        self._shapes = {
-            "embed_tokens.weight": (a.vocab_size, h),
-            "lm_head.weight": (a.vocab_size, h),
-            "q_proj.weight": (q, h),
-            "k_proj.weight": (kv, h),
-            "v_proj.weight": (kv, h),
-            "o_proj.weight": (h, q),
-            "q_proj.bias": (q,),
-            "k_proj.bias": (kv,),
-            "v_proj.bias": (kv,),
-            "o_proj.bias": (h,),
-            "gate_proj.weight": (i, h),
-            "up_proj.weight": (i, h),
-            "down_proj.weight": (h, i),
-            "input_layernorm.weight": (h,),
-            "post_attention_layernorm.weight": (h,),
-            "norm.weight": (h,),
-        }
+        self._shapes = _expected_shapes(spec.arch)
 
     # -- whole graph ---------------------------------------------------------
 
@@ -261,7 +259,7 @@ class _DecoderBuilder:
             layer, "attn.qkv", "qkv", x, [f"{src}.{p}_proj" for p in "qkv"], self.spec.qkv_bias
         )
         with g.scope("grid"):
-            cells = g.op("Gather", [qkv, io.GRID_INDEX], label="Scatter", axis=0)
+            cells = g.op("Gather", [qkv, io.GRID_INDEX], axis=0)
             grid = g.op("Reshape", [cells, self.grid_shape])
         with g.scope("gqa"):
             present = [io.PRESENT_KEY.format(layer=layer), io.PRESENT_VALUE.format(layer=layer)]
@@ -314,9 +312,8 @@ class _DecoderBuilder:
         g = self.g
         parts = [self._tensor(f"{s}.weight") for s in sources]
         stacked = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-        weight = stacked.astype(
-            np.float32, copy=False
-        ).T  # a view: written block by block, never copied whole
+        # A transposed view: the data file takes it block by block, never as a whole copy.
+        weight = stacked.astype(np.float32, copy=False).T
         name = f"model.layers.{layer}.{role}.weight"
         g.weight(name, weight)
         with g.scope(scope):
