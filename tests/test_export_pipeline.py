@@ -142,3 +142,18 @@ def test_unknown_precision_is_refused_by_name(tiny_llama_hf: Path, tmp_path: Pat
     assert result.exit_code != 0
     assert "precision 'int3' is not supported (supported: " in result.output and "int4" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_check_export_tells_matching_weights_from_others(
+    tiny_llama_hf: Path, tiny_llama_model: Path, make_tiny_hf, tmp_path: Path
+) -> None:
+    from clika_export.readers.hf import read_hf
+    from clika_export.verify import check_export
+
+    graph = tiny_llama_model / "model.onnx"
+    same = check_export(graph, read_hf(tiny_llama_hf), threads=1)
+    assert same["max_rel_logits_error"] < 1e-3 and same["top1_agreement"] == 1.0
+    assert same["rows_compared"] == 18
+    make_tiny_hf(tmp_path / "other", "llama", seed=1)  # same shapes, other weights
+    other = check_export(graph, read_hf(tmp_path / "other"), threads=1)
+    assert other["max_rel_logits_error"] > 0.1 and other["top1_agreement"] < 0.5

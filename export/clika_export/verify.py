@@ -1,11 +1,13 @@
 """Check an exported step graph against an independent forward pass.
 
-``reference_logits`` is a plain NumPy forward of the checkpoint (whole
-sequences, no cache, layer by layer so one layer's weights are in memory at a
-time). ``StepRunner`` drives the exported graph the way the engine does:
-``pack_step`` inputs, the KV cache bound in place. ``check_export`` runs a
-small ragged batch through prefill, chunked prefill and decode steps and
-compares every logits row it asked for with the reference.
+``StreamingReference`` is a plain NumPy forward (whole sequences, no cache)
+fed the checkpoint's tensors in the order the graph builder reads them, so a
+checked export reads its source once and holds one layer at a time;
+``reference_logits`` feeds it straight from a checkpoint. ``StepRunner``
+drives the exported graph the way the engine does: ``pack_step`` inputs, the
+KV cache bound in place. ``check_graph`` runs a small ragged batch through
+prefill, chunked prefill next to an idle row and decode, and compares every
+logits row it asked for with the reference; ``check_export`` does both.
 """
 
 from __future__ import annotations
