@@ -80,9 +80,10 @@ def parse_args() -> argparse.Namespace:
     )
     ap.add_argument(
         "--spin",
-        choices=["default", "off", "on"],
-        default="default",
-        help="whether idle worker threads busy-wait: each system's own default, or off / on for all",
+        choices=["off", "on", "default"],
+        default="off",
+        help="whether idle worker threads busy-wait, for every system (default: off); "
+        "'default' leaves each system its own setting",
     )
     ap.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per process")
