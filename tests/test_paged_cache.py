@@ -136,13 +136,13 @@ def test_a_partly_shared_block_is_copied_before_it_is_written():
     a = seq_of(prompt_of(12, 5), max_new=8)
     sched.add(a)
     step(sched, ex)
-    held = cache.buffers()[0][0][2].copy()
+    held = cache.buffers()[0][0][:, 2].copy()
     b = seq_of(prompt_of(10, 5) + prompt_of(6, 6), max_new=8)  # diverges inside a's third block
     sched.add(b)
     step(sched, ex)
     assert b.num_cached_tokens == 10
     assert cache.table(b)[:2] == [0, 1] and cache.table(b)[2] not in cache.table(a)
-    np.testing.assert_array_equal(cache.buffers()[0][0][2], held)  # a's block untouched
+    np.testing.assert_array_equal(cache.buffers()[0][0][:, 2], held)  # a's block untouched
     run_all(sched, ex)
     assert a.completion_ids == alone(a.request.prompt_ids, 8)
     assert b.completion_ids == alone(b.request.prompt_ids, 8)

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from clika_export.api import export
-from clika_export.graph.paged_attention import PagedGraphError, derive_paged_graph
+from clika_export.graph.paged_graph import PagedGraphError, derive_paged_graph
 from clika_export.verify import StepRunner
 from clika_runtime.engine.paged_inputs import PAGED_STEP_INPUTS, PagedRow, pack_paged_step
 from clika_runtime.manifest import Manifest
@@ -43,7 +43,7 @@ class PagedRunner:
             str(model), session_options(1), providers=["CPUExecutionProvider"]
         )
         self.block_size = block_size
-        shape = (num_blocks, arch.num_kv_heads, block_size, arch.head_dim)
+        shape = (arch.num_kv_heads, num_blocks, block_size, arch.head_dim)
         self.pools = [
             (np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(arch.num_layers)
         ]
@@ -118,7 +118,7 @@ def test_paged_logits_and_pool_match_the_continuous_graph(
             n = runner.lengths[b]
             for pool, cache in zip(pools, continuous.cache[layer], strict=True):
                 # The row's blocks in table order, as one [kv_heads, positions, head_dim] sequence.
-                held = pool[table].transpose(1, 0, 2, 3).reshape(arch.num_kv_heads, -1, arch.head_dim)
+                held = pool[:, table].reshape(arch.num_kv_heads, -1, arch.head_dim)
                 np.testing.assert_allclose(held[:, :n], cache[b][:, :n], atol=1e-5)
 
 

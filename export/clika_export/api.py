@@ -24,7 +24,7 @@ from typing import Any
 from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.families import family_for
 from clika_export.graph.decoder import BuiltGraph
-from clika_export.graph.paged_attention import add_paged_graph
+from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
 from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
 from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
@@ -215,8 +215,7 @@ def cached_export(
     key = cache_key(sha256 or source_sha256(source), precision, context_window)
     folder = (cache or cache_root()) / "exports" / key
     try:
-        if "paged" not in Manifest.read(folder).graphs:
-            add_paged_graph(folder)  # exported before paged graphs existed: derive it, keep the rest
+        ensure_paged_graph(folder)  # exported before this paged graph existed: derive it, keep the rest
         return folder
     except ManifestError:
         pass  # absent or broken: export (again)

@@ -32,6 +32,7 @@ from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
 from clika_runtime.engine.paged_cache import PagedKVCache
+from clika_runtime.engine.paged_inputs import PAGED_LAYOUT
 from clika_runtime.engine.types import (
     ChatOutcome,
     GenerationConfig,
@@ -320,8 +321,12 @@ class GenerativeModel:
         arch = folder.manifest.architecture
         shape = CacheShape(arch.num_layers, arch.num_kv_heads, arch.head_dim, folder.graph.kv.dtype)
         if folder.kv_mode == "paged":
-            if not folder.graph.kv.block_size:
-                raise ValueError(f"the paged graph of {folder.path.name} declares no block_size")
+            kv = folder.graph.kv
+            if kv.layout != PAGED_LAYOUT or not kv.block_size:
+                raise ValueError(
+                    f"the paged graph of {folder.path.name} has KV layout {kv.layout!r} and block size "
+                    f"{kv.block_size}; this runtime reads layout {PAGED_LAYOUT!r}: export the model again"
+                )
             return PagedKVCache(
                 shape,
                 block_size=folder.graph.kv.block_size,

@@ -1,6 +1,7 @@
 """The paged KV cache: per layer one NumPy pool of fixed-size blocks, a block table per sequence.
 
-The pools ``[num_blocks, kv_heads, block_size, head_dim]`` are bound to the
+The pools ``[kv_heads, num_blocks, block_size, head_dim]`` (head-major: a
+row's gathered blocks are one contiguous sequence per head) are bound to the
 paged step graph as both past and present; the graph writes each new token's
 K/V into the slot ``slot_mapping`` names and reads a row's KV through its
 block table (``clika_export.graph.paged_attention``).
@@ -229,7 +230,7 @@ class PagedKVCache(KVCacheManager):
         n = match.partial_tokens
         for pools in (self._keys, self._values):
             for pool in pools:
-                pool[block, :, :n] = pool[source, :, :n]
+                pool[:, block, :n] = pool[:, source, :n]
         self.pool.release(source)
         return block
 
@@ -250,13 +251,13 @@ class PagedKVCache(KVCacheManager):
         old = self.pool.num_blocks
         new = min(self.max_blocks, max(INITIAL_BLOCKS, 2 * old))
         s = self.shape
-        full = (new, s.num_kv_heads, self.block_size, s.head_dim)
+        full = (s.num_kv_heads, new, self.block_size, s.head_dim)
 
         def grown(previous: np.ndarray | None) -> np.ndarray:
             # Zeros: attention masks stale positions, but masked values must still be finite.
             array = np.zeros(full, dtype=s.dtype)
             if previous is not None:
-                array[:old] = previous
+                array[:, :old] = previous
             return array
 
         self._keys = [grown(k) for k in (self._keys or [None] * s.num_layers)]
@@ -284,5 +285,5 @@ class PagedKVCache(KVCacheManager):
         self.pool.check_integrity(holders)
         for pools in (self._keys, self._values):
             for pool in pools:
-                assert pool.shape[0] == self.pool.num_blocks, "pool arrays and block ids disagree"
+                assert pool.shape[1] == self.pool.num_blocks, "pool arrays and block ids disagree"
         assert self.pool.num_blocks <= self.max_blocks, "the pools outgrew the budget"

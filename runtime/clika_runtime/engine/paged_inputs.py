@@ -19,6 +19,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+# The pools' layout, as the manifest's KVSpec.layout names it: [kv_heads, blocks, block_size, head_dim].
+PAGED_LAYOUT = "NBSH"
+
 INPUT_IDS = "input_ids"
 POSITION_IDS = "position_ids"
 SLOT_MAPPING = "slot_mapping"
