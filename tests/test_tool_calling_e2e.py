@@ -78,10 +78,7 @@ def _assert_call_turn(chat: ChatSession, calls: list[ToolCall]) -> ToolCall:
     assert [(call.name, call.arguments) for call in calls] == [("get_weather", ARGUMENTS)]
     assert chat.report.finish == "tool_calls" and chat.tool_calls == calls
     call = calls[0]
-    assert call.id.startswith("call_") and json.loads(call.raw) == {
-        "name": "get_weather",
-        "arguments": ARGUMENTS,
-    }
+    assert call.id.startswith("call_") and '"get_weather"' in call.raw  # the model's own text of the call
     # The history's assistant turn: empty content, the call in the OpenAI shape (arguments a JSON string).
     assert chat.messages[-1] == {"role": "assistant", "content": "", "tool_calls": [call.to_message()]}
     function = call.to_message()["function"]
