@@ -72,8 +72,10 @@ def chat(
 
 
 # What an interactive chat samples with when the checkpoint names no policy of its
-# own (Ollama's and llama.cpp's habit): greedy decoding makes small models loop.
-INTERACTIVE_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "repetition_penalty": 1.1}
+# own: llama.cpp's defaults. Greedy decoding makes small models loop, and a
+# repetition penalty over the whole context penalizes the end-of-turn token the
+# prompt is full of, so replies stop ending (measured on SmolLM2-135M).
+INTERACTIVE_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 
 
 def chat_sampling(model: GenerativeModel) -> dict[str, Any]:
