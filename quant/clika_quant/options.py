@@ -22,7 +22,7 @@ The defaults follow the kernel table in this package's README (onnxruntime
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PRECISIONS = ("int4", "int8", "fp32")
@@ -61,6 +61,13 @@ class QuantOptions:
     int8_block_size: int = 32
     # The output head's MatMulNBits accuracy level (None: the same as the other layers).
     head_accuracy_level: int | None = None
+    # Accuracy levels of 4-bit layer weights by place, over ``accuracy_level_4bit``: keys are a
+    # role ("mlp.down"), a layer ("@0"; negative counts from the last) or both ("mlp.down@-1");
+    # the most specific key wins.
+    accuracy_level_4bit_by_role: dict[str, int] = field(default_factory=dict)
+    # Move integer zero points of blocks with offsets to the block's mean code (same weights,
+    # smaller int8-compute error; see choose.center_zero_points).
+    center_zero_points: bool = True
 
     def __post_init__(self) -> None:
         _check("method", self.method, METHODS)
@@ -76,14 +83,37 @@ class QuantOptions:
             value = getattr(self, name)
             if value not in (0, 1, 2, 3, 4) and not (value is None and not name.endswith("bit")):
                 raise QuantError(f"{name} must be 0..4, got {value}")
+        for key, value in self.accuracy_level_4bit_by_role.items():
+            _parse_place(key)
+            if value not in (0, 1, 2, 3, 4):
+                raise QuantError(f"accuracy_level_4bit_by_role[{key!r}] must be 0..4, got {value}")
 
-    def accuracy_for(self, bits: int, head: bool) -> int:
-        """The MatMulNBits accuracy level of a group of ``bits``-bit weights."""
+    def accuracy_for(
+        self,
+        bits: int,
+        head: bool,
+        role: str | None = None,
+        layer: int | None = None,
+        num_layers: int | None = None,
+    ) -> int:
+        """The MatMulNBits accuracy level of a group of ``bits``-bit weights of ``role`` in ``layer``."""
         if head and self.head_accuracy_level is not None:
             return self.head_accuracy_level
         if self.accuracy_level is not None:
             return self.accuracy_level
-        return self.accuracy_level_4bit if bits <= 4 else self.accuracy_level_8bit
+        if bits > 4:
+            return self.accuracy_level_8bit
+        best, level = -1, self.accuracy_level_4bit
+        for key, value in self.accuracy_level_4bit_by_role.items():
+            key_role, key_layer = _parse_place(key)
+            if key_layer is not None and key_layer < 0 and num_layers is not None:
+                key_layer += num_layers
+            if key_role not in (None, role) or key_layer not in (None, layer):
+                continue
+            rank = (key_role is not None) + 2 * (key_layer is not None)
+            if rank > best:
+                best, level = rank, value
+        return level
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> QuantOptions:
@@ -101,6 +131,24 @@ class QuantOptions:
 def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise QuantError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def _parse_place(key: str) -> tuple[str | None, int | None]:
+    """``"role"``, ``"@layer"`` or ``"role@layer"`` -> (role or None, layer or None)."""
+    role, at, layer = key.partition("@")
+    if not at:
+        return role or _bad_place(key), None
+    try:
+        return role or None, int(layer)
+    except ValueError:
+        return _bad_place(key)
+
+
+def _bad_place(key: str):
+    raise QuantError(
+        f"accuracy_level_4bit_by_role key {key!r} must be a role ('mlp.down'), a layer ('@0', '@-1') "
+        f"or both ('mlp.down@0')"
+    )
 
 
 def check_precision(precision: str) -> None:

@@ -87,8 +87,12 @@ def quantize_proto(
     load = load or _inline_loader(model)
     raw = _raw_source(checkpoint)
     rewriter = Rewriter(model.graph, keep_arrays=arrays is not None)
+    layers = [info["layer"] for info in matrices.values() if info.get("layer") is not None]
+    num_layers = max(layers) + 1 if layers else None
     for name, info in matrices.items():
-        record["matrices"][name] = _quantize_matrix(rewriter, name, info, precision, options, load, raw)
+        record["matrices"][name] = _quantize_matrix(
+            rewriter, name, {**info, "num_layers": num_layers}, precision, options, load, raw
+        )
     rewriter.apply()
     if arrays is not None:
         arrays.update(rewriter.arrays)
@@ -120,7 +124,12 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
     plan = plan_matrix(weight_nk, sources, raw, bits, options)
     if plan.is_float:
         return {**entry, "ops": ["fp32"]}
-    levels = [options.accuracy_for(g.matrix.bits, HEAD in roles) for g in plan.groups]
+    levels = [
+        options.accuracy_for(
+            g.matrix.bits, HEAD in roles, roles[0], info.get("layer"), info.get("num_layers")
+        )
+        for g in plan.groups
+    ]
     ops = []
     for node_name in info["nodes"]:
         node = rewriter.node(node_name)

@@ -1,0 +1,536 @@
+"""The int4 frontier: quality against decode speed for variants of the weight pass, in one run.
+
+For a GGUF model it exports the fp32 reference (the file's dequantized weights),
+quantizes each variant, and measures on the same text, prompts and machine:
+
+* perplexity over the first ``--articles`` Wikipedia summaries (``--budget`` tokens,
+  windows of ``--window`` tokens), as ``quant_quality.py`` does;
+* greedy agreement with the fp32 model: 20 chat prompts x 32 tokens, EOS masked
+  (exact matches and the mean common prefix);
+* KL divergence and relative logits error against fp32 on a calibration text
+  (Wikipedia summaries after the perplexity slice, so the two never overlap);
+* decode time at batch 1: a ``--prompt-tokens`` prompt, then ``--steps`` greedy steps
+  through the step graph, one thread, spinning off; every round times every
+  variant (and the peers) once in a rotating order, and the median round counts.
+
+With ``--peers-dir`` (the folder ``setup_peers.sh`` makes: ``venv/``, ``models/``)
+the same figures are taken for llama.cpp (llama-cpp-python on the same GGUF:
+perplexity on the same token ids, greedy agreement with our fp32 model, decode
+time) and onnxruntime-genai's int4 model (decode time), each in the peers' own
+Python, so ratios between systems come from one run.
+
+    python benchmarks/quant_frontier.py smollm2-135m-instruct --variants level4 centered ...
+    python benchmarks/quant_frontier.py smollm2-135m-instruct --search --base centered
+
+``--search`` ranks where fp32 compute (accuracy level 0) buys the most: starting
+from ``--base`` it sets one matrix kind, one layer, or one (kind, layer) pair of
+4-bit weights to level 0 and reports the calibration KL of each, by rewriting the
+MatMulNBits nodes' ``accuracy_level`` of one quantized graph (no re-quantizing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+NEW_TOKENS = 32
+
+# name -> (precision, QuantOptions fields). "level4"/"level0" are the old default and the old
+# quality setting (zero points as the GGUF has them); the rest re-centre zero points.
+VARIANTS = {
+    "level4": ("int4", {"center_zero_points": False}),
+    "level0": ("int4", {"center_zero_points": False, "accuracy_level_4bit": 0}),
+    "centered": ("int4", {}),
+    "centered-down0": ("int4", {"accuracy_level_4bit_by_role": {"mlp.down": 0}}),
+    "centered-o0": ("int4", {"accuracy_level_4bit_by_role": {"attn.o": 0}}),
+    "centered-qkv0": ("int4", {"accuracy_level_4bit_by_role": {"attn.qkv": 0}}),
+    "centered-gate_up0": ("int4", {"accuracy_level_4bit_by_role": {"mlp.gate_up": 0}}),
+    "centered-ends0": ("int4", {"accuracy_level_4bit_by_role": {"@0": 0, "@-1": 0}}),
+    "centered-level0": ("int4", {"accuracy_level_4bit": 0}),
+    "centered-head0": ("int4", {"head_accuracy_level": 0}),
+    "centered-last0": ("int4", {"accuracy_level_4bit_by_role": {"@-1": 0}}),
+    "centered-gate_up-last0": ("int4", {"accuracy_level_4bit_by_role": {"mlp.gate_up@-1": 0}}),
+    "centered-qkv0-last0": ("int4", {"accuracy_level_4bit_by_role": {"attn.qkv": 0, "@-1": 0}}),
+}
+ROLES = ("attn.qkv", "attn.o", "mlp.gate_up", "mlp.down")
+
+
+# -- measurements in the project's environment ----------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", nargs="?", help="a catalog name or a .gguf path")
+    parser.add_argument("--variants", nargs="+", default=["level4", "level0", "centered"])
+    parser.add_argument(
+        "--variant-json",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="an extra variant: a name and the QuantOptions fields as JSON",
+    )
+    parser.add_argument("--articles", type=int, default=200)
+    parser.add_argument("--budget", type=int, default=4096)
+    parser.add_argument("--window", type=int, default=256)
+    parser.add_argument("--calib-articles", type=int, default=60, help="summaries after the perplexity slice")
+    parser.add_argument("--calib-tokens", type=int, default=512)
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-fp32-timing", action="store_true")
+    parser.add_argument("--peers-dir", type=Path, default=None)
+    parser.add_argument("--search", action="store_true", help="rank level-0 placements by calibration KL")
+    parser.add_argument("--base", default="centered", help="the variant --search starts from")
+    parser.add_argument("--work", type=Path, help="keep exports here between runs (default: a temp folder)")
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--peer", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peer:
+        return peer_main(Path(args.peer[0]), Path(args.peer[1]))
+    if not args.model:
+        parser.error("the model is required")
+    variants = dict(VARIANTS)
+    for item in args.variant_json:
+        name, _, options = item.partition("=")
+        variants[name] = ("int4", json.loads(options))
+    unknown = [v for v in args.variants if v not in variants]
+    if unknown:
+        parser.error(f"unknown variants {unknown} (known: {sorted(variants)})")
+    work = args.work or Path(tempfile.mkdtemp(prefix="quant-frontier-"))
+    try:
+        results = run(args, variants, work)
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1))
+
+
+def run(args, variants: dict, work: Path) -> dict:
+    from clika_export.fetch import fetch_data, fetch_gguf
+    from clika_quant.quality import open_runner, text_tokens, wiki_texts
+
+    source = Path(args.model) if args.model.endswith(".gguf") else fetch_gguf(args.model, progress=False)
+    texts = wiki_texts(fetch_data("wiki-summaries", progress=False), args.articles + args.calib_articles)
+    reference_folder = export_reference(source, work)
+    reference = open_runner(reference_folder, threads=args.threads)
+    eval_tokens = text_tokens(reference, texts[: args.articles], args.budget)
+    calib_tokens = text_tokens(reference, texts[args.articles :], args.calib_tokens)
+    if args.search:
+        base = quantized_folder(source, reference_folder, work, args.base, variants[args.base])
+        results = search(reference, base, calib_tokens, args)
+        return {"search": results}
+    prompts = prompt_ids(reference, args.prompts)
+    ref_tokens = reference_greedy(reference, prompts)
+    results: dict[str, dict] = {"fp32": {"perplexity": round(perplexity_of(reference, eval_tokens, args), 3)}}
+    runners = {} if args.no_fp32_timing else {"fp32": reference}
+    for name in args.variants:
+        folder = quantized_folder(source, reference_folder, work, name, variants[name])
+        runner = open_runner(folder, threads=args.threads)
+        results[name] = quality(reference, runner, eval_tokens, calib_tokens, prompts, ref_tokens, args)
+        results[name]["options"] = variants[name][1]
+        results[name]["model_mb"] = round((folder / "model.onnx.data").stat().st_size / 2**20, 1)
+        print(name, json.dumps(results[name]), flush=True)
+        runners[name] = runner
+    peers = peer_spec(args, source, eval_tokens, prompts, reference)
+    if peers:
+        results.update(peer_quality(peers, ref_tokens))
+    timings = time_decode(runners, peers, eval_tokens[: args.prompt_tokens], args) if args.rounds else {}
+    for name, (wall, cpu) in timings.items():
+        results.setdefault(name, {}).update(
+            ms_per_token=round(wall, 2), tok_per_s=round(1000 / wall, 1), cpu_ms_per_token=round(cpu, 2)
+        )
+    print_table(results)
+    return results
+
+
+def export_reference(source: Path, work: Path) -> Path:
+    from clika_export.api import export
+    from clika_runtime.manifest import Manifest, ManifestError
+
+    folder = work / f"{source.stem}-fp32"
+    try:
+        Manifest.read(folder)
+        return folder
+    except ManifestError:
+        return export(source, folder, progress=False, verify=False, overwrite=True)
+
+
+def quantized_folder(source: Path, reference_folder: Path, work: Path, name: str, variant) -> Path:
+    """A copy of the reference quantized as ``variant`` (kept in ``work`` under its options' text)."""
+    from clika_export.api import read_source
+    from clika_quant import quantize_model
+    from clika_runtime.manifest import Manifest
+
+    precision, options = variant
+    folder = work / f"{source.stem}-{name}"
+    stamp = folder / "variant.json"
+    wanted = json.dumps([precision, options], sort_keys=True)
+    if stamp.exists() and stamp.read_text() == wanted:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(reference_folder, folder)
+    matrices = Manifest.read(reference_folder).precision["matrices"]
+    quantize_model(folder / "model.onnx", read_source(source), precision, matrices, options)
+    stamp.write_text(wanted)
+    return folder
+
+
+def prompt_ids(runner, count: int) -> list[list[int]]:
+    from clika_quant.quality import CHAT_PROMPTS, chat_prompt_ids
+
+    return [chat_prompt_ids(runner, p) for p in CHAT_PROMPTS[:count]]
+
+
+def reference_greedy(reference, prompts: list[list[int]]) -> list[list[int]]:
+    from clika_quant.quality import greedy_tokens
+
+    return [greedy_tokens(reference, ids, NEW_TOKENS) for ids in prompts]
+
+
+def perplexity_of(runner, tokens: list[int], args) -> float:
+    from clika_quant.quality import perplexity
+
+    return perplexity(runner, tokens, args.window).perplexity
+
+
+def quality(reference, runner, eval_tokens, calib_tokens, prompts, ref_tokens, args) -> dict:
+    from clika_quant.quality import greedy_tokens
+
+    prefixes = [
+        common_prefix(ref, greedy_tokens(runner, ids, NEW_TOKENS))
+        for ids, ref in zip(prompts, ref_tokens, strict=True)
+    ]
+    return {
+        "perplexity": round(perplexity_of(runner, eval_tokens, args), 3),
+        "exact": f"{sum(p == NEW_TOKENS for p in prefixes)}/{len(prefixes)}",
+        "mean_prefix": round(float(np.mean(prefixes)), 2),
+        **calibration_error(reference, runner, calib_tokens, args.window),
+    }
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
+
+
+_REF_LOGITS: dict[tuple[int, int], list[np.ndarray]] = {}
+
+
+def calibration_error(reference, runner, tokens: list[int], window: int) -> dict:
+    """Mean KL(fp32 || candidate) per position, RMS relative logits error and top-1 agreement."""
+    key = (id(reference), len(tokens))
+    if key not in _REF_LOGITS:
+        _REF_LOGITS[key] = [
+            window_logits(reference, tokens[s : s + window]) for s in range(0, len(tokens), window)
+        ]
+    kls, rels, top1 = [], [], []
+    for start, ref in zip(range(0, len(tokens), window), _REF_LOGITS[key], strict=True):
+        got = window_logits(runner, tokens[start : start + window])
+        ref_logp, got_logp = log_softmax(ref), log_softmax(got)
+        kls.append((np.exp(ref_logp) * (ref_logp - got_logp)).sum(-1))
+        rels.append(np.linalg.norm(got - ref, axis=-1) / np.linalg.norm(ref, axis=-1))
+        top1.append(got.argmax(-1) == ref.argmax(-1))
+    rel = np.concatenate(rels)
+    return {
+        "calib_kl": float(np.concatenate(kls).mean()),
+        "calib_rel_error": round(float(np.sqrt((rel**2).mean())), 5),
+        "calib_top1": round(float(np.concatenate(top1).mean()), 4),
+    }
+
+
+def window_logits(runner, tokens: list[int]) -> np.ndarray:
+    runner.reset()
+    return runner.step(tokens, all_logits=True).astype(np.float64)
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    top = x.max(-1, keepdims=True)
+    return x - top - np.log(np.exp(x - top).sum(-1, keepdims=True))
+
+
+# -- decode timing -------------------------------------------------------------------------
+
+
+def decode_ms(runner, prompt: list[int], steps: int) -> tuple[float, float]:
+    """Wall and CPU milliseconds per greedy decode step after ``prompt`` (argmax in NumPy, as the engine).
+
+    The process's CPU time hardly counts the time other work on a shared machine takes the
+    core away, so its ratios are steadier than wall-clock ones (one intra-op thread, no spinning).
+    """
+    runner.reset()
+    logits = runner.step(prompt)[-1]
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        logits = runner.step([int(np.argmax(logits))])[-1]
+    return (time.perf_counter() - start) * 1000 / steps, (time.process_time() - cpu) * 1000 / steps
+
+
+def time_decode(runners: dict, peers: dict | None, prompt: list[int], args) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) ms per decode step of every system over rounds in a rotating order."""
+    systems = list(runners) + (["llama.cpp", "onnxruntime-genai int4"] if peers else [])
+    for runner in runners.values():
+        decode_ms(runner, prompt, 8)  # warm-up: first-call allocations out of the timing
+    rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in systems}
+    for r in range(args.rounds):
+        order = systems[r % len(systems) :] + systems[: r % len(systems)]
+        for name in order:
+            if name in runners:
+                rounds[name].append(decode_ms(runners[name], prompt, args.steps))
+            else:
+                rounds[name].append(tuple(run_peer(peers, {"task": "time", "system": name})["ms"]))
+        print(f"round {r + 1}:", {k: [round(x, 2) for x in v[-1]] for k, v in rounds.items()}, flush=True)
+    return {
+        name: (statistics.median(v[0] for v in values), statistics.median(v[1] for v in values))
+        for name, values in rounds.items()
+    }
+
+
+# -- the peers, run in their own environment -----------------------------------------------
+
+
+def peer_spec(args, source: Path, eval_tokens, prompts, reference) -> dict | None:
+    if not args.peers_dir:
+        return None
+    python = args.peers_dir / "venv" / "bin" / "python"
+    genai = args.peers_dir / "models" / "genai-int4"
+    if not python.exists():
+        raise SystemExit(f"no peers environment at {args.peers_dir} (run benchmarks/setup_peers.sh)")
+    tok = reference.model.manifest.tokenizer
+    return {
+        "python": str(python),
+        "gguf": str(source),
+        "genai_dir": str(genai) if genai.exists() else None,
+        "threads": args.threads,
+        "window": args.window,
+        "eval_tokens": list(eval_tokens),
+        "bos": tok.bos_token_id if tok.add_bos_token else None,
+        "eos": list(tok.eos_token_ids),
+        "prompts": prompts,
+        "prompt": list(eval_tokens[: args.prompt_tokens]),
+        "steps": args.steps,
+    }
+
+
+def run_peer(peers: dict, task: dict) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, out = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec.write_text(json.dumps({**peers, **task}))
+        env = {**os.environ, "OMP_NUM_THREADS": str(peers["threads"]), "OMP_WAIT_POLICY": "PASSIVE"}
+        subprocess.run([peers["python"], __file__, "--peer", str(spec), str(out)], check=True, env=env)
+        return json.loads(out.read_text())
+
+
+def peer_quality(peers: dict, ref_tokens: list[list[int]]) -> dict:
+    got = run_peer(peers, {"task": "quality", "system": "llama.cpp"})
+    prefixes = [common_prefix(r, g) for r, g in zip(ref_tokens, got["greedy"], strict=True)]
+    result = {
+        "perplexity": round(got["perplexity"], 3),
+        "exact": f"{sum(p == NEW_TOKENS for p in prefixes)}/{len(prefixes)}",
+        "mean_prefix": round(float(np.mean(prefixes)), 2),
+    }
+    print("llama.cpp", json.dumps(result), flush=True)
+    return {"llama.cpp": result}
+
+
+def peer_main(spec_path: Path, out_path: Path) -> None:
+    """Inside the peers' environment: time one system, or llama.cpp's perplexity and greedy tokens."""
+    spec = json.loads(spec_path.read_text())
+    if spec["system"] == "llama.cpp":
+        result = llama_quality(spec) if spec["task"] == "quality" else {"ms": llama_decode_ms(spec)}
+    else:
+        result = {"ms": genai_decode_ms(spec)}
+    out_path.write_text(json.dumps(result))
+
+
+def _llama(spec: dict, logits_all: bool):
+    import llama_cpp
+
+    return llama_cpp.Llama(
+        model_path=spec["gguf"],
+        n_ctx=1024,
+        n_batch=512,
+        n_threads=spec["threads"],
+        n_threads_batch=spec["threads"],
+        logits_all=logits_all,
+        verbose=False,
+    )
+
+
+def llama_quality(spec: dict) -> dict:
+    """Perplexity on the same token ids and windows as ours, and greedy tokens with EOS masked."""
+    llm = _llama(spec, logits_all=True)
+    tokens, window, bos = spec["eval_tokens"], spec["window"], spec["bos"]
+    prefix = [bos] if bos is not None else []
+    nll, count = 0.0, 0
+    for start in range(0, len(tokens) - 1, window):
+        chunk = tokens[start : start + window]
+        if len(chunk) < 2:
+            break
+        llm.reset()
+        llm.eval(prefix + chunk)
+        logits = np.asarray(llm.scores[len(prefix) : len(prefix) + len(chunk) - 1], np.float64)
+        logp = log_softmax(logits)
+        nll -= float(logp[np.arange(len(chunk) - 1), chunk[1:]].sum())
+        count += len(chunk) - 1
+    greedy = []
+    for ids in spec["prompts"]:
+        llm.reset()
+        llm.eval(ids)
+        out = []
+        for _ in range(NEW_TOKENS):
+            logits = np.array(llm.scores[llm.n_tokens - 1], np.float64)
+            logits[spec["eos"]] = -np.inf
+            out.append(int(np.argmax(logits)))
+            llm.eval([out[-1]])
+        greedy.append(out)
+    return {"perplexity": float(np.exp(nll / count)), "greedy": greedy}
+
+
+def llama_decode_ms(spec: dict) -> tuple[float, float]:
+    llm = _llama(spec, logits_all=False)
+    for steps in (8, spec["steps"]):  # the first pass warms up
+        llm.reset()
+        llm.eval(spec["prompt"])
+        start, cpu = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
+        ms = ((time.perf_counter() - start) * 1000 / steps, (time.process_time() - cpu) * 1000 / steps)
+    return ms
+
+
+def genai_decode_ms(spec: dict) -> tuple[float, float]:
+    import onnxruntime_genai as og
+
+    config = og.Config(spec["genai_dir"])
+    session = {
+        "intra_op_num_threads": spec["threads"],
+        "inter_op_num_threads": 1,
+        "session.intra_op.allow_spinning": "0",
+        "session.inter_op.allow_spinning": "0",
+    }
+    config.overlay(
+        json.dumps({"model": {"eos_token_id": spec["eos"], "decoder": {"session_options": session}}})
+    )
+    model = og.Model(config)
+    for steps in (8, spec["steps"]):
+        total = len(spec["prompt"]) + steps + 1
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=total, min_length=total)
+        gen = og.Generator(model, params)
+        gen.append_tokens(np.array([spec["prompt"]], dtype=np.int32))
+        gen.generate_next_token()  # the prompt's step
+        start, cpu = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            gen.generate_next_token()
+        ms = ((time.perf_counter() - start) * 1000 / steps, (time.process_time() - cpu) * 1000 / steps)
+    return ms
+
+
+# -- search: where level 0 buys the most ---------------------------------------------------
+
+
+def search(reference, base_folder: Path, calib_tokens: list[int], args) -> list[dict]:
+    """Calibration KL of the base and of each single level-0 placement of 4-bit weights."""
+    import onnx
+
+    from clika_runtime.model_folder import open_model_folder
+
+    model = onnx.load(str(base_folder / "model.onnx"), load_external_data=False)
+    opened = open_model_folder(base_folder, threads=args.threads)
+    units = level_units(model, base_folder)
+    placements = [("none", [])] + [(f"all {r}", [u for u in units if u[0] == r]) for r in ROLES]
+    layers = sorted({u[1] for u in units})
+    placements += [(f"layer {layer}", [u for u in units if u[1] == layer]) for layer in layers]
+    placements += [
+        (f"{r}@{layer}", [u for u in units if u[:2] == (r, layer)]) for r in ROLES for layer in layers
+    ]
+    placements.append(("all", units))
+    results = []
+    for label, chosen in placements:
+        if label != "none" and not chosen:
+            continue
+        runner = variant_runner(model, opened, {u[2] for u in chosen}, args.threads)
+        row = {
+            "placement": label,
+            "nodes": len(chosen),
+            **calibration_error(reference, runner, calib_tokens, args.window),
+        }
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    return results
+
+
+def level_units(model, folder: Path) -> list[tuple[str, int, str]]:
+    """(role, layer, node name) of every 4-bit MatMulNBits of a layer."""
+    from clika_runtime.manifest import Manifest
+
+    scopes = {}
+    for info in Manifest.read(folder).precision["matrices"].values():
+        if info.get("layer") is None:
+            continue
+        for node in info.get("nodes", []):
+            scopes[node.rsplit("/", 1)[0]] = (info["roles"][0], info["layer"])
+    units = []
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        bits = next(a.i for a in node.attribute if a.name == "bits")
+        scope = next((s for s in scopes if node.name.startswith(s + "/")), None)
+        if scope and bits == 4:
+            units.append((*scopes[scope], node.name))
+    return units
+
+
+def variant_runner(model, opened, level0: set[str], threads: int):
+    """A runner on ``model`` with the named MatMulNBits at accuracy level 0 (same weights file)."""
+    import dataclasses
+
+    import onnx
+
+    from clika_quant.quality import SequenceRunner
+    from clika_runtime.model_folder import open_session, session_options
+
+    variant = onnx.ModelProto()
+    variant.CopyFrom(model)
+    for node in variant.graph.node:
+        if node.name in level0:
+            for attr in node.attribute:
+                if attr.name == "accuracy_level":
+                    attr.i = 0
+    path = opened.path / "model.search.onnx"
+    onnx.save(variant, str(path))
+    changed = dataclasses.replace(opened, session=open_session(path, session_options(threads)))
+    return SequenceRunner(changed, min(1024, opened.manifest.context_window))
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def print_table(results: dict) -> None:
+    fp32_cpu = results.get("fp32", {}).get("cpu_ms_per_token")
+    print(
+        "\n| variant | perplexity | exact | mean prefix | calib KL | ms/token | tok/s | CPU ms/token | x fp32 (CPU) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, r in results.items():
+        speedup = f"{fp32_cpu / r['cpu_ms_per_token']:.2f}" if fp32_cpu and r.get("cpu_ms_per_token") else ""
+        kl = f"{r['calib_kl']:.4f}" if "calib_kl" in r else ""
+        print(
+            f"| {name} | {r.get('perplexity', '')} | {r.get('exact', '')} | {r.get('mean_prefix', '')} | {kl} "
+            f"| {r.get('ms_per_token', '')} | {r.get('tok_per_s', '')} | {r.get('cpu_ms_per_token', '')} | {speedup} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Zero-point centring and accuracy levels by place: same weights, chosen compute."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from clika_export.checkpoint import RawBlocks
+from clika_quant.choose import center_zero_points
+from clika_quant.gguf_transcode import BLOCK_LAYOUT, transcode
+from clika_quant.onnx_ops import matmul_nbits
+from clika_quant.options import QuantError, QuantOptions
+from clika_quant.quantize import quantize_proto
+
+OFFSET_TYPES = ["Q4_1", "Q4_K", "Q5_1", "Q5_K"]
+OPSETS = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+
+
+def random_blocks(ggml_type: str, rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random GGUF bytes with small finite fp16 scale and min fields (d, then dmin/m)."""
+    rng = np.random.default_rng(seed)
+    block_bytes, block_weights = BLOCK_LAYOUT[ggml_type]
+    n_blocks = rows * cols // block_weights
+    blocks = rng.integers(0, 256, (n_blocks, block_bytes), dtype=np.uint8)
+    for start in (0, 2):
+        values = (rng.standard_normal(n_blocks) * 0.02).astype(np.float16)
+        blocks[:, start : start + 2] = values.view(np.uint8).reshape(n_blocks, 2)
+    return blocks.reshape(rows, -1)
+
+
+class BlocksOnly:
+    """A checkpoint that only offers the raw blocks of its tensors."""
+
+    def __init__(self, blocks: dict[str, RawBlocks]) -> None:
+        self.blocks = blocks
+
+    def raw(self, name: str) -> RawBlocks | None:
+        return self.blocks.get(name)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same float32 values bit for bit (a zero may change sign: equal as numbers)."""
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    same = a.view(np.uint32) == b.view(np.uint32)
+    return a.shape == b.shape and bool((same | ((a == 0) & (b == 0))).all())
+
+
+def matmul_model(weight_kn: np.ndarray) -> onnx.ModelProto:
+    k, n = weight_kn.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "w"], ["Y"], name="/layer/proj/MatMul")],
+        "t",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", n])],
+        [numpy_helper.from_array(weight_kn.astype(np.float32), "w")],
+    )
+    return helper.make_model(graph, opset_imports=OPSETS)
+
+
+def run_matmul_nbits(matrix, a: np.ndarray, accuracy_level: int) -> np.ndarray:
+    nodes, inits = matmul_nbits(matrix, "A", "Y", "w", accuracy_level)
+    graph = helper.make_graph(
+        nodes,
+        "t",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", matrix.k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", matrix.n])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=OPSETS)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"A": a})[0]
+
+
+@pytest.mark.parametrize("ggml_type", OFFSET_TYPES)
+def test_centring_keeps_the_weights_bit_for_bit(ggml_type):
+    rows, cols = 48, 256
+    matrix = transcode(ggml_type, random_blocks(ggml_type, rows, cols, seed=5), (rows, cols))
+    centred = center_zero_points(matrix)
+    assert same_bits(centred.dequantize(), matrix.dequantize())
+    codes = matrix.codes.reshape(rows, -1, matrix.block_size).astype(np.float64)
+    moved = centred.zero_points.astype(np.float64)
+    # a block moves to its rounded mean code unless the new offset would not be exact in float32
+    # (random fp16 scales and mins of far-apart exponents; real files almost never)
+    at_mean = moved == np.rint(codes.mean(-1))
+    assert at_mean.mean() > 0.9
+    assert (at_mean | (centred.zero_points == matrix.integer_zero_points())).all()
+
+
+@pytest.mark.parametrize("ggml_type", ["Q4_1", "Q4_K"])
+def test_centring_lowers_the_int8_compute_error(ggml_type):
+    """Level 4 quantizes the activations; centred codes multiply that error by smaller weights."""
+    rows, cols = 64, 512
+    matrix = transcode(ggml_type, random_blocks(ggml_type, rows, cols, seed=2), (rows, cols))
+    a = np.random.default_rng(1).standard_normal((16, cols)).astype(np.float32)
+    exact = a.astype(np.float64) @ matrix.dequantize().T.astype(np.float64)
+
+    def error(m):
+        # MatMulNBits computes (q - zp) * s; the offsets' share is exact float math beside it
+        blocks = a.reshape(16, m.n_blocks, m.block_size).sum(-1)
+        got = run_matmul_nbits(m, a, accuracy_level=4) + blocks @ m.offsets.T
+        return np.linalg.norm(got - exact) / np.linalg.norm(exact)
+
+    assert error(center_zero_points(matrix)) < 0.7 * error(matrix)
+
+
+def test_centring_leaves_symmetric_blocks_and_counts_only_real_columns():
+    symmetric = transcode("Q4_0", random_blocks("Q4_0", 8, 64), (8, 64))
+    assert center_zero_points(symmetric) is symmetric
+    # K = 40 with blocks of 32: the second block has 8 real codes and 24 padding zeros
+    codes = np.zeros((2, 64), np.uint8)
+    codes[:, :40] = 12
+    matrix = transcode("Q4_1", random_blocks("Q4_1", 2, 64), (2, 64))
+    short = type(matrix)(codes, matrix.scales, matrix.zero_points, 4, 32, 40, matrix.offsets)
+    assert center_zero_points(short).zero_points.tolist() == [[12, 12], [12, 12]]
+
+
+def test_centring_is_an_option_recorded_in_the_groups():
+    rows, cols = 32, 256
+    data = random_blocks("Q4_1", rows, cols)
+    checkpoint = BlocksOnly({"w": RawBlocks("Q4_1", data, (rows, cols))})
+    ref = transcode("Q4_1", data, (rows, cols)).dequantize()
+    for center, kind in ((True, "uint8"), (False, "uint8")):
+        model, record = quantize_proto(
+            matmul_model(ref.T.copy()), checkpoint, "int4", options={"center_zero_points": center}
+        )
+        assert record["options"]["center_zero_points"] is center
+        assert record["matrices"]["w"]["groups"][0]["zero_points"] == kind
+        zps = [t for t in model.graph.initializer if t.name.endswith("zero_points")]
+        assert bool((np.frombuffer(zps[0].raw_data, np.uint8) != 0).any()) is center
+
+
+def test_accuracy_by_place_most_specific_key_wins():
+    options = QuantOptions(accuracy_level_4bit_by_role={"mlp.down": 0, "@-1": 0, "attn.o@-1": 4})
+    level = options.accuracy_for
+    assert level(4, False, "mlp.down", 3, 30) == 0  # role
+    assert level(4, False, "attn.qkv", 3, 30) == 4  # the 4-bit default
+    assert level(4, False, "attn.qkv", 29, 30) == 0  # the last layer
+    assert level(4, False, "attn.o", 29, 30) == 4  # role and layer beat layer
+    assert level(8, False, "mlp.down", 3, 30) == 4  # 8-bit weights keep int8 compute
+    assert level(4, True, "lm_head", None, 30) == 4
+    assert QuantOptions.from_dict(options.to_dict()) == options
+
+
+@pytest.mark.parametrize("key", ["", "mlp.down@", "@last", "mlp@1.5"])
+def test_bad_places_are_named(key):
+    with pytest.raises(QuantError, match="accuracy_level_4bit_by_role"):
+        QuantOptions(accuracy_level_4bit_by_role={key: 0})
+    with pytest.raises(QuantError, match="must be 0..4"):
+        QuantOptions(accuracy_level_4bit_by_role={"mlp.down": 7})
+
+
+def test_levels_by_place_reach_the_graph():
+    """Two layers of one role: a key on the last layer sets its node's level, and the record says so."""
+    rows, cols = 32, 256
+    weights = {f"w{i}": random_blocks("Q4_1", rows, cols, seed=i) for i in (0, 1)}
+    checkpoint = BlocksOnly({n: RawBlocks("Q4_1", d, (rows, cols)) for n, d in weights.items()})
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", n], [f"Y{n}"], name=f"/l{n[1]}/down/MatMul") for n in weights],
+        "t",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", cols])],
+        [helper.make_tensor_value_info(f"Y{n}", TensorProto.FLOAT, ["M", rows]) for n in weights],
+        [
+            numpy_helper.from_array(transcode("Q4_1", d, (rows, cols)).dequantize().T.copy(), n)
+            for n, d in weights.items()
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=OPSETS)
+    matrices = {
+        n: {"roles": ["mlp.down"], "nodes": [f"/l{n[1]}/down/MatMul"], "layout": "in_out", "layer": int(n[1])}
+        for n in weights
+    }
+    options = {"accuracy_level_4bit_by_role": {"mlp.down@-1": 0}}
+    model, record = quantize_proto(model, checkpoint, "int4", matrices, options)
+    assert [record["matrices"][n]["groups"][0]["accuracy_level"] for n in weights] == [4, 0]
+    levels = {
+        n.name: next(a.i for a in n.attribute if a.name == "accuracy_level")
+        for n in model.graph.node
+        if n.op_type == "MatMulNBits"
+    }
+    assert levels == {"/l0/down/MatMulNBits": 4, "/l1/down/MatMulNBits": 0}
