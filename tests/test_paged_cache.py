@@ -253,3 +253,42 @@ def test_integrity_check_catches_a_lost_reference():
 def test_a_budget_below_one_block_is_refused():
     with pytest.raises(ValueError, match="holds no block"):
         PagedKVCache(SHAPE, block_size=BS, max_bytes=BLOCK_BYTES - 1, num_slots=1, max_seq=64)
+
+
+@pytest.mark.parametrize(("blocks", "cached"), [(3, 6), (2, 4)])
+def test_a_partial_match_is_copied_when_it_fits_and_dropped_when_not(blocks, cached):
+    sched, cache, ex = make(blocks=blocks, max_active=1)
+    first = seq_of(prompt_of(6, 20), max_new=1)  # leaves block 0 full and block 1 partial, both cached
+    sched.add(first)
+    run_all(sched, ex)
+    assert cache.pool.eviction_order == [1, 0]
+    follow = seq_of(prompt_of(6, 20) + prompt_of(1, 21), max_new=1)
+    sched.add(follow)
+    # With 2 blocks the copy would need a third: the request computes 2 more tokens instead of waiting forever.
+    run_all(sched, ex)
+    assert follow.num_cached_tokens == cached
+    assert follow.completion_ids == alone(follow.request.prompt_ids, 1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_load_on_tight_budgets_always_finishes_with_the_alone_replies(seed):
+    rng = np.random.default_rng(seed)
+    blocks = int(rng.integers(3, 12))
+    sched, cache, ex = make(
+        blocks=blocks, max_active=int(rng.integers(1, 6)), max_step_tokens=int(rng.integers(2, 20))
+    )
+    prefixes = [prompt_of(int(n), 30 + i) for i, n in enumerate(rng.integers(0, 3 * BS, 4))]
+    seqs = []
+    for i in range(60):
+        prefix = prefixes[int(rng.integers(len(prefixes)))]
+        prompt = (prefix + prompt_of(int(rng.integers(1, 9)), 100 + i))[: blocks * BS - 1]
+        seqs.append(seq_of(prompt, max_new=int(rng.integers(1, 6 * BS))))
+    for seq in seqs:
+        sched.add(seq)
+    run_all(sched, ex)
+    for seq in seqs:
+        expected = alone(seq.request.prompt_ids, seq.config.max_new_tokens)
+        if seq.status == SequenceStatus.FINISHED_LENGTH and seq.error:  # outgrew the whole budget
+            expected = expected[: seq.num_completion_tokens]
+        assert seq.completion_ids == expected
+    assert cache.pool.num_owned == 0

@@ -139,7 +139,11 @@ class PagedKVCache(KVCacheManager):
         tokens = seq.token_ids
         match = self.index.match(tokens, len(tokens) - 1) if self.prefix_reuse else PrefixMatch()
         if not self._fits(tokens, match):
-            return None
+            # Copying a partial match takes one block more than computing it: without it the
+            # request fits whenever it fits at all (no deadlock when the budget is just enough).
+            match = PrefixMatch(match.blocks, match.hashes)
+            if not self._fits(tokens, match):
+                return None
         for block in match.blocks:
             self.pool.share(block)
         table = list(match.blocks)
@@ -209,7 +213,9 @@ class PagedKVCache(KVCacheManager):
     def _fits(self, tokens: list[int], match: PrefixMatch) -> bool:
         """Room for the whole prompt now, next to one spare block per running sequence."""
         needed = self._blocks_for(len(tokens)) - len(match.blocks)
-        idle_matched = sum(1 for b in match.blocks if self.pool.refcount[b] == 0)
+        # Cached blocks this match reuses (or copies from) are not free for the new blocks.
+        pinned = [*match.blocks, *([match.partial_block] if match.partial_block is not None else [])]
+        idle_matched = sum(1 for b in pinned if self.pool.refcount[b] == 0)
         growable = self.max_blocks - self.pool.num_blocks
         available = self.pool.num_available - idle_matched + growable
         return needed + len(self._tables) <= available

@@ -103,6 +103,15 @@ class Scheduler:
                 budget -= n
         while budget > 0 and self.waiting and len(self.running) < self.max_active:
             seq = self.waiting[0]
+            if seq.num_tokens >= self.cache.token_capacity:  # could never run (submit refuses these)
+                limit = self.cache.token_capacity
+                self.finish(
+                    seq,
+                    SequenceStatus.FINISHED_ERROR,
+                    f"{seq.num_tokens} tokens do not fit the KV cache ({limit})",
+                )
+                self._ended.append(seq)
+                continue
             if not self._admit(seq):
                 break
             n = min(seq.num_pending_tokens, budget)
@@ -117,7 +126,7 @@ class Scheduler:
         return StepPlan(tuple(rows))
 
     def take_ended(self) -> list[Sequence]:
-        """Sequences the last ``schedule`` ended (outgrown the KV budget); each is returned once."""
+        """Sequences the last ``schedule`` ended (beyond the KV budget); each is returned once."""
         ended, self._ended = self._ended, []
         return ended
 
