@@ -72,7 +72,7 @@ class Architecture:
 class KVSpec:
     """How the graph's KV cache inputs/outputs are named and laid out."""
 
-    layout: str  # "BNSH": [batch_or_slots, kv_heads, capacity, head_dim]
+    layout: str  # "BNSH": [batch_or_slots, kv_heads, capacity, head_dim]; paged "NBSH": [kv_heads, blocks, block_size, head_dim]
     dtype: str  # numpy dtype name, e.g. "float32"
     past_key: str  # e.g. "past_key.{layer}"
     past_value: str
