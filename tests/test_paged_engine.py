@@ -42,7 +42,13 @@ def test_kv_memory_grows_with_the_tokens_held_under_the_budget(tiny: Path):
     assert pipeline["kv_cache_mode"] == "paged" and pipeline["kv_cache_budget_bytes"] == budget
     assert pipeline["block_size"] == 64 and 0 < pipeline["kv_cache_bytes"] <= budget
     assert pipeline["blocks_owned"] == 0 and pipeline["blocks_cached"] > 0  # finished: kept as a prefix cache
+    assert pipeline["kv_bytes_cached"] == pipeline["blocks_cached"] * block_bytes(tiny)
     assert pipeline["blocks"] == 16  # the first allocation; it doubles only when more is held
+    # Longer prompts, four at a time, hold more: the pools grow, up to the budget and no further.
+    model.generate_batch([" ".join(map(str, rng.integers(0, 9, 150))) for _ in range(8)], max_new_tokens=5)
+    pipeline = model.residency["pipeline"]
+    assert pipeline["blocks"] == 40 and pipeline["kv_cache_bytes"] == budget
+    model.engine.check_integrity()
     model.close()
 
 

@@ -126,7 +126,8 @@ class PagedKVCache(KVCacheManager):
             "blocks_owned": self.pool.num_owned,
             "blocks_cached": self.pool.num_cached,
             "blocks_free": self.pool.num_free,
-            "tokens_held": self.pool.num_owned * self.block_size,
+            "kv_bytes_owned": self.pool.num_owned * self.block_bytes,
+            "kv_bytes_cached": self.pool.num_cached * self.block_bytes,
         }
 
     def table(self, seq: Sequence) -> list[int]:
