@@ -33,6 +33,8 @@ def test_kv_memory_grows_with_the_tokens_held_under_the_budget(tiny: Path):
     budget = 40 * block_bytes(tiny)
     model = modelverse.load(tiny, threads=1, kv_cache_mode="paged", kv_cache_bytes=budget, max_active=4)
     assert model.kv_cache_mode == "paged" and model.residency["pipeline"]["kv_cache_bytes"] == 0
+    weights = (tiny / "model.onnx.data").stat().st_size
+    assert model.residency["cpu"]["weights_bytes"] > weights  # the weights file the paged graph reads
     rng = np.random.default_rng(0)
     replies = model.generate_batch(
         [" ".join(map(str, rng.integers(0, 9, 40))) for _ in range(4)], max_new_tokens=5

@@ -73,7 +73,9 @@ class _Loaded:
     @property
     def residency(self) -> dict[str, Any]:
         """Bytes of weights the load left on each device (all on the CPU)."""
-        graph_file = self.folder.path / self.folder.graph.file
+        # The paged graph reads the continuous graph's weights file: count that one.
+        graph = self.folder.manifest.graphs.get("continuous", self.folder.graph)
+        graph_file = self.folder.path / graph.file
         weights = sum(p.stat().st_size for p in graph_file.parent.glob(graph_file.name + "*"))
         return {"cpu": {"weights_bytes": weights}}
 
