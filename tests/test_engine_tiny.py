@@ -262,6 +262,32 @@ def test_next_turn_reuses_the_cached_prefix(tiny):
     fresh.close()
 
 
+def test_decode_steps_bind_no_input_again(tiny):
+    """Past the first decode step, a step copies into the arrays bound before and binds nothing."""
+    loaded = modelverse.load(tiny[1], threads=1)
+    engine = loaded.create_engine(max_active=1, prefix_reuse=False)
+    binding = engine.executor.binding
+    bound: list[str] = []
+    original = binding.bind_ortvalue_input
+
+    def spy(name, value):
+        bound.append(name)
+        original(name, value)
+
+    binding.bind_ortvalue_input = spy
+    try:
+        counts = []
+        for prompt, n in zip(prompts_of([6, 6, 6], seed=3), (2, 12, 2), strict=True):
+            bound.clear()
+            run(engine, prompt, max_new_tokens=n, ignore_eos=True)
+            counts.append(len(bound))
+        # Each later request rebinds only what changes shape between its prefill and its decode.
+        assert counts[1] == counts[2] < counts[0]
+    finally:
+        engine.close()
+        loaded.close()
+
+
 def test_stage_observer_sees_every_stage(tiny):
     m = modelverse.load(tiny[1], threads=1)
     events: list[StageEvent] = []

@@ -104,7 +104,9 @@ class Executor:
         if bound is not None and bound[0].shape == array.shape and bound[0].dtype == array.dtype:
             np.copyto(bound[0], array)
             return
-        kept = np.ascontiguousarray(array).copy()
+        # np.array, not ascontiguousarray: that turns a 0-d array (the scalar input) into
+        # shape (1,), which then never matches the next step's () and rebinds every step.
+        kept = np.array(array, order="C", copy=True)
         value = ort.OrtValue.ortvalue_from_numpy(kept)
         self.binding.bind_ortvalue_input(name, value)
         self._inputs[name] = (kept, value)
