@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clika_runtime.chat.prepare import refuse_media
 from clika_runtime.chat.session import ChatSession
 from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
 from clika_runtime.chat.tools import ToolCall
@@ -451,7 +452,7 @@ class GenerativeModel:
         if isinstance(prompt, (list, tuple)):
             if messages is not None:
                 raise ValueError("pass either a list of prompts or messages=, not both")
-            _refuse_media(images, audio, videos)
+            refuse_media(images, audio, videos)
             return self.generate_batch(prompt, config=config, max_active=max_active, **overrides)
         pieces = self.stream_generate(
             prompt, messages=messages, config=config, images=images, audio=audio, videos=videos, **overrides
@@ -478,7 +479,7 @@ class GenerativeModel:
         Closing the iterator early cancels the request at the next step.
         ``report`` is set once the reply is complete.
         """
-        _refuse_media(images, audio, videos)
+        refuse_media(images, audio, videos)
         cfg = self._config(config, overrides)
         text = self._prompt_text(prompt, messages, cfg)
         stream = self._submit(text, cfg, skip_special_tokens=skip_special_tokens, detokenize=decode)
@@ -619,9 +620,3 @@ class _StreamedReply(Iterator[Any]):
     def __del__(self) -> None:
         if not self._ended:
             self._stream.cancel()
-
-
-def _refuse_media(images: Sequence[Any], audio: Sequence[Any], videos: Sequence[Any]) -> None:
-    for name, given in (("images", images), ("audio", audio), ("videos", videos)):
-        if given:
-            raise ValueError(f"this model reads text only; it takes no {name}")

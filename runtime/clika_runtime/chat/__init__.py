@@ -6,6 +6,7 @@
 * :mod:`~clika_runtime.chat.tool_stream`: the streaming call parser;
 * :mod:`~clika_runtime.chat.reasoning`: the ``<think>`` channel and its switch;
 * :mod:`~clika_runtime.chat.reply`: a reply's channels (reasoning, visible text, calls) together;
+* :mod:`~clika_runtime.chat.prepare`: a turn's argument checks, offered tools and rendered prompt;
 * :mod:`~clika_runtime.chat.session`: :class:`ChatSession` (imported from there: it needs the engine).
 """
 

@@ -20,8 +20,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
-from clika_runtime.chat.tools import ToolCall, normalize_tools
+from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn, refuse_media
+from clika_runtime.chat.reply import ReplyParser
+from clika_runtime.chat.tools import ToolCall
 from clika_runtime.engine.types import ChatOutcome, GenerationConfig
 
 if TYPE_CHECKING:
@@ -87,12 +88,9 @@ class ChatSession:
         default_budget: int = 256,
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget < 1:
-            raise ValueError(f"default_budget must be an integer >= 1, got {default_budget!r}")
-        if system is not None and not isinstance(system, str):
-            raise ValueError(f"system must be a string or None, got {type(system).__name__}")
+        check_chat_arguments(default_budget, system)
         self._model = model
-        self._tools = self._checked_tools(tools)
+        self._tools = offered_tools(model, tools)
         self._defaults = model.defaults.overlay({"max_new_tokens": default_budget})
         self._card = chat_card(model, model_id)
         self._engine: Engine = model.create_engine(max_active=max_active, max_queued=max_queued)
@@ -162,7 +160,7 @@ class ChatSession:
         """
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
-        _refuse_media(images, audio, videos)
+        refuse_media(images, audio, videos)
         with self._lock:
             self._before_turn()
             turn = {"role": "user", "content": content}
@@ -196,7 +194,7 @@ class ChatSession:
         **overrides: Any,
     ) -> str | Iterator[str | ToolCall]:
         """The assistant's reply to an explicit conversation, leaving the session's history untouched."""
-        _refuse_media(images, audio, videos)
+        refuse_media(images, audio, videos)
         with self._lock:
             self._before_turn()
             return self._run(list(messages), None, stream, config, tools, overrides)
@@ -258,15 +256,6 @@ class ChatSession:
             request.cancel()
             pieces.close()  # type: ignore[attr-defined]  # a started reply records what it made
 
-    def _checked_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
-        offered = normalize_tools(tools)
-        if offered and not self._model.supports_tools:
-            raise ValueError(
-                "this model takes no tool definitions (its chat template has no tools slot); "
-                "offer tools only to a model whose supports_tools is True"
-            )
-        return offered
-
     def _run(
         self,
         messages: list[Mapping[str, Any]],
@@ -276,15 +265,13 @@ class ChatSession:
         tools: Sequence[Mapping[str, Any]] | None,
         overrides: Mapping[str, Any],
     ) -> str | Iterator[str | ToolCall]:
-        offered = self._checked_tools(tools) if tools is not None else self._tools
+        offered = offered_tools(self._model, tools) if tools is not None else self._tools
         policy = GenerationConfig.resolve(self._defaults, config, overrides)
-        prompt = self._model.render(messages, tools=offered, config=policy)
-        template = self._model.chat_template
-        parser = reply_parser_for(template, prompt, offered)
-        ids = self._model.tokenizer.encode(prompt)
-        skip_special = not keeps_special_tokens(template, offered)
-        request = self._engine.submit(ids, policy, skip_special_tokens=skip_special)
-        pieces = self._pieces(request, parser, commit)
+        prepared = prepare_turn(self._model, messages, offered, policy)
+        request = self._engine.submit(
+            prepared.prompt_ids, policy, skip_special_tokens=prepared.skip_special_tokens
+        )
+        pieces = self._pieces(request, prepared.parser, commit)
         if stream:
             self._live = (pieces, request)
             return pieces
@@ -326,9 +313,3 @@ class ChatSession:
             if parser.reasoning:
                 reply["reasoning_content"] = parser.reasoning
             self._history.extend([*commit, reply])
-
-
-def _refuse_media(images: Sequence[Any], audio: Sequence[Any], videos: Sequence[Any]) -> None:
-    for name, given in (("images", images), ("audio", audio), ("videos", videos)):
-        if given:
-            raise ValueError(f"this model reads text only; it takes no {name}")

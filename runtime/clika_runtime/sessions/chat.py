@@ -25,13 +25,12 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.reply import keeps_special_tokens, reply_parser_for
-from clika_runtime.chat.tools import normalize_tools
+from clika_runtime.chat.prepare import Prepared, check_chat_arguments, offered_tools, prepare_turn
 from clika_runtime.engine.types import GenerationConfig
 from clika_runtime.sessions.results import TurnResult
 from clika_runtime.sessions.session import AsyncSession
 from clika_runtime.sessions.store import ConversationStore, InMemoryStore, checked_id
-from clika_runtime.sessions.turn import Prepared, TurnStream
+from clika_runtime.sessions.turn import TurnStream
 
 if TYPE_CHECKING:
     from clika_runtime.engine.engine import Engine
@@ -60,10 +59,7 @@ class AsyncChat:
         default_budget: int = 256,
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget < 1:
-            raise ValueError(f"default_budget must be an integer >= 1, got {default_budget!r}")
-        if system is not None and not isinstance(system, str):
-            raise ValueError(f"system must be a string or None, got {type(system).__name__}")
+        check_chat_arguments(default_budget, system)
         self._model = model
         self._system = system or None
         self._store: ConversationStore = store if store is not None else InMemoryStore()
@@ -225,13 +221,7 @@ class AsyncChat:
 
     def checked_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
         """``tools`` normalized; ValueError when the model takes none."""
-        offered = normalize_tools(tools)
-        if offered and not self._model.supports_tools:
-            raise ValueError(
-                "this model takes no tool definitions (its chat template has no tools slot); "
-                "offer tools only to a model whose supports_tools is True"
-            )
-        return offered
+        return offered_tools(self._model, tools)
 
     def prepare(
         self,
@@ -240,14 +230,7 @@ class AsyncChat:
         policy: GenerationConfig,
     ) -> Prepared:
         """Render ``messages`` for the model, tokenize them and make the reply's parser."""
-        text = self._model.render(messages, tools=tools, config=policy)
-        template = self._model.chat_template
-        return Prepared(
-            prompt_text=text,
-            prompt_ids=self._model.tokenizer.encode(text),
-            parser=reply_parser_for(template, text, tools),
-            skip_special_tokens=not keeps_special_tokens(template, tools),
-        )
+        return prepare_turn(self._model, messages, tools, policy)
 
     def _seed(self, system: str | None) -> list[dict[str, Any]]:
         text = self._system if system is None else (system or None)

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clika_runtime.chat.prepare import Prepared
 from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.tools import ToolCall
 from clika_runtime.engine.types import GenerationConfig, GenerationReport
@@ -33,16 +34,6 @@ class TurnSpec:
     tools: list[dict[str, Any]] | None
     cancels: tuple[asyncio.Event, ...] = ()
     streamed: bool = False
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A turn ready for the engine: the prompt text, its token ids and the reply's parser."""
-
-    prompt_text: str
-    prompt_ids: list[int]
-    parser: ReplyParser
-    skip_special_tokens: bool
 
 
 class TurnRun:

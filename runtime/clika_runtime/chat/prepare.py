@@ -1,0 +1,74 @@
+"""What a chat turn needs before it reaches the engine.
+
+Shared by :class:`~clika_runtime.chat.session.ChatSession` and
+:class:`~clika_runtime.sessions.chat.AsyncChat` so that both check their
+arguments, offer tools and render a turn the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
+from clika_runtime.chat.tools import normalize_tools
+
+if TYPE_CHECKING:
+    from clika_runtime.engine.types import GenerationConfig
+    from clika_runtime.modelverse import GenerativeModel
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A turn ready for the engine: the prompt text, its token ids and the reply's parser."""
+
+    prompt_text: str
+    prompt_ids: list[int]
+    parser: ReplyParser
+    skip_special_tokens: bool
+
+
+def check_chat_arguments(default_budget: int, system: str | None) -> None:
+    """Raise ValueError unless ``default_budget`` is an integer >= 1 and ``system`` a string or None."""
+    if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget < 1:
+        raise ValueError(f"default_budget must be an integer >= 1, got {default_budget!r}")
+    if system is not None and not isinstance(system, str):
+        raise ValueError(f"system must be a string or None, got {type(system).__name__}")
+
+
+def offered_tools(
+    model: GenerativeModel, tools: Sequence[Mapping[str, Any]] | None
+) -> list[dict[str, Any]] | None:
+    """``tools`` normalized; ValueError when ``model`` takes none."""
+    offered = normalize_tools(tools)
+    if offered and not model.supports_tools:
+        raise ValueError(
+            "this model takes no tool definitions (its chat template has no tools slot); "
+            "offer tools only to a model whose supports_tools is True"
+        )
+    return offered
+
+
+def refuse_media(images: Sequence[Any], audio: Sequence[Any], videos: Sequence[Any]) -> None:
+    """Raise ValueError naming the first kind of media given (the models read text only)."""
+    for name, given in (("images", images), ("audio", audio), ("videos", videos)):
+        if given:
+            raise ValueError(f"this model reads text only; it takes no {name}")
+
+
+def prepare_turn(
+    model: GenerativeModel,
+    messages: Sequence[Mapping[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    policy: GenerationConfig,
+) -> Prepared:
+    """Render ``messages`` for ``model``, tokenize them and make the reply's parser."""
+    text = model.render(messages, tools=tools, config=policy)
+    template = model.chat_template
+    return Prepared(
+        prompt_text=text,
+        prompt_ids=model.tokenizer.encode(text),
+        parser=reply_parser_for(template, text, tools),
+        skip_special_tokens=not keeps_special_tokens(template, tools),
+    )
