@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from clika_cli.common import dim, load_model, local_model, precision_option, pulled_note, say, threads_option
+from clika_cli.common import (
+    dim,
+    load_model,
+    local_model,
+    precision_option,
+    pulled_note,
+    reply_options,
+    say,
+    threads_option,
+)
 from clika_cli.models import DEFAULT_MODEL
 
 if TYPE_CHECKING:
@@ -35,15 +44,7 @@ Ctrl-C during a reply stops the reply."""
 @click.argument("model", required=False, default=DEFAULT_MODEL)
 @precision_option
 @click.option("--system", default=None, help="System prompt.")
-@click.option(
-    "--max-tokens",
-    type=click.IntRange(min=1),
-    default=512,
-    show_default=True,
-    help="Longest reply in tokens.",
-)
-@click.option("--temperature", type=click.FloatRange(min=0), default=None, help="Default: the model's own.")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Sampling seed.")
+@reply_options(max_tokens=512)
 @threads_option
 def chat(
     model: str,

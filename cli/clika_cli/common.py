@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -12,6 +13,8 @@ from clika_cli.models import PRECISIONS, LocalModel, ModelError, human_size, res
 
 if TYPE_CHECKING:
     from clika_runtime.modelverse import GenerativeModel
+
+Command = TypeVar("Command", bound=Callable[..., object])
 
 precision_option = click.option(
     "--precision",
@@ -25,6 +28,29 @@ threads_option = click.option(
     default=None,
     help="ONNX Runtime threads (default: one per core).",
 )
+
+
+def count_option(flag: str, *, minimum: int, default: int, help: str) -> Callable[[Command], Command]:
+    """An integer option of at least ``minimum`` whose ``--help`` shows its default."""
+    return click.option(flag, type=click.IntRange(min=minimum), default=default, show_default=True, help=help)
+
+
+def reply_options(max_tokens: int) -> Callable[[Command], Command]:
+    """``--max-tokens`` (default ``max_tokens``), ``--temperature`` and ``--seed``: how a reply is decoded."""
+    options = (
+        count_option("--max-tokens", minimum=1, default=max_tokens, help="Longest reply in tokens."),
+        click.option(
+            "--temperature", type=click.FloatRange(min=0), default=None, help="Default: the model's own."
+        ),
+        click.option("--seed", type=click.IntRange(min=0), default=None, help="Sampling seed."),
+    )
+
+    def apply(command: Command) -> Command:
+        for option in reversed(options):  # the last decorator applied lists its option first
+            command = option(command)
+        return command
+
+    return apply
 
 
 def say(text: str) -> None:

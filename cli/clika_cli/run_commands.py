@@ -7,7 +7,17 @@ import sys
 
 import click
 
-from clika_cli.common import dim, load_model, local_model, precision_option, pulled_note, say, threads_option
+from clika_cli.common import (
+    count_option,
+    dim,
+    load_model,
+    local_model,
+    precision_option,
+    pulled_note,
+    reply_options,
+    say,
+    threads_option,
+)
 from clika_cli.models import DEFAULT_MODEL
 
 
@@ -15,15 +25,7 @@ from clika_cli.models import DEFAULT_MODEL
 @click.argument("model")
 @click.argument("prompt", required=False, default="-")
 @precision_option
-@click.option(
-    "--max-tokens",
-    type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="Longest reply in tokens.",
-)
-@click.option("--temperature", type=click.FloatRange(min=0), default=None, help="Default: the model's own.")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Sampling seed.")
+@reply_options(max_tokens=256)
 @click.option("--system", default=None, help="System prompt (models with a chat template).")
 @threads_option
 @click.option("-q", "--quiet", is_flag=True, help="Only the reply: no progress or statistics.")
@@ -84,26 +86,12 @@ def generate(
     default=None,
     help="Require 'Authorization: Bearer KEY' (also $CLIKA_API_KEY).",
 )
-@click.option(
-    "--max-active",
-    type=click.IntRange(min=1),
-    default=8,
-    show_default=True,
-    help="Requests that decode together (one shared engine).",
+@count_option("--max-active", minimum=1, default=8, help="Requests that decode together (one shared engine).")
+@count_option(
+    "--max-queued", minimum=0, default=64, help="Requests that may wait beyond those; more get 503."
 )
-@click.option(
-    "--max-queued",
-    type=click.IntRange(min=0),
-    default=64,
-    show_default=True,
-    help="Requests that may wait beyond those; more get 503.",
-)
-@click.option(
-    "--default-max-tokens",
-    type=click.IntRange(min=1),
-    default=1024,
-    show_default=True,
-    help="Reply length when a request names no max_tokens.",
+@count_option(
+    "--default-max-tokens", minimum=1, default=1024, help="Reply length when a request names no max_tokens."
 )
 @click.option("--model-id", default=None, help="The id clients send as 'model' (default: MODEL as given).")
 @threads_option
