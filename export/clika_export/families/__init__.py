@@ -2,7 +2,8 @@
 
 A family module exposes ``NAME`` and ``build(checkpoint, folder, context_window,
 on_layer, on_tensor) -> BuiltGraph`` (the hooks as in
-``clika_export.graph.decoder.build_decoder``); ``family_for`` picks the module by
+``clika_export.graph.decoder.build_decoder``), which the llama-shaped families
+take from :class:`~clika_export.families.decoder_family.DecoderFamily`; ``family_for`` picks the module by
 ``Checkpoint.architecture.family`` and refuses an unknown family by name.
 """
 

@@ -5,29 +5,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
-import numpy as np
-
 from clika_export.checkpoint import Checkpoint, CheckpointError
-from clika_export.graph.decoder import BuiltGraph, DecoderSpec, build_decoder
+from clika_export.families.decoder_family import DecoderFamily
+from clika_export.graph.decoder import DecoderSpec
 
 NAME = "llama"
 
 
-def build(
-    checkpoint: Checkpoint,
-    folder: Path,
-    context_window: int,
-    on_layer: Callable[[int], None] | None = None,
-    on_tensor: Callable[[str, np.ndarray], None] | None = None,
-) -> BuiltGraph:
-    """Write the step graph of a llama checkpoint into ``folder``."""
+def decoder_spec(checkpoint: Checkpoint, context_window: int) -> DecoderSpec:
+    """The decoder of a llama checkpoint (its biases checked against its config)."""
     arch = checkpoint.architecture
     if arch.attention_bias:
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             if not checkpoint.has(f"model.layers.0.self_attn.{name}.bias"):
                 raise CheckpointError(f"llama checkpoint declares attention_bias but has no {name} bias")
-    spec = DecoderSpec(arch, context_window, qkv_bias=arch.attention_bias, o_bias=arch.attention_bias)
-    return build_decoder(spec, checkpoint, folder, on_layer=on_layer, on_tensor=on_tensor)
+    return DecoderSpec(arch, context_window, qkv_bias=arch.attention_bias, o_bias=arch.attention_bias)
+
+
+build = DecoderFamily(NAME, decoder_spec).build
