@@ -33,6 +33,54 @@ def qwen05_gguf() -> Path:
     return fetch_gguf("qwen2.5-coder-0.5b-instruct", progress=False)
 
 
+@pytest.fixture(scope="session")
+def smollm2_fp32(smollm2_gguf: Path) -> Path:
+    """The fp32 export of SmolLM2-135M-Instruct (built once, then read from the export cache)."""
+    from clika_export.api import cached_export
+
+    return cached_export(smollm2_gguf, "fp32", progress=False)
+
+
+@pytest.fixture
+def chat_prompts() -> list[str]:
+    """Sixteen chat prompts of many lengths, for checks that batch real requests."""
+    return [
+        "Hi!",
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "List three primary colors.",
+        "Explain photosynthesis in one sentence.",
+        "What is 12 times 7?",
+        "Translate 'good morning' into Spanish.",
+        "Name a famous physicist and one of their discoveries, and say why it mattered for science.",
+        "Why is the sky blue?",
+        "Give me a short tip for learning to code.",
+        "What does a cat say?",
+        "Describe the taste of a lemon to someone who has never had one, using at least two comparisons.",
+        "Count from one to five.",
+        "What is the boiling point of water at sea level in Celsius?",
+        "Suggest a name for a small bakery.",
+        "Summarize the plot of Romeo and Juliet in two sentences, then say which character you find most tragic.",
+    ]
+
+
+@pytest.fixture
+def weather_tool() -> dict:
+    """A one-argument ``get_weather`` tool definition in the OpenAI envelope."""
+    return {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "The city name"}},
+                "required": ["city"],
+            },
+        },
+    }
+
+
 # -- an isolated cache and a local package index ----------------------------
 
 

@@ -131,28 +131,15 @@ def test_card_describes_the_model(model):
 
 # -- a real tool-calling model --------------------------------------------------------------
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "The city name"}},
-            "required": ["city"],
-        },
-    },
-}
-
 
 @pytest.mark.slow
-def test_qwen_coder_calls_a_tool_and_reads_its_result(qwen05_gguf):
+def test_qwen_coder_calls_a_tool_and_reads_its_result(qwen05_gguf, weather_tool):
     from clika_export.api import cached_export
 
     qwen = modelverse.load(cached_export(qwen05_gguf, progress=False))
     try:
         assert (qwen.supports_tools, qwen.tool_call_format) == (True, "hermes")
-        with ChatSession(qwen, tools=[WEATHER], default_budget=64) as chat:
+        with ChatSession(qwen, tools=[weather_tool], default_budget=64) as chat:
             pieces = list(
                 chat.send("What is the weather like in Paris right now?", stream=True, temperature=0.0)
             )
@@ -167,7 +154,7 @@ def test_qwen_coder_calls_a_tool_and_reads_its_result(qwen05_gguf):
             chat.respond(temperature=0.0)
             # The tool's answer reached the model in the template's own shape (what the 0.5B model makes
             # of it is its business: it tends to call the tool again).
-            prompt = qwen.render(chat.messages[:-1], tools=[WEATHER])
+            prompt = qwen.render(chat.messages[:-1], tools=[weather_tool])
             assert "<tool_response>\n18 degrees Celsius, light rain\n</tool_response>" in prompt
             assert chat.report.prompt_tokens == len(qwen.tokenizer.encode(prompt))
             assert chat.messages[-1]["role"] == "assistant"

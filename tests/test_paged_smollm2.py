@@ -9,35 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from clika_export.api import cached_export
 from clika_runtime import modelverse
 from clika_runtime.engine.types import GenerationConfig
 
 pytestmark = pytest.mark.slow
-
-PROMPTS = [
-    "Hi!",
-    "What is the capital of France?",
-    "Write a haiku about the sea.",
-    "List three primary colors.",
-    "Explain photosynthesis in one sentence.",
-    "What is 12 times 7?",
-    "Translate 'good morning' into Spanish.",
-    "Name a famous physicist and one of their discoveries, and say why it mattered for science.",
-    "Why is the sky blue?",
-    "Give me a short tip for learning to code.",
-    "What does a cat say?",
-    "Describe the taste of a lemon to someone who has never had one, using at least two comparisons.",
-    "Count from one to five.",
-    "What is the boiling point of water at sea level in Celsius?",
-    "Suggest a name for a small bakery.",
-    "Summarize the plot of Romeo and Juliet in two sentences, then say which character you find most tragic.",
-]
-
-
-@pytest.fixture(scope="module")
-def folder(smollm2_gguf):
-    return cached_export(smollm2_gguf, "fp32", progress=False)
 
 
 def chat_ids(model, messages) -> list[int]:
@@ -49,11 +24,11 @@ def replies(engine, prompts, n=16) -> list[list[int]]:
     return [[t for d in s for t in d.token_ids] for s in streams]
 
 
-def test_paged_greedy_equals_continuous_at_batch_8(folder):
-    continuous = modelverse.load(folder, threads=1, max_active=8)
-    paged = modelverse.load(folder, threads=1, kv_cache_mode="paged", max_active=8)
+def test_paged_greedy_equals_continuous_at_batch_8(smollm2_fp32, chat_prompts):
+    continuous = modelverse.load(smollm2_fp32, threads=1, max_active=8)
+    paged = modelverse.load(smollm2_fp32, threads=1, kv_cache_mode="paged", max_active=8)
     try:
-        ids = [chat_ids(continuous, [{"role": "user", "content": p}]) for p in PROMPTS]
+        ids = [chat_ids(continuous, [{"role": "user", "content": p}]) for p in chat_prompts]
         expected = replies(continuous.engine, ids)
         got = replies(paged.engine, ids)
         assert got == expected
@@ -66,18 +41,18 @@ def test_paged_greedy_equals_continuous_at_batch_8(folder):
 
 
 @pytest.mark.parametrize("mode", ["paged", "continuous"])
-def test_a_turn_on_a_cached_prefix_equals_it_from_scratch(folder, mode):
-    model = modelverse.load(folder, threads=1, kv_cache_mode=mode)
-    scratch = modelverse.load(folder, threads=1, kv_cache_mode=mode, prefix_reuse=False)
+def test_a_turn_on_a_cached_prefix_equals_it_from_scratch(smollm2_fp32, chat_prompts, mode):
+    model = modelverse.load(smollm2_fp32, threads=1, kv_cache_mode=mode)
+    scratch = modelverse.load(smollm2_fp32, threads=1, kv_cache_mode=mode, prefix_reuse=False)
     try:
         messages = [
             {"role": "system", "content": "You are a concise assistant. " * 8},
-            {"role": "user", "content": PROMPTS[11]},
+            {"role": "user", "content": chat_prompts[11]},
         ]
         first = replies(model.engine, [chat_ids(model, messages)], n=24)[0]
         messages += [
             {"role": "assistant", "content": model.tokenizer.decode(first, skip_special_tokens=True)},
-            {"role": "user", "content": PROMPTS[9]},
+            {"role": "user", "content": chat_prompts[9]},
         ]
         turn = chat_ids(model, messages)
         stream = model.engine.submit(turn, GenerationConfig(max_new_tokens=24))

@@ -23,18 +23,6 @@ pytestmark = pytest.mark.slow
 
 PRECISION = "int4"  # the smallest precision the export builds
 MODEL = "qwen2.5-coder-0.5b-instruct"
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "The city name"}},
-            "required": ["city"],
-        },
-    },
-}
 CAPITALS = {
     "France": "Paris",
     "Japan": "Tokyo",
@@ -101,10 +89,10 @@ def test_chat_whole_and_streamed_give_the_same_answer(client):
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
-def test_tool_call_whole_then_the_result_answered(client):
+def test_tool_call_whole_then_the_result_answered(client, weather_tool):
     question = ask("What is the weather like in Paris right now?")
     reply = client.chat.completions.create(
-        model=MODEL, messages=question, tools=[WEATHER], temperature=0, max_tokens=64
+        model=MODEL, messages=question, tools=[weather_tool], temperature=0, max_tokens=64
     )
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
@@ -125,11 +113,11 @@ def test_tool_call_whole_then_the_result_answered(client):
     assert answer.choices[0].finish_reason == "stop" and "18" in answer.choices[0].message.content
 
 
-def test_tool_call_streamed_in_openais_delta_shape(client):
+def test_tool_call_streamed_in_openais_delta_shape(client, weather_tool):
     stream = client.chat.completions.create(
         model=MODEL,
         messages=ask("Is it raining in Rome today?"),
-        tools=[WEATHER],
+        tools=[weather_tool],
         temperature=0,
         max_tokens=64,
         stream=True,
@@ -150,11 +138,11 @@ def test_tool_call_streamed_in_openais_delta_shape(client):
     assert json.loads(calls[0]["arguments"]) == {"city": "Rome"}
 
 
-def test_a_required_tool_call_is_made_even_to_small_talk(client):
+def test_a_required_tool_call_is_made_even_to_small_talk(client, weather_tool):
     reply = client.chat.completions.create(
         model=MODEL,
         messages=ask("Hello there!"),
-        tools=[WEATHER],
+        tools=[weather_tool],
         tool_choice="required",
         temperature=0,
         max_tokens=64,
@@ -164,7 +152,7 @@ def test_a_required_tool_call_is_made_even_to_small_talk(client):
     plain = client.chat.completions.create(
         model=MODEL,
         messages=ask("Hello there!"),
-        tools=[WEATHER],
+        tools=[weather_tool],
         tool_choice="none",
         temperature=0,
         max_tokens=16,
