@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from clika_export.api import cached_export
 from clika_runtime import modelverse
 from clika_runtime.sessions import AsyncChat, RunCancelled, SQLiteStore
 
@@ -35,13 +34,8 @@ def run(coro):
 
 
 @pytest.fixture(scope="module")
-def folder(smollm2_gguf):
-    return cached_export(smollm2_gguf, "fp32", progress=False)
-
-
-@pytest.fixture(scope="module")
-def model(folder):
-    loaded = modelverse.load(folder, threads=1)
+def model(smollm2_fp32):
+    loaded = modelverse.load(smollm2_fp32, threads=1)
     yield loaded
     loaded.close()
 
@@ -149,7 +143,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
-def test_a_sqlite_conversation_is_continued_by_another_process(model, folder, tmp_path):
+def test_a_sqlite_conversation_is_continued_by_another_process(model, smollm2_fp32, tmp_path):
     path = tmp_path / "conversations.db"
 
     async def first_turn():
@@ -162,7 +156,7 @@ def test_a_sqlite_conversation_is_continued_by_another_process(model, folder, tm
 
     first = run(first_turn())
     done = subprocess.run(
-        [sys.executable, "-c", CONTINUE_IN_ANOTHER_PROCESS, str(folder), str(path)],
+        [sys.executable, "-c", CONTINUE_IN_ANOTHER_PROCESS, str(smollm2_fp32), str(path)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -185,10 +179,10 @@ def test_a_sqlite_conversation_is_continued_by_another_process(model, folder, tm
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "async_conversation.py"
 
 
-def test_the_in_process_example_holds_a_conversation_and_saves_it(folder, tmp_path):
+def test_the_in_process_example_holds_a_conversation_and_saves_it(smollm2_fp32, tmp_path):
     store = tmp_path / "example.db"
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE), str(folder), "--threads", "1", "--store", str(store)],
+        [sys.executable, str(EXAMPLE), str(smollm2_fp32), "--threads", "1", "--store", str(store)],
         capture_output=True,
         text=True,
         timeout=900,

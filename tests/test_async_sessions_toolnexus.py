@@ -17,8 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from clika_export.api import cached_export
-
 pytest.importorskip("toolnexus")
 pytest.importorskip("uvicorn")
 
@@ -29,12 +27,11 @@ CLIKA = [sys.executable, "-m", "clika_cli.main"]
 
 
 @pytest.fixture(scope="module")
-def server_url(smollm2_gguf, tmp_path_factory):
-    folder = cached_export(smollm2_gguf, "fp32", progress=False)
+def server_url(smollm2_fp32, tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with log.open("w") as sink:
         server = subprocess.Popen(
-            [*CLIKA, "serve", str(folder), "--port", "0", "--model-id", "smollm2", "--threads", "1"],
+            [*CLIKA, "serve", str(smollm2_fp32), "--port", "0", "--model-id", "smollm2", "--threads", "1"],
             stdout=subprocess.DEVNULL,
             stderr=sink,
         )
