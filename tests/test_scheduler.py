@@ -10,6 +10,8 @@ same rule applied to each request alone.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -315,3 +317,30 @@ def test_bad_limits_are_refused():
         Scheduler(cache, max_seq=8, max_active=0)
     with pytest.raises(ValueError, match="max_step_tokens"):
         Scheduler(cache, max_seq=8, max_step_tokens=0)
+
+
+def vm_flags(address: int) -> list[str]:
+    """The kernel's VmFlags of the mapping holding ``address`` (Linux /proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(x, 16) for x in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads Linux's /proc/self/smaps")
+def test_kv_buffers_commit_memory_page_by_page():
+    """No transparent huge pages: a KV buffer's RSS follows the rows written, not its size."""
+    cache = ContinuousKVCache(CacheShape(2, 3, 64), num_slots=8, max_seq=4096)
+    assert cache.allocate(seq_of([1, 2, 3])) is not None
+    keys, values = cache.buffers()
+    for array in (*keys, *values):
+        assert array.shape == (8, 3, cache.capacity, 64) and not array.any()
+        assert "nh" in vm_flags(array.ctypes.data), "the KV buffer may be backed by huge pages"
+    keys[0][1, 2, 5] = 1.0  # writable in place, as the graph writes it
+    cache.ensure_slots(9)  # growing keeps what the slots held
+    assert cache.buffers()[0][0][1, 2, 5, 0] == 1.0 and "nh" in vm_flags(cache.buffers()[0][0].ctypes.data)
