@@ -336,11 +336,14 @@ def vm_flags(address: int) -> list[str]:
 def test_kv_buffers_commit_memory_page_by_page():
     """No transparent huge pages: a KV buffer's RSS follows the rows written, not its size."""
     cache = ContinuousKVCache(CacheShape(2, 3, 64), num_slots=8, max_seq=4096)
-    assert cache.allocate(seq_of([1, 2, 3])) is not None
+    seq = seq_of(list(range(1, 7)))
+    seq.slot = cache.allocate(seq).slot
     keys, values = cache.buffers()
     for array in (*keys, *values):
         assert array.shape == (8, 3, cache.capacity, 64) and not array.any()
         assert "nh" in vm_flags(array.ctypes.data), "the KV buffer may be backed by huge pages"
-    keys[0][1, 2, 5] = 1.0  # writable in place, as the graph writes it
-    cache.ensure_slots(9)  # growing keeps what the slots held
-    assert cache.buffers()[0][0][1, 2, 5, 0] == 1.0 and "nh" in vm_flags(cache.buffers()[0][0].ctypes.data)
+    keys[0][seq.slot, 2, :6] = 1.0  # writable in place, as the graph writes a step's rows
+    seq.num_computed_tokens = 6
+    cache.ensure_slots(9)  # growing keeps the rows the slots hold
+    grown = cache.buffers()[0][0]
+    assert (grown[seq.slot, 2, :6] == 1.0).all() and "nh" in vm_flags(grown.ctypes.data)

@@ -292,11 +292,14 @@ class ContinuousKVCache(KVCacheManager):
     def _reallocate(self, num_slots: int, capacity: int) -> None:
         s = self.shape
         full = (num_slots, s.num_kv_heads, capacity, s.head_dim)
+        # Only positions some slot holds are copied: the rest are zeros already, and
+        # copying them would commit memory for rows no sequence has reached.
+        used = self._positions_held()
 
         def grown(old: np.ndarray | None) -> np.ndarray:
             new = kv_buffer(full, s.dtype)
             if old is not None:
-                new[: old.shape[0], :, : old.shape[2]] = old
+                new[: old.shape[0], :, :used] = old[:, :, :used]
             return new
 
         old_keys = self._keys or [None] * s.num_layers
@@ -305,6 +308,12 @@ class ContinuousKVCache(KVCacheManager):
         self._values = [grown(v) for v in old_values]
         self._capacity = capacity
         self._version += 1
+
+    def _positions_held(self) -> int:
+        """The most leading positions any slot holds KV for (running or kept for a prefix)."""
+        running = [seq.num_computed_tokens for seq in self._seqs.values()]
+        kept = [len(tokens) for tokens in self._held.values()]
+        return min(max([0, *running, *kept]), self.capacity)
 
     def check_integrity(self, live: Mapping[int, int]) -> None:
         assert {rid: slot for slot, rid in self._owner.items()} == dict(live), "slot owners drifted"
