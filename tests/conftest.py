@@ -206,6 +206,16 @@ def tiny_llama_model(tiny_llama_hf: Path, tmp_path_factory: pytest.TempPathFacto
     return export(tiny_llama_hf, tmp_path_factory.mktemp("tiny-llama-model") / "model", progress=False)
 
 
+@pytest.fixture(scope="module")
+def tiny_model(tiny_llama_model: Path):
+    """The tiny llama model folder loaded on one thread (one load per test module)."""
+    from clika_runtime import modelverse
+
+    loaded = modelverse.load(tiny_llama_model, threads=1)
+    yield loaded
+    loaded.close()
+
+
 # -- tiny synthetic GGUF files ----------------------------------------------
 
 

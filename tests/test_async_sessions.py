@@ -12,7 +12,6 @@ import threading
 
 import pytest
 
-from clika_runtime import modelverse
 from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.tool_formats import get_format
 from clika_runtime.chat.tools import ToolCall, normalize_tools
@@ -27,16 +26,9 @@ def run(coro):
     return asyncio.run(coro)
 
 
-@pytest.fixture(scope="module")
-def model(tiny_llama_model):
-    loaded = modelverse.load(tiny_llama_model, threads=1)
-    yield loaded
-    loaded.close()
-
-
 @pytest.fixture
-def chat(model):
-    opened = AsyncChat(model, system="You are terse.", max_active=2, default_budget=8)
+def chat(tiny_model):
+    opened = AsyncChat(tiny_model, system="You are terse.", max_active=2, default_budget=8)
     yield opened
     opened.close()
 
@@ -50,7 +42,7 @@ def users(messages):
     return [m["content"] for m in messages if m["role"] == "user"]
 
 
-def test_send_returns_a_result_message_and_keeps_the_history(model, chat):
+def test_send_returns_a_result_message_and_keeps_the_history(tiny_model, chat):
     async def scenario():
         session = chat.create_session()
         first = await session.send("hello", **GREEDY)
@@ -60,8 +52,8 @@ def test_send_returns_a_result_message_and_keeps_the_history(model, chat):
     session, first, second = run(scenario())
     history = session.messages
     assert [m["role"] for m in history] == ["system", "user", "assistant", "user", "assistant"]
-    assert first.result == reference(model, history[:2]) == history[2]["content"]
-    assert second.result == reference(model, history[:4]) == history[4]["content"]
+    assert first.result == reference(tiny_model, history[:2]) == history[2]["content"]
+    assert second.result == reference(tiny_model, history[:4]) == history[4]["content"]
     message = second.to_message()
     assert set(message) == {
         "type", "subtype", "result", "session_id", "total_cost_usd", "duration_ms", "num_turns", "usage"
@@ -70,15 +62,15 @@ def test_send_returns_a_result_message_and_keeps_the_history(model, chat):
     assert message["session_id"] == session.session_id and message["total_cost_usd"] == 0.0
     assert (first.num_turns, second.num_turns) == (1, 2)
     assert isinstance(message["duration_ms"], int) and message["duration_ms"] >= 0
-    assert second.prompt_text == model.render(history[:4])
-    assert second.usage["input_tokens"] == len(model.tokenizer.encode(second.prompt_text))
+    assert second.prompt_text == tiny_model.render(history[:4])
+    assert second.usage["input_tokens"] == len(tiny_model.tokenizer.encode(second.prompt_text))
     assert second.usage["output_tokens"] == 8 or second.finish_reason == "stop"
     assert second.usage["cache_read_input_tokens"] > 0  # turn 2 reuses turn 1's KV
     assert second.get("result") == second["result"] == second.text
     assert list(second.messages) == history and session.last_result is second
 
 
-def test_a_stream_yields_text_events_then_the_result_and_joins_the_history_at_the_end(model, chat):
+def test_a_stream_yields_text_events_then_the_result_and_joins_the_history_at_the_end(tiny_model, chat):
     async def scenario():
         session = chat.create_session()
         events = []
@@ -94,7 +86,7 @@ def test_a_stream_yields_text_events_then_the_result_and_joins_the_history_at_th
     assert [e.type for e in events[:-1]] == ["text"] * (len(events) - 1)
     assert events[-1].type == "result" and events[-1]["type"] == "result"
     text = "".join(e.text for e in events[:-1])
-    assert text == events[-1].result.result == reference(model, session.messages[:2])
+    assert text == events[-1].result.result == reference(tiny_model, session.messages[:2])
     assert session.messages[-1] == {"role": "assistant", "content": text}
     assert events[0].to_message() == {"type": "text", "text": events[0].text}
 
@@ -119,7 +111,7 @@ def test_a_turn_leaves_the_event_loop_free_while_the_engine_decodes(chat):
     assert run(scenario()) >= 10  # a send that blocked the loop would leave the ticker at 1
 
 
-def test_two_conversations_interleaved_on_one_engine_keep_their_histories_apart(model):
+def test_two_conversations_interleaved_on_one_engine_keep_their_histories_apart(tiny_model):
     rows_per_step: list[list[int]] = []  # one list per round
     both_submitted = threading.Event()
 
@@ -130,7 +122,7 @@ def test_two_conversations_interleaved_on_one_engine_keep_their_histories_apart(
             # so the two turns surely share steps however fast the tiny model decodes.
             both_submitted.wait(timeout=30)
 
-    engine = model.create_engine(max_active=2, observer=observe)
+    engine = tiny_model.create_engine(max_active=2, observer=observe)
     submit, submitted = engine.submit, []
 
     def counting_submit(*args, **kwargs):
@@ -141,7 +133,7 @@ def test_two_conversations_interleaved_on_one_engine_keep_their_histories_apart(
         return request
 
     engine.submit = counting_submit
-    chat = AsyncChat(model, engine=engine, system="You are terse.")
+    chat = AsyncChat(tiny_model, engine=engine, system="You are terse.")
     long = {"temperature": 0.0, "max_new_tokens": 24, "ignore_eos": True}
 
     async def scenario():
@@ -159,8 +151,8 @@ def test_two_conversations_interleaved_on_one_engine_keep_their_histories_apart(
         engine.close()
     assert users(ada) == ["I am Ada.", "Who am I?"] and users(bob) == ["I am Bob.", "Who am I, then?"]
     for history in (ada, bob):
-        assert history[2]["content"] == reference(model, history[:2], **long)
-        assert history[4]["content"] == reference(model, history[:4], **long)
+        assert history[2]["content"] == reference(tiny_model, history[:2], **long)
+        assert history[4]["content"] == reference(tiny_model, history[:4], **long)
     assert len(submitted) == 4
     # In each round the two conversations decoded in the same steps.
     assert [max(rows) for rows in rows_per_step] == [2, 2]
@@ -189,7 +181,7 @@ def test_session_options_persist_and_a_turns_overrides_apply_to_it_only(chat):
     assert session.options == {}
 
 
-def test_fork_and_undo_turns_give_the_expected_histories(model, chat):
+def test_fork_and_undo_turns_give_the_expected_histories(tiny_model, chat):
     async def scenario():
         session = chat.create_session()
         await session.send("one", **GREEDY)
@@ -207,7 +199,7 @@ def test_fork_and_undo_turns_give_the_expected_histories(model, chat):
     assert fork.messages[:5] == before and users(fork.messages) == ["one", "two", "three"]
     assert removed == before[3:] and after_undo == before[:3]
     assert users(session.messages) == ["one", "two again"]
-    assert again.result == reference(model, session.messages[:4])
+    assert again.result == reference(tiny_model, session.messages[:4])
     with pytest.raises(ValueError, match="has 2 user turn"):
         session.undo_turns(3)
     session.undo_turns(2)
@@ -231,12 +223,12 @@ def test_reset_keeps_the_system_turn_unless_told(chat):
     assert cleared == []
 
 
-def test_ask_by_id_loads_continues_and_saves_a_conversation(model, tmp_path):
+def test_ask_by_id_loads_continues_and_saves_a_conversation(tiny_model, tmp_path):
     path = tmp_path / "conversations.db"
 
     async def first_process():
         with SQLiteStore(path) as store:
-            chat = AsyncChat(model, store=store, system="You are terse.")
+            chat = AsyncChat(tiny_model, store=store, system="You are terse.")
             try:
                 await chat.ask("My name is Ada.", id="ada", **GREEDY)
                 await chat.ask("What is my name?", id="ada", **GREEDY)
@@ -251,7 +243,7 @@ def test_ask_by_id_loads_continues_and_saves_a_conversation(model, tmp_path):
 
     async def later_chat():
         with SQLiteStore(path) as store:
-            chat = AsyncChat(model, store=store)
+            chat = AsyncChat(tiny_model, store=store)
             try:
                 return await chat.open("ada"), await chat.open("ada-2"), await store.list()
             finally:
@@ -260,7 +252,7 @@ def test_ask_by_id_loads_continues_and_saves_a_conversation(model, tmp_path):
     fork_id, saved = run(first_process())
     assert fork_id == "ada-2"
     assert users(saved) == ["My name is Ada.", "What is my name?"] and len(saved) == 5
-    assert saved[4]["content"] == reference(model, saved[:4])
+    assert saved[4]["content"] == reference(tiny_model, saved[:4])
     reopened, forked, ids = run(later_chat())
     assert reopened.messages == saved and forked.messages == saved
     assert sorted(ids) == ["ada", "ada-2"]
@@ -315,7 +307,7 @@ def test_a_new_turn_closes_an_open_stream_which_then_raises(chat):
     assert users(history) == ["two"] and history[-1]["content"] == second.result
 
 
-def test_sends_on_one_session_take_turns(model, chat):
+def test_sends_on_one_session_take_turns(tiny_model, chat):
     async def scenario():
         session = chat.create_session()
         await asyncio.gather(session.send("first", **GREEDY), session.send("second", **GREEDY))
@@ -324,7 +316,7 @@ def test_sends_on_one_session_take_turns(model, chat):
     history = run(scenario())
     assert [m["role"] for m in history] == ["system", "user", "assistant", "user", "assistant"]
     assert users(history) == ["first", "second"]
-    assert history[4]["content"] == reference(model, history[:4])
+    assert history[4]["content"] == reference(tiny_model, history[:4])
 
 
 def test_bad_input_is_refused_with_a_clear_error(chat):

@@ -16,35 +16,28 @@ from clika_runtime.engine.types import ChatOutcome
 GREEDY = {"temperature": 0.0, "max_new_tokens": 12}
 
 
-@pytest.fixture(scope="module")
-def model(tiny_llama_model):
-    loaded = modelverse.load(tiny_llama_model, threads=1)
-    yield loaded
-    loaded.close()
-
-
 @pytest.fixture
-def session(model):
-    chat = ChatSession(model, system="You are terse.", default_budget=12)
+def session(tiny_model):
+    chat = ChatSession(tiny_model, system="You are terse.", default_budget=12)
     yield chat
     chat.close()
 
 
-def test_send_keeps_the_history_and_matches_generate(model, session):
+def test_send_keeps_the_history_and_matches_generate(tiny_model, session):
     first = session.send("hello", **GREEDY)
     assert session.messages == [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": first},
     ]
-    assert first == model.generate(messages=session.messages[:2], **GREEDY)
+    assert first == tiny_model.generate(messages=session.messages[:2], **GREEDY)
     second = session.send("and now?", **GREEDY)
     history = session.messages
     assert [m["role"] for m in history] == ["system", "user", "assistant", "user", "assistant"]
-    assert second == model.generate(messages=history[:4], **GREEDY)
+    assert second == tiny_model.generate(messages=history[:4], **GREEDY)
     report = session.report
     assert isinstance(report, ChatOutcome) and report.text == second
-    assert report.prompt_tokens == len(model.tokenizer.encode(model.render(history[:4])))
+    assert report.prompt_tokens == len(tiny_model.tokenizer.encode(tiny_model.render(history[:4])))
     assert report.finish in ("stop", "length") and session.tool_calls == []
 
 
@@ -79,7 +72,7 @@ def test_complete_leaves_the_history_untouched(session):
     assert session.report is not None
 
 
-def test_tool_results_and_respond(model, session):
+def test_tool_results_and_respond(tiny_model, session):
     session.send("weather?", **GREEDY)
     session.add_tool_result("call_1", "sunny", name="get_weather")
     assert session.messages[-1] == {
@@ -90,19 +83,19 @@ def test_tool_results_and_respond(model, session):
     }
     reply = session.respond(**GREEDY)
     assert session.messages[-1] == {"role": "assistant", "content": reply}
-    assert reply == model.generate(messages=session.messages[:-1], **GREEDY)
+    assert reply == tiny_model.generate(messages=session.messages[:-1], **GREEDY)
 
 
-def test_a_model_without_a_tools_slot_refuses_tools(model, session):
+def test_a_model_without_a_tools_slot_refuses_tools(tiny_model, session):
     tool = {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}
     assert not session.card.supports_tools
     with pytest.raises(ValueError, match="takes no tool definitions"):
         session.send("hi", tools=[tool])
     with pytest.raises(ValueError, match="takes no tool definitions"):
-        ChatSession(model, tools=[tool])
+        ChatSession(tiny_model, tools=[tool])
 
 
-def test_reset_close_and_bad_input(model, session):
+def test_reset_close_and_bad_input(tiny_model, session):
     session.send("hi", **GREEDY)
     session.reset()
     assert session.messages == [{"role": "system", "content": "You are terse."}]
@@ -115,18 +108,22 @@ def test_reset_close_and_bad_input(model, session):
     with pytest.raises(ValueError, match="no images"):
         session.send("look", images=[object()])
     with pytest.raises(ValueError, match="default_budget"):
-        ChatSession(model, default_budget=0)
+        ChatSession(tiny_model, default_budget=0)
     session.close()
     assert session.closed
     with pytest.raises(ValueError, match="closed"):
         session.send("hi")
 
 
-def test_card_describes_the_model(model):
-    with ChatSession(model, model_id="tiny") as chat:
+def test_card_describes_the_model(tiny_model):
+    with ChatSession(tiny_model, model_id="tiny") as chat:
         card = chat.card
-        assert (card.model_id, card.context_window, card.reasoning_mode) == ("tiny", model.max_seq, "never")
-        assert chat.engine is not model.engine
+        assert (card.model_id, card.context_window, card.reasoning_mode) == (
+            "tiny",
+            tiny_model.max_seq,
+            "never",
+        )
+        assert chat.engine is not tiny_model.engine
 
 
 # -- a real tool-calling model --------------------------------------------------------------

@@ -31,15 +31,10 @@ BODY_CAP = 16 * 1024
 
 
 @pytest.fixture(scope="module")
-def model(tiny_llama_model):
-    loaded = modelverse.load(tiny_llama_model, threads=1)
-    yield loaded
-    loaded.close()
-
-
-@pytest.fixture(scope="module")
-def server(model):
-    with start_server(model, model_id=MODEL, api_key=KEY, max_active=4, max_body_bytes=BODY_CAP) as running:
+def server(tiny_model):
+    with start_server(
+        tiny_model, model_id=MODEL, api_key=KEY, max_active=4, max_body_bytes=BODY_CAP
+    ) as running:
         yield running
 
 
@@ -67,7 +62,7 @@ def error_of(response: httpx.Response) -> dict:
 # -- what works ------------------------------------------------------------------------------
 
 
-def test_chat_reply_streamed_equals_whole_and_the_engines_own(client, model):
+def test_chat_reply_streamed_equals_whole_and_the_engines_own(client, tiny_model):
     messages = [{"role": "user", "content": "hello"}]
     whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=10, temperature=0)
     chunks = list(
@@ -81,7 +76,7 @@ def test_chat_reply_streamed_equals_whole_and_the_engines_own(client, model):
         )
     )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    expected = model.generate(messages=messages, max_new_tokens=10, temperature=0.0)
+    expected = tiny_model.generate(messages=messages, max_new_tokens=10, temperature=0.0)
     assert whole.choices[0].message.content == streamed == expected
     assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 10
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -102,9 +97,9 @@ def test_sampling_fields_reach_the_engine(client):
     assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length"
 
 
-def test_completions_read_raw_text_and_token_ids(client, model):
-    prompt_ids = model.tokenizer.encode("hello world")
-    stream = model.engine.submit(prompt_ids, GenerationConfig(max_new_tokens=6))
+def test_completions_read_raw_text_and_token_ids(client, tiny_model):
+    prompt_ids = tiny_model.tokenizer.encode("hello world")
+    stream = tiny_model.engine.submit(prompt_ids, GenerationConfig(max_new_tokens=6))
     expected = stream.result()
     by_text = client.completions.create(model=MODEL, prompt="hello world", max_tokens=6, temperature=0)
     by_ids = client.completions.create(model=MODEL, prompt=prompt_ids, max_tokens=6, temperature=0)
@@ -182,8 +177,8 @@ def test_models_and_health(client, http, server):
     assert health["status"] == "ok" and health["model"] == MODEL and health["active"] == 0
 
 
-def test_a_chat_sessions_engine_can_be_served(model):
-    with model.chat_session(max_active=2) as session:
+def test_a_chat_sessions_engine_can_be_served(tiny_model):
+    with tiny_model.chat_session(max_active=2) as session:
         with start_server(session, model_id=MODEL) as running:
             assert running.backend.engine is session.engine
             steps = session.engine.stats.steps
@@ -252,16 +247,16 @@ def test_400_names_the_bad_field(http, body, param, words):
     assert error["type"] == "invalid_request_error" and error["param"] == param and words in error["message"]
 
 
-def test_400_for_a_prompt_longer_than_the_context(client, model):
-    long_text = "hello " * (model.max_seq * 2)
+def test_400_for_a_prompt_longer_than_the_context(client, tiny_model):
+    long_text = "hello " * (tiny_model.max_seq * 2)
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": long_text}])
     assert (
         caught.value.body["code"] == "context_length_exceeded"
-        and str(model.max_seq) in caught.value.body["message"]
+        and str(tiny_model.max_seq) in caught.value.body["message"]
     )
     with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(**{**hello(), "max_tokens": model.max_seq})
+        client.chat.completions.create(**{**hello(), "max_tokens": tiny_model.max_seq})
     assert caught.value.body["code"] == "context_length_exceeded"
 
 
