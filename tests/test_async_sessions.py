@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -91,7 +92,14 @@ def test_a_stream_yields_text_events_then_the_result_and_joins_the_history_at_th
     assert events[0].to_message() == {"type": "text", "text": events[0].text}
 
 
-def test_a_turn_leaves_the_event_loop_free_while_the_engine_decodes(chat):
+def test_a_turn_leaves_the_event_loop_free_while_the_engine_decodes(tiny_model):
+    def slow_steps(event):
+        if event.stage == "step":
+            time.sleep(0.005)  # on the engine thread: a turn takes >= 24 x 5 ms however fast the model
+
+    engine = tiny_model.create_engine(max_active=1, observer=slow_steps)
+    chat = AsyncChat(tiny_model, engine=engine, default_budget=8)
+
     async def scenario():
         ticks, sending = 0, True
 
@@ -108,7 +116,12 @@ def test_a_turn_leaves_the_event_loop_free_while_the_engine_decodes(chat):
         await other
         return ticks
 
-    assert run(scenario()) >= 10  # a send that blocked the loop would leave the ticker at 1
+    try:
+        ticks = run(scenario())
+    finally:
+        chat.close()
+        engine.close()
+    assert ticks >= 10  # a send that blocked the loop would leave the ticker at 1
 
 
 def test_two_conversations_interleaved_on_one_engine_keep_their_histories_apart(tiny_model):
