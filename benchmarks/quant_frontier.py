@@ -46,17 +46,23 @@ NEW_TOKENS = 32
 
 # name -> (precision, QuantOptions fields). "level4"/"level0" are the old default and the old
 # quality setting (zero points as the GGUF has them); the rest re-centre zero points.
+OLD = {"center_zero_points": False, "head_rescore_top_k": 0}
 VARIANTS = {
-    "level4": ("int4", {"center_zero_points": False}),
-    "level0": ("int4", {"center_zero_points": False, "accuracy_level_4bit": 0}),
-    "centered": ("int4", {}),
+    "level4": ("int4", OLD),
+    "level0": ("int4", {**OLD, "accuracy_level_4bit": 0}),
+    "centered": ("int4", {"head_rescore_top_k": 0}),
+    "rescored": ("int4", {"center_zero_points": False}),
+    "centered-rescored": ("int4", {}),
+    "centered-rescored-k4": ("int4", {"head_rescore_top_k": 4}),
+    "centered-rescored-k64": ("int4", {"head_rescore_top_k": 64}),
+    "centered-scan4": ("int4", {"head_scan_bits": 4}),
+    "centered-scan4-k64": ("int4", {"head_scan_bits": 4, "head_rescore_top_k": 64}),
     "centered-down0": ("int4", {"accuracy_level_4bit_by_role": {"mlp.down": 0}}),
     "centered-o0": ("int4", {"accuracy_level_4bit_by_role": {"attn.o": 0}}),
     "centered-qkv0": ("int4", {"accuracy_level_4bit_by_role": {"attn.qkv": 0}}),
     "centered-gate_up0": ("int4", {"accuracy_level_4bit_by_role": {"mlp.gate_up": 0}}),
     "centered-ends0": ("int4", {"accuracy_level_4bit_by_role": {"@0": 0, "@-1": 0}}),
     "centered-level0": ("int4", {"accuracy_level_4bit": 0}),
-    "centered-head0": ("int4", {"head_accuracy_level": 0}),
     "centered-last0": ("int4", {"accuracy_level_4bit_by_role": {"@-1": 0}}),
     "centered-gate_up-last0": ("int4", {"accuracy_level_4bit_by_role": {"mlp.gate_up@-1": 0}}),
     "centered-qkv0-last0": ("int4", {"accuracy_level_4bit_by_role": {"attn.qkv": 0, "@-1": 0}}),
@@ -70,13 +76,20 @@ ROLES = ("attn.qkv", "attn.o", "mlp.gate_up", "mlp.down")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", nargs="?", help="a catalog name or a .gguf path")
-    parser.add_argument("--variants", nargs="+", default=["level4", "level0", "centered"])
+    parser.add_argument("--variants", nargs="*", default=["level4", "level0", "centered"])
     parser.add_argument(
         "--variant-json",
         action="append",
         default=[],
         metavar="NAME=JSON",
         help="an extra variant: a name and the QuantOptions fields as JSON",
+    )
+    parser.add_argument(
+        "--folder",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="also measure an exported model folder of the same model",
     )
     parser.add_argument("--articles", type=int, default=200)
     parser.add_argument("--budget", type=int, default=4096)
@@ -89,6 +102,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-fp32-timing", action="store_true")
+    parser.add_argument("--timing-only", action="store_true", help="skip the quality measurements")
+    parser.add_argument(
+        "--session-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an ORT session config entry for our models (repeatable)",
+    )
+    parser.add_argument("--spinning", action="store_true", help="let ORT's intra-op threads spin")
     parser.add_argument("--peers-dir", type=Path, default=None)
     parser.add_argument("--search", action="store_true", help="rank level-0 placements by calibration KL")
     parser.add_argument("--base", default="centered", help="the variant --search starts from")
@@ -119,7 +141,12 @@ def main() -> None:
 
 def run(args, variants: dict, work: Path) -> dict:
     from clika_export.fetch import fetch_data, fetch_gguf
-    from clika_quant.quality import open_runner, text_tokens, wiki_texts
+    from clika_quant.quality import text_tokens, wiki_texts
+
+    def open_runner(folder, threads):
+        return runner_for(
+            folder, threads, args.spinning, dict(kv.split("=", 1) for kv in args.session_config)
+        )
 
     source = Path(args.model) if args.model.endswith(".gguf") else fetch_gguf(args.model, progress=False)
     texts = wiki_texts(fetch_data("wiki-summaries", progress=False), args.articles + args.calib_articles)
@@ -132,19 +159,27 @@ def run(args, variants: dict, work: Path) -> dict:
         results = search(reference, base, calib_tokens, args)
         return {"search": results}
     prompts = prompt_ids(reference, args.prompts)
-    ref_tokens = reference_greedy(reference, prompts)
-    results: dict[str, dict] = {"fp32": {"perplexity": round(perplexity_of(reference, eval_tokens, args), 3)}}
+    ref_tokens = [] if args.timing_only else reference_greedy(reference, prompts)
+    results: dict[str, dict] = {"fp32": {}}
+    if not args.timing_only:
+        results["fp32"]["perplexity"] = round(perplexity_of(reference, eval_tokens, args), 3)
     runners = {} if args.no_fp32_timing else {"fp32": reference}
-    for name in args.variants:
-        folder = quantized_folder(source, reference_folder, work, name, variants[name])
+    folders = {name: None for name in args.variants}
+    folders.update(dict(item.split("=", 1) for item in args.folder))
+    for name, given in folders.items():
+        folder = (
+            Path(given) if given else quantized_folder(source, reference_folder, work, name, variants[name])
+        )
         runner = open_runner(folder, threads=args.threads)
-        results[name] = quality(reference, runner, eval_tokens, calib_tokens, prompts, ref_tokens, args)
-        results[name]["options"] = variants[name][1]
+        results[name] = {}
+        if not args.timing_only:
+            results[name] = quality(reference, runner, eval_tokens, calib_tokens, prompts, ref_tokens, args)
+        results[name]["options"] = variants[name][1] if name in variants else str(folder)
         results[name]["model_mb"] = round((folder / "model.onnx.data").stat().st_size / 2**20, 1)
         print(name, json.dumps(results[name]), flush=True)
         runners[name] = runner
     peers = peer_spec(args, source, eval_tokens, prompts, reference)
-    if peers:
+    if peers and not args.timing_only:
         results.update(peer_quality(peers, ref_tokens))
     timings = time_decode(runners, peers, eval_tokens[: args.prompt_tokens], args) if args.rounds else {}
     for name, (wall, cpu) in timings.items():
@@ -153,6 +188,22 @@ def run(args, variants: dict, work: Path) -> dict:
         )
     print_table(results)
     return results
+
+
+def runner_for(folder: Path, threads: int, spinning: bool, config: dict[str, str]):
+    """A ``SequenceRunner`` on the folder's continuous graph with extra ORT session config entries."""
+    import dataclasses
+
+    from clika_quant.quality import SequenceRunner
+    from clika_runtime.model_folder import open_model_folder, open_session, session_options
+
+    opened = open_model_folder(folder, threads=threads, allow_spinning=spinning)
+    if config:
+        options = session_options(threads, allow_spinning=spinning)
+        for key, value in config.items():
+            options.add_session_config_entry(key, value)
+        opened = dataclasses.replace(opened, session=open_session(folder / opened.graph.file, options))
+    return SequenceRunner(opened, min(1024, opened.manifest.context_window))
 
 
 def export_reference(source: Path, work: Path) -> Path:
@@ -176,7 +227,7 @@ def quantized_folder(source: Path, reference_folder: Path, work: Path, name: str
     precision, options = variant
     folder = work / f"{source.stem}-{name}"
     stamp = folder / "variant.json"
-    wanted = json.dumps([precision, options], sort_keys=True)
+    wanted = json.dumps([precision, options, quant_code_digest()], sort_keys=True)
     if stamp.exists() and stamp.read_text() == wanted:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
@@ -185,6 +236,18 @@ def quantized_folder(source: Path, reference_folder: Path, work: Path, name: str
     quantize_model(folder / "model.onnx", read_source(source), precision, matrices, options)
     stamp.write_text(wanted)
     return folder
+
+
+def quant_code_digest() -> str:
+    """A digest of the weight pass's source: a kept folder is quantized again when the code changed."""
+    import hashlib
+
+    import clika_quant
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(clika_quant.__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def prompt_ids(runner, count: int) -> list[list[int]]:
@@ -312,6 +375,7 @@ def peer_spec(args, source: Path, eval_tokens, prompts, reference) -> dict | Non
         "gguf": str(source),
         "genai_dir": str(genai) if genai.exists() else None,
         "threads": args.threads,
+        "spinning": args.spinning,
         "window": args.window,
         "eval_tokens": list(eval_tokens),
         "bos": tok.bos_token_id if tok.add_bos_token else None,
@@ -326,7 +390,8 @@ def run_peer(peers: dict, task: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         spec, out = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec.write_text(json.dumps({**peers, **task}))
-        env = {**os.environ, "OMP_NUM_THREADS": str(peers["threads"]), "OMP_WAIT_POLICY": "PASSIVE"}
+        policy = "ACTIVE" if peers["spinning"] else "PASSIVE"
+        env = {**os.environ, "OMP_NUM_THREADS": str(peers["threads"]), "OMP_WAIT_POLICY": policy}
         subprocess.run([peers["python"], __file__, "--peer", str(spec), str(out)], check=True, env=env)
         return json.loads(out.read_text())
 
@@ -416,8 +481,8 @@ def genai_decode_ms(spec: dict) -> tuple[float, float]:
     session = {
         "intra_op_num_threads": spec["threads"],
         "inter_op_num_threads": 1,
-        "session.intra_op.allow_spinning": "0",
-        "session.inter_op.allow_spinning": "0",
+        "session.intra_op.allow_spinning": "1" if spec["spinning"] else "0",
+        "session.inter_op.allow_spinning": "1" if spec["spinning"] else "0",
     }
     config.overlay(
         json.dumps({"model": {"eos_token_id": spec["eos"], "decoder": {"session_options": session}}})

@@ -181,3 +181,84 @@ def test_levels_by_place_reach_the_graph():
         if n.op_type == "MatMulNBits"
     }
     assert levels == {"/l0/down/MatMulNBits": 4, "/l1/down/MatMulNBits": 0}
+
+
+def head_model(table_nk: np.ndarray) -> onnx.ModelProto:
+    """``logits = x @ table^T`` as the graph builder writes a tied head (Gemm, transB=1)."""
+    n, k = table_nk.shape
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "table"], ["logits"], name="/model/lm_head/Gemm", transB=1)],
+        "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", k])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["T", n])],
+        [numpy_helper.from_array(table_nk.astype(np.float32), "table")],
+    )
+    return helper.make_model(graph, opset_imports=OPSETS)
+
+
+@pytest.mark.parametrize("ggml_type", ["Q8_0", "Q4_1"])
+def test_head_rescores_its_best_logits_exactly(ggml_type):
+    """The k best logits of every row come out as fp32 math on the same weights; the rest as the int8 kernel's."""
+    rows, cols, k = 512, 256, 8
+    data = random_blocks(ggml_type, rows, cols, seed=7)
+    table = transcode(ggml_type, data, (rows, cols)).dequantize()
+    checkpoint = BlocksOnly({"table": RawBlocks(ggml_type, data, (rows, cols))})
+    matrices = {"table": {"roles": ["lm_head"], "nodes": ["/model/lm_head/Gemm"], "layout": "out_in"}}
+    x = np.random.default_rng(3).standard_normal((5, cols)).astype(np.float32)
+    x[:, 3] *= 40  # an outlier channel, as final norms have: coarse int8 steps for its block
+    exact = x.astype(np.float64) @ table.T.astype(np.float64)
+    outputs = {}
+    for top_k in (0, k):
+        model, record = quantize_proto(
+            head_model(table), checkpoint, "int4", dict(matrices), {"head_rescore_top_k": top_k}
+        )
+        assert record["lm_head"].get("rescore_top_k", 0) == top_k
+        assert record["summary"]["accuracy_levels"] == {f"{8 if ggml_type == 'Q8_0' else 4}-bit level 4": 1}
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        outputs[top_k] = session.run(None, {"x": x})[0]
+    plain, rescored = outputs[0], outputs[k]
+    best = np.argsort(-plain, axis=1)[:, :k]
+    picked = np.take_along_axis
+    scale = np.abs(exact).max()
+    assert np.abs(picked(rescored, best, 1) - picked(exact, best, 1)).max() < 1e-5 * scale
+    assert np.abs(picked(plain, best, 1) - picked(exact, best, 1)).max() > 1e-3 * scale
+    others = np.ones_like(plain, bool)
+    np.put_along_axis(others, best, False, 1)
+    assert np.array_equal(rescored[others], plain[others])
+
+
+def test_rescoring_is_skipped_at_level_0_and_refused_out_of_range():
+    rows, cols = 64, 64
+    data = random_blocks("Q8_0", rows, cols)
+    checkpoint = BlocksOnly({"table": RawBlocks("Q8_0", data, (rows, cols))})
+    matrices = {"table": {"roles": ["lm_head"], "nodes": ["/model/lm_head/Gemm"], "layout": "out_in"}}
+    table = transcode("Q8_0", data, (rows, cols)).dequantize()
+    model, _ = quantize_proto(head_model(table), checkpoint, "int4", matrices, {"head_accuracy_level": 0})
+    assert [n.op_type for n in model.graph.node] == ["MatMulNBits"]
+    with pytest.raises(QuantError, match="head_rescore_top_k"):
+        QuantOptions(head_rescore_top_k=-1)
+
+
+def test_a_4bit_scan_ranks_and_the_8bit_bytes_score():
+    """head_scan_bits=4: a 4-bit copy finds the candidates; the k best per row are the exact 8-bit math."""
+    rows, cols, k = 512, 256, 8
+    data = random_blocks("Q8_0", rows, cols, seed=11)
+    table = transcode("Q8_0", data, (rows, cols)).dequantize()
+    checkpoint = BlocksOnly({"table": RawBlocks("Q8_0", data, (rows, cols))})
+    matrices = {"table": {"roles": ["lm_head"], "nodes": ["/model/lm_head/Gemm"], "layout": "out_in"}}
+    options = {"head_rescore_top_k": k, "head_scan_bits": 4}
+    model, record = quantize_proto(head_model(table), checkpoint, "int4", matrices, options)
+    assert record["matrices"]["table"]["scan"]["bits"] == 4
+    nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
+    assert [next(a.i for a in n.attribute if a.name == "bits") for n in nbits] == [4]
+    gathers = [n for n in model.graph.node if n.op_type == "GatherBlockQuantized"]
+    assert [next(a.i for a in n.attribute if a.name == "bits") for n in gathers] == [8]
+    x = np.random.default_rng(4).standard_normal((6, cols)).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x})[0]
+    exact = x.astype(np.float64) @ table.T.astype(np.float64)
+    scored = np.abs(got - exact) < 1e-5 * np.abs(exact).max()
+    assert (scored.sum(1) >= k).all()  # the k candidates of every row hold exact values
+    assert scored[np.arange(6), exact.argmax(1)].all() and (got.argmax(1) == exact.argmax(1)).all()
+    with pytest.raises(QuantError, match="head_scan_bits"):
+        QuantOptions(head_scan_bits=8)

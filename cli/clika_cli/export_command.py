@@ -15,9 +15,9 @@ import click
 )
 @click.option(
     "--precision",
-    default="fp32",
+    default="int4",
     show_default=True,
-    help="Weight precision: fp32 (float), or a quantized scheme the quantization pass offers (int4, int8).",
+    help="Weight precision: int4 (GGUF blocks carried over exactly, else 4-bit search), int8, or fp32.",
 )
 @click.option(
     "--context", type=click.IntRange(min=1), default=None, help="Context window (default: the model's)."

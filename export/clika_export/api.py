@@ -194,6 +194,13 @@ def cache_key(sha256: str, precision: str, context_window: int | None) -> str:
         "tool_version": __version__,
         "graph_revision": GRAPH_REVISION,
     }
+    if precision != "fp32":  # a new default quantization scheme must not reuse older exports
+        try:
+            from clika_quant.options import QuantOptions
+        except ImportError:
+            pass  # the export itself refuses, naming what is missing
+        else:
+            parts["quant_options"] = QuantOptions().to_dict()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -6,13 +6,20 @@ Consumers handled (the float graph's weight initializers and their nodes):
   head) -> ``MatMulNBits`` per group, plus ``blocksum(x) @ offsets`` when the
   group has offsets, plus ``Concat`` when the matrix has several groups::
 
-      x[T,K] -> MatMulNBits ------------------------------------\\
-      x[T,K] -> (Pad) -> Reshape[T,nb,bs] -> ReduceSum -> Gemm(offsets^T) -> Add -> y[T,N]
+      x[T,K] -> MatMulNBits -------------------------------------------\\ (C)
+      x[T,K] -> MatMul(block indicator [K,nb]) -> sums[T,nb] -> Gemm(offsets^T) -> y[T,N]
 
 * ``Gather(W[V, H], ids)`` (the token table) -> ``GatherBlockQuantized``
   reading the same bytes as the head's MatMulNBits when the table is tied::
 
       ids -> GatherBlockQuantized[T,nb,bs] (+ Gather(offsets)[T,nb,1]) -> Reshape[T,H]
+
+* The output head may re-score its ``k`` best logits in fp32: int8 activations
+  move every logit by ~1%, enough to swap two close candidates; the rows of the
+  ``k`` best are gathered from the same bytes and multiplied exactly::
+
+      x -> MatMulNBits -> approx[T,V] -> TopK(k) -> ids[T,k] -> GatherBlockQuantized[T,k,nb,bs]
+      Reshape[T,k,H] * x[T,1,H] -> ReduceSum -> ScatterElements(approx, ids) -> logits[T,V]
 
 The replacement nodes write the float node's output name, so the rest of the
 graph (and the graph's inputs and outputs) never changes.
@@ -91,10 +98,35 @@ class Rewriter:
 
     # -- MatMul / Gemm consumers ---------------------------------------------------
 
-    def matmul(self, node: onnx.NodeProto, groups: list[Group], base: str, levels: list[int]) -> None:
-        """Replace a MatMul/Gemm by the groups' MatMulNBits (concatenated when several)."""
+    def matmul(
+        self,
+        node: onnx.NodeProto,
+        groups: list[Group],
+        base: str,
+        levels: list[int],
+        rescore_top_k: int = 0,
+        scan: BlockQuantized | None = None,
+    ) -> int:
+        """Replace a MatMul/Gemm by the groups' MatMulNBits (concatenated when several).
+
+        ``rescore_top_k``: recompute the ``k`` largest outputs of each row in fp32 from the
+        group's bytes (the output head; one group of integer zero points whose width is whole
+        blocks). ``scan``: a cheaper form of the same matrix that computes the approximate
+        outputs instead (the group's bytes are then read only for the ``k`` rows).
+        Returns the ``k`` re-scored (0 when not).
+        """
         x, out = node.input[0], node.output[0]
         scope = node.name.rsplit("/", 1)[0]
+        only = groups[0].matrix
+        if rescore_top_k and len(groups) == 1 and not only.k % only.block_size and not only.float_zero_points:
+            approx = f"{scope}/Approx/output_0"
+            if scan is None:
+                nodes = self._nbits(x, approx, only, base, scope, levels[0])
+            else:
+                nodes = self._nbits(x, approx, scan, f"{base}.scan", f"{scope}/Scan", levels[0])
+            nodes += self._rescore(x, approx, out, only, base, scope, rescore_top_k)
+            self.replaced[node.name] = nodes
+            return min(rescore_top_k, only.n)
         nodes: list[onnx.NodeProto] = []
         outputs = []
         for i, group in enumerate(groups):
@@ -107,6 +139,7 @@ class Rewriter:
         if len(groups) > 1:
             nodes.append(helper.make_node("Concat", outputs, [out], name=f"{scope}/Concat", axis=-1))
         self.replaced[node.name] = nodes
+        return 0
 
     def _nbits(
         self, x: str, out: str, matrix: BlockQuantized, base: str, scope: str, level: int
@@ -131,42 +164,130 @@ class Rewriter:
             )
         ]
         if matrix.offsets is not None:
+            # One Gemm adds blocksum(x) @ offsets^T to the MatMulNBits output (its C input).
             sums, sum_nodes = self._block_sum(x, matrix.k, matrix.block_size, scope)
-            correction = f"{scope}/Offsets/output_0"
             nodes += sum_nodes
             nodes.append(
                 helper.make_node(
                     "Gemm",
-                    [sums, self.packed(base, matrix, "offsets")],
-                    [correction],
+                    [sums, self.packed(base, matrix, "offsets"), main],
+                    [out],
                     name=f"{scope}/Offsets",
                     transB=1,
                 )
             )
-            nodes.append(helper.make_node("Add", [main, correction], [out], name=f"{scope}/AddOffsets"))
         return nodes
 
+    def _rescore(
+        self, x: str, approx: str, out: str, matrix: BlockQuantized, base: str, scope: str, k: int
+    ) -> list[onnx.NodeProto]:
+        """``approx[T, N]`` with its ``k`` largest entries per row recomputed exactly from ``x[T, K]``."""
+        k_init = self.add_init(f"{base}.rescore_k", np.array([min(k, matrix.n)], np.int64))
+        top, ids = f"{scope}/Rescore/TopK/output_0", f"{scope}/Rescore/TopK/output_1"
+        gather_nodes, gathered = self._gathered_rows(ids, matrix, base, f"{scope}/Rescore")
+        nodes = [
+            helper.make_node("TopK", [approx, k_init], [top, ids], name=f"{scope}/Rescore/TopK", axis=-1)
+        ]
+        nodes += gather_nodes
+        shape = self.add_init(f"{base}.rescore_shape", np.array([0, 0, matrix.k], np.int64))
+        axis1 = self.add_init(f"{base}.rescore_axis1", np.array([1], np.int64))
+        axis2 = self.add_init(f"{base}.rescore_axis2", np.array([2], np.int64))
+        names = {
+            step: f"{scope}/Rescore/{step}/output_0" for step in ("Reshape", "Unsqueeze", "Mul", "ReduceSum")
+        }
+        nodes += [
+            helper.make_node(
+                "Reshape", [gathered, shape], [names["Reshape"]], name=f"{scope}/Rescore/Reshape"
+            ),
+            helper.make_node(
+                "Unsqueeze", [x, axis1], [names["Unsqueeze"]], name=f"{scope}/Rescore/Unsqueeze"
+            ),
+            helper.make_node(
+                "Mul", [names["Reshape"], names["Unsqueeze"]], [names["Mul"]], name=f"{scope}/Rescore/Mul"
+            ),
+            helper.make_node(
+                "ReduceSum",
+                [names["Mul"], axis2],
+                [names["ReduceSum"]],
+                name=f"{scope}/Rescore/ReduceSum",
+                keepdims=0,
+            ),
+            helper.make_node(
+                "ScatterElements",
+                [approx, ids, names["ReduceSum"]],
+                [out],
+                name=f"{scope}/Rescore/Scatter",
+                axis=1,
+            ),
+        ]
+        return nodes
+
+    def _gathered_rows(
+        self, ids: str, matrix: BlockQuantized, base: str, scope: str
+    ) -> tuple[list[onnx.NodeProto], str]:
+        """Rows ``ids[...]`` of a quantized matrix dequantized as ``[..., n_blocks, block_size]``."""
+        v, nb = matrix.n, matrix.n_blocks
+        if f"{base}.gather_scales" not in self._packed:
+            self._packed[f"{base}.gather_scales"] = self.add_init(
+                f"{base}.gather_scales", matrix.scales.reshape(v, nb, 1)
+            )
+        inputs = [self.packed(base, matrix, "b"), ids, self._packed[f"{base}.gather_scales"]]
+        if matrix.zero_points is not None:
+            if f"{base}.gather_zero_points" not in self._packed:
+                self._packed[f"{base}.gather_zero_points"] = self.add_init(
+                    f"{base}.gather_zero_points", matrix.integer_zero_points().reshape(v, nb, 1)
+                )
+            inputs.append(self._packed[f"{base}.gather_zero_points"])
+        gathered = f"{scope}/GatherBlockQuantized/output_0"
+        nodes = [
+            helper.make_node(
+                "GatherBlockQuantized",
+                inputs,
+                [gathered],
+                name=f"{scope}/GatherBlockQuantized",
+                domain=MS_DOMAIN,
+                gather_axis=0,
+                quantize_axis=2,
+                block_size=matrix.block_size,
+                bits=matrix.bits,
+            )
+        ]
+        if matrix.offsets is not None:
+            if f"{base}.gather_offsets" not in self._packed:
+                self._packed[f"{base}.gather_offsets"] = self.add_init(
+                    f"{base}.gather_offsets", matrix.offsets.reshape(v, nb, 1)
+                )
+            picked, summed = f"{scope}/GatherOffsets/output_0", f"{scope}/AddOffsets/output_0"
+            nodes.append(
+                helper.make_node(
+                    "Gather",
+                    [self._packed[f"{base}.gather_offsets"], ids],
+                    [picked],
+                    name=f"{scope}/GatherOffsets",
+                    axis=0,
+                )
+            )
+            nodes.append(helper.make_node("Add", [gathered, picked], [summed], name=f"{scope}/AddOffsets"))
+            gathered = summed
+        return nodes, gathered
+
     def _block_sum(self, x: str, k: int, block: int, scope: str) -> tuple[str, list[onnx.NodeProto]]:
-        """``x[T, K]`` summed per block of ``block`` inputs -> ``[T, n_blocks]`` (shared by all users of x)."""
+        """``x[T, K]`` summed per block of ``block`` inputs -> ``[T, n_blocks]`` (shared by all users of x).
+
+        One MatMul with a 0/1 block indicator ``[K, n_blocks]``: a short last block needs no padding,
+        and one node costs less than Reshape + ReduceSum at decode sizes.
+        """
         key = (x, k, block)
         if key in self._block_sums:
             return self._block_sums[key], []
-        n_blocks = -(-k // block)
-        nodes = []
-        src = x
-        if n_blocks * block != k:
-            pads = self.add_init(
-                f"{scope}.block_sum.pads", np.array([0, 0, 0, n_blocks * block - k], np.int64)
+        name = f"block_sum.indicator.{k}x{block}"
+        if name not in self._packed:
+            indicator = (np.arange(k)[:, None] // block == np.arange(-(-k // block))[None, :]).astype(
+                np.float32
             )
-            src = f"{scope}/BlockSumPad/output_0"
-            nodes.append(helper.make_node("Pad", [x, pads], [src], name=f"{scope}/BlockSumPad"))
-        shape = self.add_init(f"{scope}.block_sum.shape", np.array([-1, n_blocks, block], np.int64))
-        axes = self.add_init(f"{scope}.block_sum.axes", np.array([2], np.int64))
-        blocked, sums = f"{scope}/BlockSumReshape/output_0", f"{scope}/BlockSum/output_0"
-        nodes.append(helper.make_node("Reshape", [src, shape], [blocked], name=f"{scope}/BlockSumReshape"))
-        nodes.append(
-            helper.make_node("ReduceSum", [blocked, axes], [sums], name=f"{scope}/BlockSum", keepdims=0)
-        )
+            self._packed[name] = self.add_init(name, indicator)
+        sums = f"{scope}/BlockSum/output_0"
+        nodes = [helper.make_node("MatMul", [x, self._packed[name]], [sums], name=f"{scope}/BlockSum")]
         self._block_sums[key] = sums
         return sums, nodes
 
@@ -189,35 +310,7 @@ class Rewriter:
             raise ValueError(f"table {base}: GatherBlockQuantized has no float zero points")
         ids, out = node.input[1], node.output[0]
         scope = node.name.rsplit("/", 1)[0]
-        v, nb = matrix.n, matrix.n_blocks
-        scales3 = self.add_init(f"{base}.gather_scales", matrix.scales.reshape(v, nb, 1))
-        inputs = [self.packed(base, matrix, "b"), ids, scales3]
-        if matrix.zero_points is not None:
-            inputs.append(
-                self.add_init(f"{base}.gather_zero_points", matrix.integer_zero_points().reshape(v, nb, 1))
-            )
-        gathered = f"{scope}/GatherBlockQuantized/output_0"
-        nodes = [
-            helper.make_node(
-                "GatherBlockQuantized",
-                inputs,
-                [gathered],
-                name=f"{scope}/GatherBlockQuantized",
-                domain=MS_DOMAIN,
-                gather_axis=0,
-                quantize_axis=2,
-                block_size=matrix.block_size,
-                bits=matrix.bits,
-            )
-        ]
-        if matrix.offsets is not None:
-            offsets3 = self.add_init(f"{base}.gather_offsets", matrix.offsets.reshape(v, nb, 1))
-            picked, summed = f"{scope}/GatherOffsets/output_0", f"{scope}/AddOffsets/output_0"
-            nodes.append(
-                helper.make_node("Gather", [offsets3, ids], [picked], name=f"{scope}/GatherOffsets", axis=0)
-            )
-            nodes.append(helper.make_node("Add", [gathered, picked], [summed], name=f"{scope}/AddOffsets"))
-            gathered = summed
+        nodes, gathered = self._gathered_rows(ids, matrix, base, scope)
         shape = self.add_init(f"{base}.gather_shape", np.array([-1, matrix.k], np.int64))
         nodes.append(helper.make_node("Reshape", [gathered, shape], [out], name=f"{scope}/Reshape"))
         self.replaced[node.name] = nodes

@@ -65,6 +65,12 @@ class QuantOptions:
     # role ("mlp.down"), a layer ("@0"; negative counts from the last) or both ("mlp.down@-1");
     # the most specific key wins.
     accuracy_level_4bit_by_role: dict[str, int] = field(default_factory=dict)
+    # The output head recomputes its k largest logits per row in fp32 (0: off): int8 activations
+    # shift every logit ~1%, enough to swap close candidates; k rows cost ~1% of a decode step.
+    head_rescore_top_k: int = 16
+    # With re-scoring, an 8-bit head may rank its candidates with a 4-bit copy (4: half the bytes
+    # read per token; None: the head's own bytes); the re-scored k best come from the exact bytes.
+    head_scan_bits: int | None = None
     # Move integer zero points of blocks with offsets to the block's mean code (same weights,
     # smaller int8-compute error; see choose.center_zero_points).
     center_zero_points: bool = True
@@ -83,6 +89,10 @@ class QuantOptions:
             value = getattr(self, name)
             if value not in (0, 1, 2, 3, 4) and not (value is None and not name.endswith("bit")):
                 raise QuantError(f"{name} must be 0..4, got {value}")
+        if self.head_scan_bits not in (None, 4):
+            raise QuantError(f"head_scan_bits must be None or 4, got {self.head_scan_bits}")
+        if not 0 <= self.head_rescore_top_k <= 1024:
+            raise QuantError(f"head_rescore_top_k must be 0..1024, got {self.head_rescore_top_k}")
         for key, value in self.accuracy_level_4bit_by_role.items():
             _parse_place(key)
             if value not in (0, 1, 2, 3, 4):
@@ -104,6 +114,10 @@ class QuantOptions:
         if bits > 4:
             return self.accuracy_level_8bit
         best, level = -1, self.accuracy_level_4bit
+        if self.head_scan_bits not in (None, 4):
+            raise QuantError(f"head_scan_bits must be None or 4, got {self.head_scan_bits}")
+        if not 0 <= self.head_rescore_top_k <= 1024:
+            raise QuantError(f"head_rescore_top_k must be 0..1024, got {self.head_rescore_top_k}")
         for key, value in self.accuracy_level_4bit_by_role.items():
             key_role, key_layer = _parse_place(key)
             if key_layer is not None and key_layer < 0 and num_layers is not None:

@@ -31,6 +31,7 @@ from clika_quant.gguf_transcode import TRANSCODABLE
 from clika_quant.graph_pass import Rewriter, check_gemm_is_plain
 from clika_quant.model_file import load_graph, save_graph
 from clika_quant.options import QuantError, QuantOptions, check_precision
+from clika_quant.rtn import quantize_rtn
 
 EMBED, HEAD = "embed", "lm_head"
 _TABLE_BITS = {"auto": 8, "int8": 8, "int4": 4, "fp32": None}
@@ -147,12 +148,27 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
             raise QuantError(
                 f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
             )
-        rewriter.matmul(node, plan.groups, base, levels)
+        # At level 0 the head is exact already; re-scoring only undoes int8 activations.
+        rescore = options.head_rescore_top_k if HEAD in roles and levels[0] != 0 else 0
+        scan = _head_scan(plan, options) if rescore else None
+        if rewriter.matmul(node, plan.groups, base, levels, rescore, scan):
+            entry["rescore_top_k"] = rescore
+            if scan is not None:
+                entry["scan"] = {"bits": scan.bits, "block_size": scan.block_size, "bytes": scan.nbytes()}
         ops.append("MatMulNBits")
     rewriter.removed_initializers.add(name)
     groups = [{**g.record(), "accuracy_level": level} for g, level in zip(plan.groups, levels, strict=True)]
     entry.update(ops=ops, groups=groups)
     return entry
+
+
+def _head_scan(plan, options: QuantOptions):
+    """A 4-bit copy of an 8-bit head for the approximate pass (its k best are re-scored exactly)."""
+    if options.head_scan_bits != 4 or len(plan.groups) != 1 or plan.groups[0].matrix.bits != 8:
+        return None
+    matrix = plan.groups[0].matrix
+    # Integer zero points, no offsets: the scan only ranks candidates, and offsets would cost a Gemm.
+    return quantize_rtn(matrix.dequantize(), 4, options.block_size, "uint8")
 
 
 def _bits_for(roles: list[str], precision: str, options: QuantOptions) -> int | None:
@@ -218,15 +234,22 @@ def infer_matrices(model: onnx.ModelProto) -> dict[str, dict[str, Any]]:
 def _summarize(record: dict[str, Any]) -> dict[str, Any]:
     """Counts of ops/bits/methods and the weight bytes, for the manifest's reader."""
     kinds: Counter[str] = Counter()
+    levels: Counter[str] = Counter()
     total = 0
     for entry in record["matrices"].values():
         for group in entry.get("groups", []):
             method = group["method"] if isinstance(group["method"], str) else "mixed"
             kinds[f"{group['bits']}-bit block {group['block_size']} ({method})"] += 1
+            levels[f"{group['bits']}-bit level {group['accuracy_level']}"] += 1
             total += group["bytes"]
+        total += entry.get("scan", {}).get("bytes", 0)
         if entry.get("ops") in (["fp32"], ["DynamicQuantizeMatMul"]):
             kinds[entry["ops"][0]] += 1
-    record["summary"] = {"forms": dict(sorted(kinds.items())), "quantized_bytes": total}
+    record["summary"] = {
+        "forms": dict(sorted(kinds.items())),
+        "accuracy_levels": dict(sorted(levels.items())),
+        "quantized_bytes": total,
+    }
     for role, key in ((EMBED, "embedding"), (HEAD, "lm_head")):
         for name, entry in record["matrices"].items():
             if role in entry["roles"]:
@@ -235,4 +258,6 @@ def _summarize(record: dict[str, Any]) -> dict[str, Any]:
                     "tied": {EMBED, HEAD} <= set(entry["roles"]),
                     "ops": entry["ops"],
                 }
+                if key == "lm_head" and "rescore_top_k" in entry:
+                    record[key]["rescore_top_k"] = entry["rescore_top_k"]
     return record
