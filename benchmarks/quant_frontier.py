@@ -44,29 +44,43 @@ import numpy as np
 
 NEW_TOKENS = 32
 
-# name -> (precision, QuantOptions fields). "level4"/"level0" are the old default and the old
-# quality setting (zero points as the GGUF has them); the rest re-centre zero points.
-OLD = {"center_zero_points": False, "head_rescore_top_k": 0}
+# name -> (precision, QuantOptions fields), spelled out so that a variant keeps its meaning when the
+# defaults move. "level4"/"level0": the GGUF's zero points as they are, no re-scoring (the earlier
+# default and quality setting); "centered": zero points on the mean code; "-rescored": the head's 16
+# best logits re-scored in fp32; "-last0" etc.: those 4-bit weights at accuracy level 0.
+OLD = {"center_zero_points": False, "head_rescore_top_k": 0, "accuracy_level_4bit_by_role": {}}
+NEW = {"center_zero_points": True, "head_rescore_top_k": 16, "accuracy_level_4bit_by_role": {}}
+
+
+def _with(base: dict, **changes) -> tuple[str, dict]:
+    return "int4", {**base, **changes}
+
+
 VARIANTS = {
-    "level4": ("int4", OLD),
-    "level0": ("int4", {**OLD, "accuracy_level_4bit": 0}),
-    "centered": ("int4", {"head_rescore_top_k": 0}),
-    "rescored": ("int4", {"center_zero_points": False}),
-    "centered-rescored": ("int4", {}),
-    "centered-rescored-k4": ("int4", {"head_rescore_top_k": 4}),
-    "centered-rescored-k64": ("int4", {"head_rescore_top_k": 64}),
-    "centered-scan4": ("int4", {"head_scan_bits": 4}),
-    "centered-scan4-k64": ("int4", {"head_scan_bits": 4, "head_rescore_top_k": 64}),
-    "centered-down0": ("int4", {"accuracy_level_4bit_by_role": {"mlp.down": 0}}),
-    "centered-o0": ("int4", {"accuracy_level_4bit_by_role": {"attn.o": 0}}),
-    "centered-qkv0": ("int4", {"accuracy_level_4bit_by_role": {"attn.qkv": 0}}),
-    "centered-gate_up0": ("int4", {"accuracy_level_4bit_by_role": {"mlp.gate_up": 0}}),
-    "centered-ends0": ("int4", {"accuracy_level_4bit_by_role": {"@0": 0, "@-1": 0}}),
-    "centered-level0": ("int4", {"accuracy_level_4bit": 0}),
-    "centered-last0": ("int4", {"accuracy_level_4bit_by_role": {"@-1": 0}}),
-    "centered-gate_up-last0": ("int4", {"accuracy_level_4bit_by_role": {"mlp.gate_up@-1": 0}}),
-    "centered-qkv0-last0": ("int4", {"accuracy_level_4bit_by_role": {"attn.qkv": 0, "@-1": 0}}),
+    "default": ("int4", {}),
+    "level4": _with(OLD),
+    "level0": _with(OLD, accuracy_level_4bit=0),
+    "rescored": _with(OLD, head_rescore_top_k=16),
+    "centered": _with(NEW, head_rescore_top_k=0),
+    "centered-rescored": _with(NEW),
+    "centered-rescored-k4": _with(NEW, head_rescore_top_k=4),
+    "centered-rescored-k64": _with(NEW, head_rescore_top_k=64),
+    "centered-scan4": _with(NEW, head_scan_bits=4),
+    "centered-scan4-k64": _with(NEW, head_scan_bits=4, head_rescore_top_k=64),
+    "centered-level0": _with(NEW, accuracy_level_4bit=0),
 }
+_PLACES = {
+    "qkv0": "attn.qkv",
+    "o0": "attn.o",
+    "gate_up0": "mlp.gate_up",
+    "down0": "mlp.down",
+    "first0": "@0",
+    "last0": "@-1",
+    "gate_up-last0": "mlp.gate_up@-1",
+}
+for _name, _place in _PLACES.items():
+    VARIANTS[f"centered-{_name}"] = _with(NEW, accuracy_level_4bit_by_role={_place: 0})
+VARIANTS["centered-qkv-last0"] = _with(NEW, accuracy_level_4bit_by_role={"attn.qkv": 0, "@-1": 0})
 ROLES = ("attn.qkv", "attn.o", "mlp.gate_up", "mlp.down")
 
 
@@ -341,7 +355,8 @@ def decode_ms(runner, prompt: list[int], steps: int) -> tuple[float, float]:
 
 def time_decode(runners: dict, peers: dict | None, prompt: list[int], args) -> dict[str, tuple[float, float]]:
     """Median (wall, CPU) ms per decode step of every system over rounds in a rotating order."""
-    systems = list(runners) + (["llama.cpp", "onnxruntime-genai int4"] if peers else [])
+    systems = list(runners) + (["llama.cpp"] if peers else [])
+    systems += ["onnxruntime-genai int4"] if peers and peers["genai_dir"] else []
     for runner in runners.values():
         decode_ms(runner, prompt, 8)  # warm-up: first-call allocations out of the timing
     rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in systems}
@@ -369,11 +384,13 @@ def peer_spec(args, source: Path, eval_tokens, prompts, reference) -> dict | Non
     genai = args.peers_dir / "models" / "genai-int4"
     if not python.exists():
         raise SystemExit(f"no peers environment at {args.peers_dir} (run benchmarks/setup_peers.sh)")
+    if genai.exists() and not genai_matches(genai, reference.model.manifest.architecture):
+        genai = Path("-")  # built from another model: not a peer of this one
     tok = reference.model.manifest.tokenizer
     return {
         "python": str(python),
         "gguf": str(source),
-        "genai_dir": str(genai) if genai.exists() else None,
+        "genai_dir": str(genai) if genai.is_dir() else None,
         "threads": args.threads,
         "spinning": args.spinning,
         "window": args.window,
@@ -384,6 +401,14 @@ def peer_spec(args, source: Path, eval_tokens, prompts, reference) -> dict | Non
         "prompt": list(eval_tokens[: args.prompt_tokens]),
         "steps": args.steps,
     }
+
+
+def genai_matches(folder: Path, architecture) -> bool:
+    decoder = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+    return (decoder["hidden_size"], decoder["num_hidden_layers"]) == (
+        architecture.hidden_size,
+        architecture.num_layers,
+    )
 
 
 def run_peer(peers: dict, task: dict) -> dict:

@@ -262,3 +262,13 @@ def test_a_4bit_scan_ranks_and_the_8bit_bytes_score():
     assert scored[np.arange(6), exact.argmax(1)].all() and (got.argmax(1) == exact.argmax(1)).all()
     with pytest.raises(QuantError, match="head_scan_bits"):
         QuantOptions(head_scan_bits=8)
+
+
+def test_the_default_is_the_measured_int4_scheme():
+    """int8 activations everywhere (level 0 is never free), centred zero points, a re-scored head."""
+    options = QuantOptions()
+    assert options.center_zero_points and options.head_rescore_top_k == 16
+    assert options.head_scan_bits is None and options.accuracy_level is None
+    for role, layer in (("mlp.down", 0), ("mlp.down", 29), ("attn.qkv", 29)):
+        assert options.accuracy_for(4, False, role, layer, 30) == 4
+    assert options.accuracy_for(8, True, "lm_head", None, 30) == 4

@@ -1,23 +1,37 @@
 """What a quantization pass may do, and the defaults chosen from measurements.
 
-The defaults follow the kernel table in this package's README (onnxruntime
-1.32, AVX2, no VNNI):
+The defaults follow the kernel table and the frontier in this package's README
+(onnxruntime 1.32, AVX2, no VNNI; SmolLM2-135M Q4_1, 1 thread):
 
-* ``MatMulNBits`` with ``accuracy_level=4`` (int8 compute) is the fastest
-  decode kernel: 0.1-0.3x of fp32 MatMul at M=1 for 4 bits; a whole SmolLM2
-  decode step takes 8.7 ms against 16.6 ms with 4-bit level 0 (fp32 compute).
-  Level 0 is the quality setting: with the GGUF weights carried over exactly it
-  matches the fp32 model's greedy tokens on 16/20 prompts (4/20 at level 4) and
-  its perplexity (17.33 vs 17.33; 17.53 at level 4). ``accuracy_level_4bit=0``
-  selects it. Float zero points
-  make ORT dequantize on every call (11-44x slower than fp32), so asymmetric
-  blocks keep integer codes and add their float offsets as a tiny
-  ``blocksum(A) @ offsets`` MatMul (+5-15% at M=1).
+* ``MatMulNBits`` with ``accuracy_level=4`` (int8 activations) is the fastest
+  decode kernel (0.1-0.3x of an fp32 MatMul at M=1). Level 0 (fp32 compute) is
+  never free inside a model: the last layer's 4-bit weights at level 0 cost 5%
+  of a SmolLM2 decode step and one Q4_K matrix 11% of a Qwen2.5-0.5B step; all
+  4-bit layers ~35%. Level 4 as it was cost quality (SmolLM2: 4/20 greedy
+  matches with the fp32 model, perplexity 17.53-17.57 against 17.33); two free
+  changes win it back:
+
+  - ``center_zero_points``: the int8 error scales with the integer weights the
+    kernel multiplies; moving each block's zero point to its mean code (the
+    offset absorbs it, the weights stay the same bit for bit) cuts it 2-2.5x;
+  - ``head_rescore_top_k=16``: the head recomputes its 16 best logits per row in
+    fp32 from its own bytes, so close candidates are never swapped (<1% of a step).
+
+  SmolLM2: perplexity 17.37-17.41, 9-11/20, mean common prefix 24.0-24.5 of 32
+  (llama.cpp on the same file and prompts: 17.43, 9/20, 23.6); Qwen2.5-Coder-0.5B:
+  27.59, 16/20, 27.9 (llama.cpp 27.57, 13/20, 24.0); at the old default's speed.
+  ``accuracy_level_4bit_by_role`` buys more agreement for time (README frontier).
+* Float zero points make ORT dequantize on every call (11-44x slower than fp32),
+  so asymmetric blocks keep integer codes and add their float offsets as
+  ``blocksum(A) @ offsets`` (exact; ~15% of a decode step). Rounding the offsets
+  into integer zero points instead is 15% faster and ruins the model
+  (perplexity 22.3, 0/20).
 * 8-bit ``MatMulNBits`` needs ``accuracy_level=4`` (level 0 is 10-30x slower).
 * ``DynamicQuantizeMatMul`` is 2-3x faster than MatMulNBits at M>=64
   (prefill) but quantizes weights per column (relative error 0.010 against
   0.0076 for 8-bit blocks of 32), so it is an option, not the default.
-* An int4 output head is a known quality risk: the head defaults to 8 bits.
+* An int4 output head is a known quality risk: the head defaults to 8 bits (a
+  4-bit ``head_scan_bits`` copy only ranks candidates; it costs perplexity).
 """
 
 from __future__ import annotations
