@@ -210,7 +210,13 @@ def test_a_client_that_leaves_mid_stream_frees_its_request(client, server):
 
 
 def test_a_client_that_gives_up_on_a_whole_reply_frees_its_request(server):
-    body = {"model": MODEL, "messages": ask("Count from 1 to 1000, one number a line."), "max_tokens": 2000}
+    # ignore_eos (the vLLM / llama.cpp extension) keeps the reply going however the model would end it.
+    body = {
+        "model": MODEL,
+        "messages": ask("Count from 1 to 1000, one number a line."),
+        "max_tokens": 2000,
+        "ignore_eos": True,
+    }
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(server.url + "/chat/completions", json=body, timeout=httpx.Timeout(60, read=2.0))
     assert wait_idle(server, 5.0) < 5.0

@@ -268,6 +268,7 @@ _PASSED = {
     "min_p": "min_p",
     "repetition_penalty": "repetition_penalty",
     "reasoning_effort": "reasoning_effort",
+    "ignore_eos": "ignore_eos",
 }
 
 
