@@ -117,7 +117,8 @@ def test_cli(tiny_llama_hf: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert result.output.strip() == str(out)
     assert Manifest.read(out).context_window == 64
-    assert Manifest.read(out).precision["weights"] == "int4"  # the default precision
+    precision = Manifest.read(out).precision
+    assert precision["weights"] == "int4" and "re-scored" in precision["scheme"]  # the default scheme
     again = CliRunner().invoke(export_command, [str(tiny_llama_hf), "-o", str(out), "-q"])
     assert again.exit_code != 0 and "already exists" in again.output
 

@@ -272,3 +272,7 @@ def test_the_default_is_the_measured_int4_scheme():
     for role, layer in (("mlp.down", 0), ("mlp.down", 29), ("attn.qkv", 29)):
         assert options.accuracy_for(4, False, role, layer, 30) == 4
     assert options.accuracy_for(8, True, "lm_head", None, 30) == 4
+    assert options.describe("int4") == (
+        "int4: GGUF blocks kept exactly where the source has them; 4-bit layers at accuracy level 4; "
+        "zero points centred on each block's mean code; head's 16 best logits re-scored in fp32"
+    )

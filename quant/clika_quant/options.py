@@ -143,6 +143,27 @@ class QuantOptions:
                 best, level = rank, value
         return level
 
+    def describe(self, precision: str) -> str:
+        """One line for the manifest: what a reader of the model folder should know first."""
+        if precision == "fp32":
+            return "fp32 weights"
+        parts = [
+            f"{precision}: GGUF blocks kept exactly where the source has them"
+            if self.transcode
+            else precision
+        ]
+        if self.accuracy_level is not None:
+            parts.append(f"accuracy level {self.accuracy_level} everywhere")
+        else:
+            parts.append(f"4-bit layers at accuracy level {self.accuracy_level_4bit}")
+            parts += [f"{key} at level {value}" for key, value in self.accuracy_level_4bit_by_role.items()]
+        if self.center_zero_points:
+            parts.append("zero points centred on each block's mean code")
+        if self.head_rescore_top_k:
+            scan = f" (ranked by a {self.head_scan_bits}-bit copy)" if self.head_scan_bits else ""
+            parts.append(f"head's {self.head_rescore_top_k} best logits re-scored in fp32{scan}")
+        return "; ".join(parts)
+
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> QuantOptions:
         values = dict(values or {})

@@ -82,7 +82,12 @@ def quantize_proto(
     if not isinstance(options, QuantOptions):
         options = QuantOptions.from_dict(options)
     matrices = matrices if matrices is not None else infer_matrices(model)
-    record: dict[str, Any] = {"weights": precision, "options": options.to_dict(), "matrices": {}}
+    record: dict[str, Any] = {
+        "weights": precision,
+        "scheme": options.describe(precision),
+        "options": options.to_dict(),
+        "matrices": {},
+    }
     if precision == "fp32":
         return model, _summarize(record)
     load = load or _inline_loader(model)
