@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--spinning", action="store_true", help="let ORT's intra-op threads spin")
     parser.add_argument("--peers-dir", type=Path, default=None)
     parser.add_argument("--search", action="store_true", help="rank level-0 placements by calibration KL")
-    parser.add_argument("--base", default="centered", help="the variant --search starts from")
+    parser.add_argument("--base", default="default", help="the variant --search starts from")
     parser.add_argument("--work", type=Path, help="keep exports here between runs (default: a temp folder)")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--peer", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
