@@ -30,7 +30,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from clika_runtime.engine.block_pool import BlockPool
-from clika_runtime.engine.kv_cache import Allocation, CacheShape, KVCacheManager, PackedStep
+from clika_runtime.engine.kv_cache import Allocation, CacheShape, KVCacheManager, PackedStep, kv_buffer
 from clika_runtime.engine.paged_inputs import PagedRow, pack_paged_step
 from clika_runtime.engine.prefix_cache import ROOT_HASH, PrefixIndex, PrefixMatch, chain_hash
 from clika_runtime.engine.types import Sequence, StepPlan
@@ -262,7 +262,8 @@ class PagedKVCache(KVCacheManager):
 
         def grown(previous: np.ndarray | None) -> np.ndarray:
             # Zeros: attention masks stale positions, but masked values must still be finite.
-            array = np.zeros(full, dtype=s.dtype)
+            # kv_buffer commits memory as blocks are written, as the continuous cache does.
+            array = kv_buffer(full, s.dtype)
             if previous is not None:
                 array[:, :old] = previous
             return array
