@@ -43,10 +43,12 @@ def test_open_and_run_one_step(tiny_llama_model: Path) -> None:
 def test_session_options_threads_and_spinning() -> None:
     options = session_options(2)
     assert options.intra_op_num_threads == 2
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    spinning = session_options(allow_spinning=True)
-    assert spinning.intra_op_num_threads == 0  # ORT's default
-    assert spinning.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    # Spin while a step runs, never between steps.
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert options.get_session_config_entry("session.force_spinning_stop") == "1"
+    sleeping = session_options(allow_spinning=False)
+    assert sleeping.intra_op_num_threads == 0  # ORT's default
+    assert sleeping.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     with pytest.raises(ValueError, match="threads"):
         session_options(0)
 

@@ -35,8 +35,15 @@ class ModelFolder:
     chat_template: str | None
 
 
-def session_options(threads: int | None = None, *, allow_spinning: bool = False) -> ort.SessionOptions:
-    """ORT session options: ``threads`` intra-op threads (None: ORT's default), spinning off by default."""
+def session_options(threads: int | None = None, *, allow_spinning: bool = True) -> ort.SessionOptions:
+    """ORT session options: ``threads`` intra-op threads (None: ORT's default).
+
+    ``allow_spinning``: worker threads busy-wait for the next operator while a step
+    runs (on by default: waking a sleeping thread for each of a decode step's
+    hundreds of small operators made it 25-30% slower on 2 cores) and stop as soon
+    as the step returns, so an idle model burns no CPU between steps or requests.
+    Off: they always sleep, for machines whose cores are shared with other work.
+    """
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
     options = ort.SessionOptions()
@@ -47,6 +54,7 @@ def session_options(threads: int | None = None, *, allow_spinning: bool = False)
     spin = "1" if allow_spinning else "0"
     options.add_session_config_entry("session.intra_op.allow_spinning", spin)
     options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
 
 
@@ -55,7 +63,7 @@ def open_model_folder(
     *,
     kv_mode: str = DEFAULT_KV_MODE,
     threads: int | None = None,
-    allow_spinning: bool = False,
+    allow_spinning: bool = True,
 ) -> ModelFolder:
     """Read the manifest, open the ``kv_mode`` graph's session and load the tokenizer."""
     folder = Path(path)

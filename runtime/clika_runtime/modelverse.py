@@ -90,7 +90,7 @@ def load(
     max_queued: int = 256,
     max_step_tokens: int = 256,
     prefix_reuse: bool = True,
-    allow_spinning: bool = False,
+    allow_spinning: bool = True,
     kv_cache_bytes: int | None = None,
 ) -> GenerativeModel:
     """Open an exported model folder.
@@ -107,6 +107,9 @@ def load(
     shares cached prefixes block by block between requests and preempts
     (then recomputes) a request when memory runs out. ``prefix_reuse``
     switches the prefix cache of either mode.
+
+    ``allow_spinning``: ORT's worker threads busy-wait between the operators of
+    a step (faster) and sleep between steps; False makes them sleep always.
     """
     if kv_cache_mode not in (None, *KV_CACHE_MODES):
         raise ValueError(f"kv_cache_mode must be one of {KV_CACHE_MODES} or None, got {kv_cache_mode!r}")
