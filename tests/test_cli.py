@@ -88,6 +88,17 @@ def test_pull_a_gguf_then_again_does_nothing_then_list_generate_rm(run, tiny_ggu
     assert run("rm", gguf).exit_code == 1
 
 
+def test_generate_runs_the_paged_cache_and_sleeping_threads_alike(run, tiny_gguf):
+    gguf = tiny_gguf("tiny.gguf").path
+    args = ("generate", gguf, "hello", "--max-tokens", "6", "--temperature", "0", "-q")
+    continuous = run(*args)
+    paged = run(*args, "--kv-cache-mode", "paged", "--no-spin", "--threads", "1")
+    assert continuous.exit_code == 0 and paged.exit_code == 0
+    assert paged.stdout == continuous.stdout and continuous.stdout.strip()
+    wrong = CliRunner().invoke(clika, [*map(str, args), "--kv-cache-mode", "blocks"])
+    assert wrong.exit_code == 2 and "'blocks' is not one of 'continuous', 'paged'" in wrong.output
+
+
 def test_precisions_are_separate_exports(run, tiny_gguf):
     gguf = tiny_gguf("tiny.gguf").path
     assert run("pull", gguf, "--precision", "int8", "-q").exit_code == 0

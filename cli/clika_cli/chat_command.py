@@ -15,13 +15,13 @@ import click
 
 from clika_cli.common import (
     dim,
+    engine_options,
     load_model,
     local_model,
     precision_option,
     pulled_note,
     reply_options,
     say,
-    threads_option,
 )
 from clika_cli.models import DEFAULT_MODEL
 
@@ -45,7 +45,7 @@ Ctrl-C during a reply stops the reply."""
 @precision_option
 @click.option("--system", default=None, help="System prompt.")
 @reply_options(max_tokens=512)
-@threads_option
+@engine_options
 def chat(
     model: str,
     precision: str | None,
@@ -54,11 +54,13 @@ def chat(
     temperature: float | None,
     seed: int | None,
     threads: int | None,
+    kv_cache_mode: str,
+    spin: bool,
 ) -> None:
     """Chat with MODEL (default: smollm2-135m-instruct, pulled on first use)."""
     local = local_model(model, precision)
     pulled_note(local)
-    loaded = load_model(local, threads)
+    loaded = load_model(local, threads, kv_cache_mode=kv_cache_mode, spin=spin)
     # A temperature on the command line takes the sampling policy over whole.
     overrides = chat_sampling(loaded) if temperature is None else {"temperature": temperature}
     if seed is not None:

@@ -22,12 +22,38 @@ precision_option = click.option(
     default=None,
     help="Weight precision of the export (default: int4; an exported folder keeps its own).",
 )
-threads_option = click.option(
+_threads = click.option(
     "--threads",
     type=click.IntRange(min=1),
     default=None,
     help="ONNX Runtime threads (default: one per core).",
 )
+_kv_cache_mode = click.option(
+    "--kv-cache-mode",
+    type=click.Choice(["continuous", "paged"]),
+    default="continuous",
+    show_default=True,
+    help="continuous: one whole-context KV slot per active request; "
+    "paged: KV blocks that grow with the tokens held, prefixes shared between requests.",
+)
+_spin = click.option(
+    "--spin/--no-spin",
+    default=True,
+    show_default=True,
+    help="Worker threads busy-wait between a step's operators (faster); "
+    "--no-spin lets them sleep (for cores shared with other work).",
+)
+
+
+def engine_options(command: Command) -> Command:
+    """``--threads``, ``--kv-cache-mode`` and ``--spin/--no-spin``: how a loaded model runs."""
+    for option in (_spin, _kv_cache_mode, _threads):  # the last decorator applied lists its option first
+        command = option(command)
+    return command
+
+
+# Commands that only score text (no engine) take the thread count alone.
+threads_option = _threads
 
 
 def count_option(flag: str, *, minimum: int, default: int, help: str) -> Callable[[Command], Command]:
@@ -73,12 +99,19 @@ def local_model(spec: str, precision: str | None, *, pull: bool = True, quiet: b
         raise click.ClickException(str(exc)) from None
 
 
-def load_model(local: LocalModel, threads: int | None = None, quiet: bool = False) -> GenerativeModel:
+def load_model(
+    local: LocalModel,
+    threads: int | None = None,
+    quiet: bool = False,
+    *,
+    kv_cache_mode: str = "continuous",
+    spin: bool = True,
+) -> GenerativeModel:
     """Load a model folder, saying how long it took."""
     from clika_runtime import modelverse
 
     began = time.perf_counter()
-    model = modelverse.load(local.folder, threads=threads)
+    model = modelverse.load(local.folder, threads=threads, kv_cache_mode=kv_cache_mode, allow_spinning=spin)
     if not quiet:
         size = human_size(local.size)
         say(dim(f"loaded {local.name} ({local.precision}, {size}) in {time.perf_counter() - began:.1f} s"))

@@ -10,13 +10,13 @@ import click
 from clika_cli.common import (
     count_option,
     dim,
+    engine_options,
     load_model,
     local_model,
     precision_option,
     pulled_note,
     reply_options,
     say,
-    threads_option,
 )
 from clika_cli.models import DEFAULT_MODEL
 
@@ -27,7 +27,7 @@ from clika_cli.models import DEFAULT_MODEL
 @precision_option
 @reply_options(max_tokens=256)
 @click.option("--system", default=None, help="System prompt (models with a chat template).")
-@threads_option
+@engine_options
 @click.option("-q", "--quiet", is_flag=True, help="Only the reply: no progress or statistics.")
 def generate(
     model: str,
@@ -38,6 +38,8 @@ def generate(
     seed: int | None,
     system: str | None,
     threads: int | None,
+    kv_cache_mode: str,
+    spin: bool,
     quiet: bool,
 ) -> None:
     """Generate MODEL's reply to PROMPT ('-' or none: read it from stdin), streamed to stdout."""
@@ -47,7 +49,7 @@ def generate(
     local = local_model(model, precision, quiet=quiet)
     if not quiet:
         pulled_note(local)
-    loaded = load_model(local, threads, quiet=quiet)
+    loaded = load_model(local, threads, quiet=quiet, kv_cache_mode=kv_cache_mode, spin=spin)
     options = {"max_new_tokens": max_tokens}
     options.update({k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None})
     try:
@@ -94,7 +96,7 @@ def generate(
     "--default-max-tokens", minimum=1, default=1024, help="Reply length when a request names no max_tokens."
 )
 @click.option("--model-id", default=None, help="The id clients send as 'model' (default: MODEL as given).")
-@threads_option
+@engine_options
 def serve(
     model: str,
     precision: str | None,
@@ -106,6 +108,8 @@ def serve(
     default_max_tokens: int,
     model_id: str | None,
     threads: int | None,
+    kv_cache_mode: str,
+    spin: bool,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     from clika_runtime.server import require_server_stack
@@ -119,7 +123,7 @@ def serve(
     pulled_note(local)
     if api_key is None and not _is_loopback(host):
         say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
-    loaded = load_model(local, threads)
+    loaded = load_model(local, threads, kv_cache_mode=kv_cache_mode, spin=spin)
     name = model_id or local.name
 
     def ready(url: str) -> None:
