@@ -81,9 +81,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--spin",
         choices=["off", "on", "default"],
-        default="off",
-        help="whether idle worker threads busy-wait, for every system (default: off); "
-        "'default' leaves each system its own setting",
+        default="default",
+        help="whether idle worker threads busy-wait: 'default' leaves each system its own "
+        "setting (all three spin while they compute); 'off' / 'on' forces it for every system",
     )
     ap.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per process")
