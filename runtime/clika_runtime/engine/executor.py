@@ -4,8 +4,8 @@ Bindings persist across steps. The KV buffers are bound once as both past and
 present (the graph updates them in place) and again only when the cache
 replaces them. Each step input keeps a bound NumPy array: when the new step's
 array has the same shape it is copied into the bound one (no rebinding), and
-only a changed shape rebinds. The logits output is bound to a preallocated
-array the same way.
+only a changed shape rebinds; a read-only array already copied last step is
+not copied again. The logits output is bound to a preallocated array the same way.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class Executor:
         self._kv_version = -1
         self._kv_values: list[ort.OrtValue] = []  # the bindings refer to these: keep them alive
         self._inputs: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
+        self._sources: dict[str, np.ndarray] = {}  # the array each input was last copied from
         self._logits: tuple[np.ndarray, ort.OrtValue] | None = None
 
     def run(self, plan: StepPlan, before_call: Callable[[], None] | None = None) -> np.ndarray:
@@ -100,6 +101,9 @@ class Executor:
         self._kv_version = self.cache.version
 
     def _bind_input(self, name: str, array: np.ndarray) -> None:
+        if self._sources.get(name) is array and not array.flags.writeable:
+            return  # the very array copied last step, read-only since: the bound copy is current
+        self._sources[name] = array
         bound = self._inputs.get(name)
         if bound is not None and bound[0].shape == array.shape and bound[0].dtype == array.dtype:
             np.copyto(bound[0], array)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clika_runtime.engine.step_inputs import StepRow, pack_step
+from clika_runtime.engine.step_inputs import DecodePacker, StepRow, pack_step
 from clika_runtime.engine.types import Sequence, StepPlan
 
 # Capacity grows in these steps so a growing conversation rarely reallocates.
@@ -170,6 +170,7 @@ class ContinuousKVCache(KVCacheManager):
         self._seqs: dict[int, Sequence] = {}  # slot -> the sequence running in it
         self._free: list[int] = list(range(num_slots))  # least recently freed first
         self._held: dict[int, np.ndarray] = {}  # free slot -> token ids its KV still holds
+        self._decode = DecodePacker()
 
     @property
     def num_free(self) -> int:
@@ -236,12 +237,34 @@ class ContinuousKVCache(KVCacheManager):
             self._held[slot] = np.asarray(seq.token_ids[: seq.num_computed_tokens], dtype=np.int64)
 
     def pack(self, plan: StepPlan, context_window: int | None) -> PackedStep:
+        if plan.is_decode:
+            packed = self._pack_decode(plan, context_window)
+            if packed is not None:
+                return packed
         rows = [StepRow(0, ())] * self.num_rows
         for row in plan.rows:
             rows[row.slot] = StepRow(row.start, row.new_token_ids)
         packed = pack_step(rows, capacity=self.capacity, context_window=context_window)
         sample = [packed.logits_rows[r.slot].start for r in plan.sample_rows]
         return PackedStep(packed.feeds(), len(packed.logits_index), sample)
+
+    def _pack_decode(self, plan: StepPlan, context_window: int | None) -> PackedStep | None:
+        """A step of one token per row (rows in slot order): the packer's fast path."""
+        rows = plan.rows
+        tokens = [r.seq.token_ids[r.start] for r in rows]
+        feeds = self._decode.pack(
+            self.num_rows,
+            [r.slot for r in rows],
+            [r.start for r in rows],
+            tokens,
+            capacity=self.capacity,
+            context_window=context_window,
+        )
+        if feeds is None:
+            return None
+        # Each row's logits sit at its rank in slot order.
+        sample = [i for i, r in enumerate(rows) if r.sample]
+        return PackedStep(feeds, len(rows), sample)
 
     def _best_slot(self, prompt: np.ndarray) -> tuple[int, int]:
         """The free slot sharing the longest prefix with ``prompt``.

@@ -192,3 +192,64 @@ def _logits_rows(
         slices.append(slice(at, at + len(index)))
         at += len(index)
     return np.concatenate(picked), tuple(slices)
+
+
+class DecodePacker:
+    """Decode-only steps (one new token per active row) without ``pack_step``'s grid arithmetic.
+
+    Between steps the executor's caches are cold, so every NumPy call costs
+    several microseconds; a decode step needs only the tokens and past lengths
+    from Python. The arrays that depend on which slots are active alone
+    (``grid_index``, ``token_index``, ``query_seqlens``, ``logits_index``) are
+    built once per layout and handed out read-only, so the executor can tell
+    they did not change and skip copying them. The result equals ``pack_step``'s.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[int, tuple[int, ...]] | None = None
+        self._layout: dict[str, np.ndarray] = {}
+
+    def pack(
+        self,
+        num_rows: int,
+        slots: Sequence[int],
+        past_lens: Sequence[int],
+        token_ids: Sequence[int],
+        *,
+        capacity: int | None = None,
+        context_window: int | None = None,
+    ) -> dict[str, np.ndarray] | None:
+        """The feeds for rows ``slots`` (ascending) each running one token after its past, or None
+        when a limit is crossed (then ``pack_step`` raises the error that names it)."""
+        longest = max(past_lens) + 1
+        if (capacity is not None and (longest > capacity or capacity < 2)) or (
+            context_window is not None and longest > context_window
+        ):
+            return None
+        feeds = dict(self._layout_for(num_rows, tuple(slots)))
+        seqlens_k = [0] * num_rows
+        for slot, past in zip(slots, past_lens, strict=True):
+            seqlens_k[slot] = past
+        feeds[INPUT_IDS] = np.array(token_ids, dtype=np.int64)
+        feeds[SEQLENS_K] = np.array(seqlens_k, dtype=np.int32)
+        feeds[TOTAL_SEQUENCE_LENGTH] = np.array(longest, dtype=np.int32)
+        return feeds
+
+    def _layout_for(self, num_rows: int, slots: tuple[int, ...]) -> dict[str, np.ndarray]:
+        key = (num_rows, slots)
+        if key != self._key:
+            grid = [0] * num_rows
+            counts = [0] * num_rows
+            for rank, slot in enumerate(slots):
+                grid[slot] = rank
+                counts[slot] = 1
+            layout = {
+                GRID_INDEX: np.array(grid, dtype=np.int64),
+                TOKEN_INDEX: np.array(slots, dtype=np.int64),
+                QUERY_SEQLENS: np.array(counts, dtype=np.int32),
+                LOGITS_INDEX: np.arange(len(slots), dtype=np.int64),
+            }
+            for array in layout.values():
+                array.flags.writeable = False
+            self._key, self._layout = key, layout
+        return self._layout

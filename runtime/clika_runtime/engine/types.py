@@ -16,6 +16,7 @@ import numbers
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -351,13 +352,19 @@ class StepPlan:
 
     rows: tuple[ScheduledRow, ...]
 
-    @property
+    # Cached: the executor, the sampler and the scheduler each read them every step.
+    @cached_property
     def num_tokens(self) -> int:
         return sum(r.num_new for r in self.rows)
 
-    @property
+    @cached_property
     def sample_rows(self) -> tuple[ScheduledRow, ...]:
         return tuple(r for r in self.rows if r.sample)
+
+    @cached_property
+    def is_decode(self) -> bool:
+        """True when every row runs one token (plain decode: no prompt chunk wider than that)."""
+        return all(r.num_new == 1 for r in self.rows)
 
     @property
     def num_prefill_tokens(self) -> int:

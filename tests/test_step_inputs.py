@@ -1,0 +1,53 @@
+"""The decode fast path packs exactly what the general ``pack_step`` packs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clika_runtime.engine.step_inputs import STEP_INPUTS, DecodePacker, StepRow, pack_step
+
+
+def general(num_rows, slots, pasts, tokens, **limits):
+    rows = [StepRow(0, ())] * num_rows
+    for slot, past, token in zip(slots, pasts, tokens, strict=True):
+        rows[slot] = StepRow(past, (token,))
+    return pack_step(rows, **limits).feeds()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decode_packer_equals_pack_step(seed):
+    rng = np.random.default_rng(seed)
+    packer = DecodePacker()
+    for _ in range(5):  # layouts change and repeat: the cached layout must follow
+        num_rows = int(rng.integers(1, 9))
+        slots = sorted(rng.choice(num_rows, size=int(rng.integers(1, num_rows + 1)), replace=False).tolist())
+        pasts = rng.integers(0, 100, size=len(slots)).tolist()
+        tokens = rng.integers(0, 1000, size=len(slots)).tolist()
+        for _ in range(2):
+            got = packer.pack(num_rows, slots, pasts, tokens, capacity=128, context_window=120)
+            want = general(num_rows, slots, pasts, tokens, capacity=128, context_window=120)
+            assert got is not None and set(got) == set(STEP_INPUTS)
+            for name in STEP_INPUTS:
+                assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, name
+                np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_decode_packer_leaves_limit_errors_to_pack_step():
+    packer = DecodePacker()
+    assert packer.pack(2, [0], [16], [5], capacity=16) is None  # past + 1 > capacity
+    with pytest.raises(ValueError, match="capacity"):
+        general(2, [0], [16], [5], capacity=16)
+    assert packer.pack(1, [0], [9], [5], context_window=9) is None
+    with pytest.raises(ValueError, match="context window"):
+        general(1, [0], [9], [5], context_window=9)
+    assert packer.pack(1, [0], [14], [5], capacity=16, context_window=16) is not None
+
+
+def test_decode_layout_arrays_are_shared_read_only():
+    packer = DecodePacker()
+    first = packer.pack(4, [1, 3], [5, 6], [7, 8])
+    second = packer.pack(4, [1, 3], [6, 7], [9, 10])
+    for name in ("grid_index", "token_index", "query_seqlens", "logits_index"):
+        assert first[name] is second[name] and not first[name].flags.writeable
+    assert second["input_ids"].tolist() == [9, 10] and second["seqlens_k"].tolist() == [0, 6, 0, 7]
