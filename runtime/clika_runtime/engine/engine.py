@@ -370,10 +370,11 @@ class Engine:
         """Apply posted commands; False once the engine must stop."""
         if block:
             self._hand_over()
-        try:
-            item = self._inbox.get() if block else self._inbox.get_nowait()
-        except queue.Empty:
+            item = self._inbox.get()
+        elif self._inbox.empty():  # the usual case between steps: no exception raised and caught
             return True
+        else:
+            item = self._inbox.get_nowait()  # this thread alone takes from the inbox: never empty here
         while True:
             kind, value = item
             if kind == "stop":

@@ -87,9 +87,9 @@ class Sampler:
         ``prompts[i]`` is read only the first time a request is seen (to seed
         its repetition penalty); later steps use the counts kept here.
         """
-        stateful = [i for i, c in enumerate(configs) if c.has_penalties or not c.greedy]
-        if not stateful:  # the common greedy batch: no state, no copies
-            return np.argmax(logits, axis=1)
+        if all(c.stateless for c in configs):  # the common greedy batch: no state, no copies
+            return logits.argmax(axis=1)
+        stateful = [i for i, c in enumerate(configs) if not c.stateless]
         states = {i: self._state(request_ids[i], configs[i], prompts[i]) for i in stateful}
         logits = _apply_penalties(logits, configs, states)
         greedy = np.fromiter((c.greedy for c in configs), dtype=bool, count=len(configs))

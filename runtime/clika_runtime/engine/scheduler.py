@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from operator import attrgetter
 
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.types import (
@@ -85,14 +86,17 @@ class Scheduler:
 
     def schedule(self) -> StepPlan | None:
         """This step's rows (sorted by slot, the order the graph packs them), or None when idle."""
-        decoding = [s for s in self.running if s.num_pending_tokens == 1]
-        prefilling = [s for s in self.running if s.num_pending_tokens > 1]
+        decoding: list[Sequence] = []
+        prefilling: list[Sequence] = []
+        for seq in self.running:
+            (decoding if seq.num_pending_tokens == 1 else prefilling).append(seq)
         # Decode rows always run: a budget below the active count must not starve one.
         budget = max(self.max_step_tokens, len(decoding))
         rows: list[ScheduledRow] = []
         for seq in decoding:
-            if seq.status == SequenceStatus.RUNNING and self._make_room(seq, 1, rows):
-                rows.append(_row(seq, 1))
+            # A decode row's one token is its last: it always samples.
+            if seq.status is SequenceStatus.RUNNING and self._make_room(seq, 1, rows):
+                rows.append(ScheduledRow(seq, seq.slot, seq.num_computed_tokens, 1, True))  # type: ignore[arg-type]
         budget -= len(decoding)
         for seq in prefilling:
             if budget <= 0:
@@ -122,7 +126,7 @@ class Scheduler:
                 break
         if not rows:
             return None
-        rows.sort(key=lambda r: r.slot)
+        rows.sort(key=_by_slot)
         return StepPlan(tuple(rows))
 
     def take_ended(self) -> list[Sequence]:
@@ -259,6 +263,9 @@ class Scheduler:
         live = {s.request_id for s in self.running} | {s.request_id for s in self.waiting}
         assert live == set(self._by_id), "the id index disagrees with the queues"
         self.cache.check_integrity({s.request_id: s.slot for s in self.running})  # type: ignore[misc]
+
+
+_by_slot = attrgetter("slot")
 
 
 def _row(seq: Sequence, num_new: int) -> ScheduledRow:

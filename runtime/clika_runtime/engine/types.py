@@ -85,6 +85,11 @@ class GenerationConfig:
     def has_penalties(self) -> bool:
         return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
+    @cached_property
+    def stateless(self) -> bool:
+        """Greedy without penalties: picking a token needs no per-request state (read every step)."""
+        return self.greedy and not self.has_penalties
+
     def overlay(self, overrides: Mapping[str, Any]) -> GenerationConfig:
         """A copy with ``overrides`` applied; an unknown name is a ValueError naming it."""
         if not overrides:
@@ -331,7 +336,7 @@ class Sequence:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScheduledRow:
     """One sequence's share of a step: ``num_new`` tokens from position ``start``."""
 
