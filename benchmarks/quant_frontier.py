@@ -47,13 +47,15 @@ NEW_TOKENS = 32
 # name -> (precision, QuantOptions fields), spelled out so that a variant keeps its meaning when the
 # defaults move. "level4"/"level0": the GGUF's zero points as they are, no re-scoring (the earlier
 # default and quality setting); "centered": zero points on the mean code; "-rescored": the head's 16
-# best logits re-scored in fp32; "-last0" etc.: those 4-bit weights at accuracy level 0.
-OLD = {"center_zero_points": False, "head_rescore_top_k": 0, "accuracy_level_4bit_by_role": {}}
-NEW = {"center_zero_points": True, "head_rescore_top_k": 16, "accuracy_level_4bit_by_role": {}}
+# best logits re-scored in fp32; "-last0" etc.: those 4-bit weights at accuracy level 0; "scan4": a
+# 4-bit copy of the head ranks the candidates.
+_EXACT_HEAD = {"accuracy_level_4bit_by_role": {}, "head_scan_bits": None}
+OLD = {"center_zero_points": False, "head_rescore_top_k": 0, **_EXACT_HEAD}
+NEW = {"center_zero_points": True, "head_rescore_top_k": 16, **_EXACT_HEAD}
 
 
-def _with(base: dict, **changes) -> tuple[str, dict]:
-    return "int4", {**base, **changes}
+def _with(base: dict, precision: str = "int4", **changes) -> tuple[str, dict]:
+    return precision, {**base, **changes}
 
 
 VARIANTS = {
@@ -67,7 +69,14 @@ VARIANTS = {
     "centered-rescored-k64": _with(NEW, head_rescore_top_k=64),
     "centered-scan4": _with(NEW, head_scan_bits=4),
     "centered-scan4-k64": _with(NEW, head_scan_bits=4, head_rescore_top_k=64),
+    "centered-scan4-k128": _with(NEW, head_scan_bits=4, head_rescore_top_k=128),
+    "centered-scan4-k256": _with(NEW, head_scan_bits=4, head_rescore_top_k=256),
     "centered-level0": _with(NEW, accuracy_level_4bit=0),
+    # --precision int8: 8-bit float weights, GGUF blocks kept; "-level0": 4-bit blocks computed in fp32
+    "int8-default": ("int8", {}),
+    "int8-centered": _with(NEW, "int8", accuracy_level_4bit=4),
+    "int8-level0": _with(NEW, "int8", accuracy_level_4bit=0),
+    "int8-level0-scan4": _with(NEW, "int8", accuracy_level_4bit=0, head_scan_bits=4, head_rescore_top_k=256),
 }
 _PLACES = {
     "qkv0": "attn.qkv",
@@ -96,7 +105,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="NAME=JSON",
-        help="an extra variant: a name and the QuantOptions fields as JSON",
+        help='an extra variant: a name and the QuantOptions fields as JSON ("precision": int4 by default)',
     )
     parser.add_argument(
         "--folder",
@@ -139,7 +148,8 @@ def main() -> None:
     variants = dict(VARIANTS)
     for item in args.variant_json:
         name, _, options = item.partition("=")
-        variants[name] = ("int4", json.loads(options))
+        fields = json.loads(options)
+        variants[name] = (fields.pop("precision", "int4"), fields)
     unknown = [v for v in args.variants if v not in variants]
     if unknown:
         parser.error(f"unknown variants {unknown} (known: {sorted(variants)})")

@@ -210,7 +210,11 @@ def test_head_rescores_its_best_logits_exactly(ggml_type):
     outputs = {}
     for top_k in (0, k):
         model, record = quantize_proto(
-            head_model(table), checkpoint, "int4", dict(matrices), {"head_rescore_top_k": top_k}
+            head_model(table),
+            checkpoint,
+            "int4",
+            dict(matrices),
+            {"head_rescore_top_k": top_k, "head_scan_bits": None},
         )
         assert record["lm_head"].get("rescore_top_k", 0) == top_k
         assert record["summary"]["accuracy_levels"] == {f"{8 if ggml_type == 'Q8_0' else 4}-bit level 4": 1}
@@ -265,14 +269,48 @@ def test_a_4bit_scan_ranks_and_the_8bit_bytes_score():
 
 
 def test_the_default_is_the_measured_int4_scheme():
-    """int8 activations everywhere (level 0 is never free), centred zero points, a re-scored head."""
+    """int8 activations everywhere (level 0 is never free), centred zero points, a head ranked by a
+    4-bit copy whose 256 best logits are re-scored exactly."""
     options = QuantOptions()
-    assert options.center_zero_points and options.head_rescore_top_k == 16
-    assert options.head_scan_bits is None and options.accuracy_level is None
+    assert options.center_zero_points and options.head_rescore_top_k == 256 and options.head_scan_bits == 4
+    assert options.accuracy_level is None and QuantOptions.for_precision("int4") == options
     for role, layer in (("mlp.down", 0), ("mlp.down", 29), ("attn.qkv", 29)):
         assert options.accuracy_for(4, False, role, layer, 30) == 4
     assert options.accuracy_for(8, True, "lm_head", None, 30) == 4
     assert options.describe("int4") == (
         "int4: GGUF blocks kept exactly where the source has them; 4-bit layers at accuracy level 4; "
-        "zero points centred on each block's mean code; head's 16 best logits re-scored in fp32"
+        "zero points centred on each block's mean code; "
+        "head's 256 best logits re-scored in fp32 (ranked by a 4-bit copy)"
     )
+
+
+def test_int8_differs_from_int4_only_in_where_4bit_blocks_are_computed():
+    """--precision int8: a GGUF's 4-bit blocks in fp32 (exact), 8-bit weights still at level 4;
+    fields given by the caller win over the precision's defaults."""
+    int4, int8 = QuantOptions.for_precision("int4"), QuantOptions.for_precision("int8")
+    assert {k: v for k, v in int8.to_dict().items() if int4.to_dict()[k] != v} == {"accuracy_level_4bit": 0}
+    assert (
+        int8.accuracy_for(4, False, "mlp.down", 3, 30) == 0
+        and int8.accuracy_for(8, False, "mlp.down", 3, 30) == 4
+    )
+    assert int8.accuracy_for(8, True, "lm_head", None, 30) == 4
+    assert QuantOptions.for_precision("int8", {"accuracy_level_4bit": 4}) == int4
+    assert QuantOptions.for_precision("int8", int4) is int4
+    assert int8.describe("int8").startswith(
+        "int8: GGUF blocks kept exactly where the source has them; 4-bit layers at accuracy level 0, 8-bit at 4;"
+    )
+    rows, cols = 64, 256
+    blocks = {
+        "q4": random_blocks("Q4_1", rows, cols, seed=9),
+        "q8": random_blocks("Q8_0", rows, cols, seed=10),
+    }
+    a = np.random.default_rng(6).standard_normal((8, cols)).astype(np.float32)
+    for kind, ggml_type in (("q4", "Q4_1"), ("q8", "Q8_0")):
+        weight = transcode(ggml_type, blocks[kind], (rows, cols)).dequantize()
+        checkpoint = BlocksOnly({"w": RawBlocks(ggml_type, blocks[kind], (rows, cols))})
+        exact = a.astype(np.float64) @ weight.T.astype(np.float64)
+        model, record = quantize_proto(matmul_model(weight.T.copy()), checkpoint, "int8")
+        assert record["matrices"]["w"]["groups"][0]["accuracy_level"] == (0 if kind == "q4" else 4)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        error = np.linalg.norm(session.run(None, {"A": a})[0] - exact) / np.linalg.norm(exact)
+        assert error < 1e-5 if kind == "q4" else 1e-5 < error < 0.02, (kind, error)

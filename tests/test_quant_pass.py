@@ -111,10 +111,12 @@ def test_tied_table_is_stored_once(tiny_tied, tmp_path):
         for t in model.graph.initializer
         if t.name.startswith("model.embed_tokens") and t.name.endswith("qweight")
     ]
-    assert tables == ["model.embed_tokens.qweight"]
-    users = [n.op_type for n in model.graph.node if "model.embed_tokens.qweight" in n.input]
-    # the table's Gather, the head, and the head's re-scoring of its best logits: one copy of the bytes
-    assert sorted(users) == ["GatherBlockQuantized", "GatherBlockQuantized", "MatMulNBits"]
+    # one copy of the 8-bit bytes, and the 4-bit copy the head ranks its candidates with
+    assert tables == ["model.embed_tokens.qweight", "model.embed_tokens.scan.qweight"]
+    users = lambda table: sorted(n.op_type for n in model.graph.node if table in n.input)  # noqa: E731
+    # the table's Gather and the head's re-scoring of its best logits read the 8-bit bytes
+    assert users("model.embed_tokens.qweight") == ["GatherBlockQuantized", "GatherBlockQuantized"]
+    assert users("model.embed_tokens.scan.qweight") == ["MatMulNBits"]
     assert record["embedding"]["tied"] and record["lm_head"]["matrix"] == "model.embed_tokens.weight"
     assert logits_error(open_runner(fp32), open_runner(folder), TOKENS)["rel_logits_error"] < BOUNDS["int4"]
 
@@ -170,6 +172,23 @@ def test_smollm2_int4_is_the_gguf_model(smollm2_gguf, tmp_path):
     error = logits_error(reference, open_runner(exact), text)
     assert error["rel_logits_error"] < 1e-4 and error["top1_agreement"] == 1.0, error
     default, record = quantized_copy(fp32, tmp_path / "default", smollm2_gguf, "int4")
-    assert record["lm_head"]["rescore_top_k"] == 16 and record["options"]["center_zero_points"]
+    assert record["lm_head"]["rescore_top_k"] == 256 and record["options"]["center_zero_points"]
     error = logits_error(reference, open_runner(default), text)
     assert error["rel_logits_error"] < 0.08 and error["top1_agreement"] >= 0.8, error
+
+
+def test_int8_of_a_4bit_gguf_computes_its_blocks_in_fp32(tiny_gguf, tmp_path):
+    """--precision int8 keeps Q4_1 blocks exactly and computes them in fp32: the float twin's logits,
+    where int4's int8 activations leave a measurable error; the record names the difference."""
+    gguf = tiny_gguf(weight_type="Q4_1")
+    fp32 = export(gguf.path, tmp_path / "fp32", progress=False)
+    errors, records = {}, {}
+    for precision in ("int4", "int8"):
+        folder, records[precision] = quantized_copy(fp32, tmp_path / precision, gguf.path, precision)
+        errors[precision] = logits_error(open_runner(fp32), open_runner(folder), [1, 5, 9, 30, 44, 100, 7])
+    assert errors["int8"]["rel_logits_error"] < 1e-4 and errors["int8"]["top1_agreement"] == 1.0
+    assert errors["int4"]["rel_logits_error"] > 1e-3, errors
+    assert records["int8"]["summary"]["accuracy_levels"] == {"4-bit level 0": 9}
+    assert records["int4"]["summary"]["accuracy_levels"] == {"4-bit level 4": 9}
+    assert records["int8"]["options"]["accuracy_level_4bit"] == 0
+    assert "4-bit layers at accuracy level 0, 8-bit at 4" in records["int8"]["scheme"]

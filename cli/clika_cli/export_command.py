@@ -17,7 +17,10 @@ import click
     "--precision",
     default="int4",
     show_default=True,
-    help="Weight precision: int4 (GGUF blocks carried over exactly, else 4-bit search), int8, or fp32.",
+    help=(
+        "Weight precision: int4 (GGUF blocks carried over exactly, else 4-bit search), int8 (the same "
+        "GGUF blocks with 4-bit ones computed in fp32, else 8-bit), or fp32."
+    ),
 )
 @click.option(
     "--context", type=click.IntRange(min=1), default=None, help="Context window (default: the model's)."

@@ -200,7 +200,7 @@ def cache_key(sha256: str, precision: str, context_window: int | None) -> str:
         except ImportError:
             pass  # the export itself refuses, naming what is missing
         else:
-            parts["quant_options"] = QuantOptions().to_dict()
+            parts["quant_options"] = QuantOptions.for_precision(precision).to_dict()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

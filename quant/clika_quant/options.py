@@ -14,13 +14,28 @@ The defaults follow the kernel table and the frontier in this package's README
   - ``center_zero_points``: the int8 error scales with the integer weights the
     kernel multiplies; moving each block's zero point to its mean code (the
     offset absorbs it, the weights stay the same bit for bit) cuts it 2-2.5x;
-  - ``head_rescore_top_k=16``: the head recomputes its 16 best logits per row in
-    fp32 from its own bytes, so close candidates are never swapped (<1% of a step).
+  - ``head_rescore_top_k``: the head recomputes its best logits per row in fp32
+    from its own bytes, so close candidates are never swapped (<1% of a step).
 
   SmolLM2: perplexity 17.37-17.41, 9-11/20, mean common prefix 24.0-24.5 of 32
   (llama.cpp on the same file and prompts: 17.43, 9/20, 23.6); Qwen2.5-Coder-0.5B:
   27.59, 16/20, 27.9 (llama.cpp 27.57, 13/20, 24.0); at the old default's speed.
   ``accuracy_level_4bit_by_role`` buys more agreement for time (README frontier).
+* The head is ~28% of the bytes a SmolLM2 decode step reads (8 bits, the GGUF's
+  Q8_0). ``head_scan_bits=4``: a 4-bit copy ranks the vocabulary and the 256 best
+  logits per row are re-scored from the 8-bit bytes, so greedy decoding and top-k
+  sampling see the same logits as with the exact head (the same greedy tokens on
+  both models) while the head reads about half the bytes (decode 8-11% faster on
+  SmolLM2, 3-6% on Qwen). The logits outside the 256 keep the copy's error:
+  perplexity +0.3-0.4% (17.485, 27.650), with 16 re-scored +2.4% on SmolLM2
+  (17.849), 64 +1.3%, 128 +0.8%; more candidates cost no measurable time.
+* ``--precision int8`` (``PRECISION_DEFAULTS``): a GGUF's 4-bit blocks are already
+  its exact weights, so int8 changes how they are computed: 4-bit layers at level 0
+  (fp32), 8-bit layers still at level 4. SmolLM2 then gives the fp32 model's greedy
+  tokens (20/20, perplexity 17.405 with the scan), Qwen2.5-Coder-0.5B (whose 4-bit
+  share is its 12 Q4_K matrices) 16/20, mean prefix 28.15. Only the query/key/value
+  and output matrices at level 0 (25.65 on SmolLM2) or only the MLP (26.35) fall
+  short of llama.cpp's prefix + 3.
 * Float zero points make ORT dequantize on every call (11-44x slower than fp32),
   so asymmetric blocks keep integer codes and add their float offsets as
   ``blocksum(A) @ offsets`` (exact; ~15% of a decode step). Rounding the offsets
@@ -30,8 +45,8 @@ The defaults follow the kernel table and the frontier in this package's README
 * ``DynamicQuantizeMatMul`` is 2-3x faster than MatMulNBits at M>=64
   (prefill) but quantizes weights per column (relative error 0.010 against
   0.0076 for 8-bit blocks of 32), so it is an option, not the default.
-* An int4 output head is a known quality risk: the head defaults to 8 bits (a
-  4-bit ``head_scan_bits`` copy only ranks candidates; it costs perplexity).
+* An int4 output head is a known quality risk: the head defaults to 8 bits (the
+  4-bit ``head_scan_bits`` copy only ranks candidates).
 """
 
 from __future__ import annotations
@@ -44,6 +59,9 @@ METHODS = ("rtn", "search")
 ZERO_POINTS = ("none", "uint8", "offset")
 TABLE_PRECISIONS = ("auto", "int4", "int8", "fp32")
 INT8_OPS = ("matmulnbits", "dqmm")
+# What a precision changes over the field defaults (the int4 scheme). int8: 4-bit blocks (a GGUF's
+# Q4_*, kept exactly) are computed in fp32, so only 8-bit weights see int8 activations (README "int8").
+PRECISION_DEFAULTS: dict[str, dict[str, Any]] = {"int8": {"accuracy_level_4bit": 0}}
 
 
 class QuantError(ValueError):
@@ -80,11 +98,11 @@ class QuantOptions:
     # the most specific key wins.
     accuracy_level_4bit_by_role: dict[str, int] = field(default_factory=dict)
     # The output head recomputes its k largest logits per row in fp32 (0: off): int8 activations
-    # shift every logit ~1%, enough to swap close candidates; k rows cost ~1% of a decode step.
-    head_rescore_top_k: int = 16
-    # With re-scoring, an 8-bit head may rank its candidates with a 4-bit copy (4: half the bytes
+    # and the 4-bit scan shift every logit, enough to swap close candidates; k rows cost <1% of a step.
+    head_rescore_top_k: int = 256
+    # With re-scoring, an 8-bit head ranks its candidates with a 4-bit copy (4: half the bytes
     # read per token; None: the head's own bytes); the re-scored k best come from the exact bytes.
-    head_scan_bits: int | None = None
+    head_scan_bits: int | None = 4
     # Move integer zero points of blocks with offsets to the block's mean code (same weights,
     # smaller int8-compute error; see choose.center_zero_points).
     center_zero_points: bool = True
@@ -128,10 +146,6 @@ class QuantOptions:
         if bits > 4:
             return self.accuracy_level_8bit
         best, level = -1, self.accuracy_level_4bit
-        if self.head_scan_bits not in (None, 4):
-            raise QuantError(f"head_scan_bits must be None or 4, got {self.head_scan_bits}")
-        if not 0 <= self.head_rescore_top_k <= 1024:
-            raise QuantError(f"head_rescore_top_k must be 0..1024, got {self.head_rescore_top_k}")
         for key, value in self.accuracy_level_4bit_by_role.items():
             key_role, key_layer = _parse_place(key)
             if key_layer is not None and key_layer < 0 and num_layers is not None:
@@ -155,7 +169,12 @@ class QuantOptions:
         if self.accuracy_level is not None:
             parts.append(f"accuracy level {self.accuracy_level} everywhere")
         else:
-            parts.append(f"4-bit layers at accuracy level {self.accuracy_level_4bit}")
+            eight = (
+                f", 8-bit at {self.accuracy_level_8bit}"
+                if self.accuracy_level_8bit != self.accuracy_level_4bit
+                else ""
+            )
+            parts.append(f"4-bit layers at accuracy level {self.accuracy_level_4bit}{eight}")
             parts += [f"{key} at level {value}" for key, value in self.accuracy_level_4bit_by_role.items()]
         if self.center_zero_points:
             parts.append("zero points centred on each block's mean code")
@@ -163,6 +182,18 @@ class QuantOptions:
             scan = f" (ranked by a {self.head_scan_bits}-bit copy)" if self.head_scan_bits else ""
             parts.append(f"head's {self.head_rescore_top_k} best logits re-scored in fp32{scan}")
         return "; ".join(parts)
+
+    @classmethod
+    def for_precision(
+        cls, precision: str, values: QuantOptions | dict[str, Any] | None = None
+    ) -> QuantOptions:
+        """The options of a ``precision``: its defaults (``PRECISION_DEFAULTS``) under ``values``.
+
+        A ``QuantOptions`` is taken as it is; a dict names only what differs from the defaults.
+        """
+        if isinstance(values, QuantOptions):
+            return values
+        return cls.from_dict({**PRECISION_DEFAULTS.get(precision, {}), **(values or {})})
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> QuantOptions:

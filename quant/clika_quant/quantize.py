@@ -79,8 +79,7 @@ def quantize_proto(
     them to an external data file).
     """
     check_precision(precision)
-    if not isinstance(options, QuantOptions):
-        options = QuantOptions.from_dict(options)
+    options = QuantOptions.for_precision(precision, options)
     matrices = matrices if matrices is not None else infer_matrices(model)
     record: dict[str, Any] = {
         "weights": precision,
