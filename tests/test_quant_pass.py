@@ -157,8 +157,10 @@ def test_bad_options_are_named(tiny_llama_hf, tiny_llama_model, tmp_path):
 @pytest.mark.slow
 def test_smollm2_int4_is_the_gguf_model(smollm2_gguf, tmp_path):
     """The real Q4_1 file: transcoded weights with fp32 compute reproduce the fp32 export's logits;
-    the default (int8 activations, centred zero points) stays within the measured quality
-    (README frontier: relative logits error 0.049 here, 0.114 with the GGUF's own zero points)."""
+    the default (int8 activations, centred zero points, the head ranked by a 4-bit copy) stays
+    within the measured quality (README frontier: relative logits error 0.115 over the whole
+    vocabulary, where the logits outside the 256 re-scored keep the copy's error; 0.040 with the
+    exact head); int8 computes the 4-bit blocks in fp32 and gives the fp32 model's best tokens."""
     from clika_export.api import cached_export
 
     fp32 = cached_export(smollm2_gguf, "fp32", progress=False)
@@ -174,7 +176,11 @@ def test_smollm2_int4_is_the_gguf_model(smollm2_gguf, tmp_path):
     default, record = quantized_copy(fp32, tmp_path / "default", smollm2_gguf, "int4")
     assert record["lm_head"]["rescore_top_k"] == 256 and record["options"]["center_zero_points"]
     error = logits_error(reference, open_runner(default), text)
-    assert error["rel_logits_error"] < 0.08 and error["top1_agreement"] >= 0.8, error
+    assert error["rel_logits_error"] < 0.16 and error["top1_agreement"] >= 0.8, error
+    int8, record = quantized_copy(fp32, tmp_path / "int8", smollm2_gguf, "int8")
+    assert record["summary"]["accuracy_levels"] == {"4-bit level 0": 120, "8-bit level 4": 1}
+    error = logits_error(reference, open_runner(int8), text)
+    assert error["rel_logits_error"] < 0.16 and error["top1_agreement"] == 1.0, error
 
 
 def test_int8_of_a_4bit_gguf_computes_its_blocks_in_fp32(tiny_gguf, tmp_path):
