@@ -25,8 +25,8 @@ The defaults follow the kernel table and the frontier in this package's README
   Q8_0). ``head_scan_bits=4``: a 4-bit copy ranks the vocabulary and the 256 best
   logits per row are re-scored from the 8-bit bytes, so greedy decoding and top-k
   sampling see the same logits as with the exact head (the same greedy tokens on
-  both models) while the head reads about half the bytes (decode 8-11% faster on
-  SmolLM2, 3-6% on Qwen). The logits outside the 256 keep the copy's error:
+  both models) while the head reads about half the bytes (decode 5-7% faster on
+  both). The logits outside the 256 keep the copy's error:
   perplexity +0.3-0.4% (17.485, 27.650), with 16 re-scored +2.4% on SmolLM2
   (17.849), 64 +1.3%, 128 +0.8%; more candidates cost no measurable time.
 * ``--precision int8`` (``PRECISION_DEFAULTS``): a GGUF's 4-bit blocks are already
@@ -35,7 +35,8 @@ The defaults follow the kernel table and the frontier in this package's README
   tokens (20/20, perplexity 17.405 with the scan), Qwen2.5-Coder-0.5B (whose 4-bit
   share is its 12 Q4_K matrices) 16/20, mean prefix 28.15. Only the query/key/value
   and output matrices at level 0 (25.65 on SmolLM2) or only the MLP (26.35) fall
-  short of llama.cpp's prefix + 3.
+  short of llama.cpp's prefix + 3. It costs 1.41x the int4 step on SmolLM2, 1.12x on
+  Qwen (1 thread).
 * Float zero points make ORT dequantize on every call (11-44x slower than fp32),
   so asymmetric blocks keep integer codes and add their float offsets as
   ``blocksum(A) @ offsets`` (exact; ~15% of a decode step). Rounding the offsets
