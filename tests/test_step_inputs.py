@@ -42,6 +42,7 @@ def test_decode_packer_leaves_limit_errors_to_pack_step():
     with pytest.raises(ValueError, match="context window"):
         general(1, [0], [9], [5], context_window=9)
     assert packer.pack(1, [0], [14], [5], capacity=16, context_window=16) is not None
+    assert packer.pack(4, [2, 1], [3, 3], [5, 6]) is None  # rows out of slot order: the general path
 
 
 def test_decode_layout_arrays_are_shared_read_only():

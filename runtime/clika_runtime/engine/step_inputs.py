@@ -219,8 +219,11 @@ class DecodePacker:
         capacity: int | None = None,
         context_window: int | None = None,
     ) -> dict[str, np.ndarray] | None:
-        """The feeds for rows ``slots`` (ascending) each running one token after its past, or None
-        when a limit is crossed (then ``pack_step`` raises the error that names it)."""
+        """The feeds for rows ``slots`` each running one token after its past, or None when the
+        slots are not strictly ascending or a limit is crossed (then ``pack_step`` packs the step,
+        or raises the error that names the limit)."""
+        if any(later <= earlier for earlier, later in zip(slots, slots[1:], strict=False)):
+            return None
         longest = max(past_lens) + 1
         if (capacity is not None and (longest > capacity or capacity < 2)) or (
             context_window is not None and longest > context_window
