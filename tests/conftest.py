@@ -216,6 +216,73 @@ def tiny_model(tiny_llama_model: Path):
     loaded.close()
 
 
+# -- the flat grid layout of older exports -------------------------------------
+
+
+def flat_grid_folder(folder: Path, target: Path) -> Path:
+    """A copy of model folder ``folder`` whose continuous graph takes the flat grid maps of older exports.
+
+    Rebuilt the way exports before graph revision 2 built it: ``grid_index [B*S]``
+    then a Reshape to ``[B, S, D]`` (B from ``query_seqlens``' shape) before each
+    GroupQueryAttention, a Reshape to ``[B*S, D']`` and a Gather by
+    ``token_index [T]`` after it, in place of the 2-D Gather and the GatherND.
+    """
+    import dataclasses
+    import shutil
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from clika_runtime.engine import step_inputs as io
+    from clika_runtime.manifest import Manifest
+
+    shutil.copytree(folder, target)
+    manifest = Manifest.read(target)
+    graph_spec = manifest.graphs["continuous"]
+    a = manifest.architecture
+    model = onnx.load(str(target / graph_spec.file), load_external_data=False)
+    graph = model.graph
+    nodes = [
+        helper.make_node("Shape", [io.QUERY_SEQLENS], ["flat/rows"]),
+        helper.make_node("Concat", ["flat/rows", "flat/qkv_tail"], ["flat/grid_shape"], axis=0),
+    ]
+    qkv_width, out_width = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim, a.num_heads * a.head_dim
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array([-1, qkv_width], np.int64), "flat/qkv_tail"),
+            numpy_helper.from_array(np.array([-1, out_width], np.int64), "flat/out_shape"),
+        ]
+    )
+    for node in graph.node:
+        out = node.output[0]
+        if node.op_type == "Gather" and node.input[1] == io.GRID_INDEX:
+            nodes.append(helper.make_node("Gather", [node.input[0], io.GRID_INDEX], [out + "/cells"], axis=0))
+            nodes.append(helper.make_node("Reshape", [out + "/cells", "flat/grid_shape"], [out]))
+        elif node.op_type == "GatherND":
+            nodes.append(helper.make_node("Reshape", [node.input[0], "flat/out_shape"], [out + "/flat"]))
+            nodes.append(helper.make_node("Gather", [out + "/flat", io.TOKEN_INDEX], [out], axis=0))
+        else:
+            nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    for value in graph.input:
+        if value.name == io.GRID_INDEX:
+            value.CopyFrom(helper.make_tensor_value_info(io.GRID_INDEX, TensorProto.INT64, ["grid_cells"]))
+        elif value.name == io.TOKEN_CELL:
+            value.CopyFrom(helper.make_tensor_value_info(io.TOKEN_INDEX, TensorProto.INT64, ["tokens"]))
+    onnx.save(model, str(target / graph_spec.file))
+    inputs = tuple(io.TOKEN_INDEX if name == io.TOKEN_CELL else name for name in graph_spec.inputs)
+    graphs = {**manifest.graphs, "continuous": dataclasses.replace(graph_spec, inputs=inputs)}
+    dataclasses.replace(manifest, graphs=graphs).write(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def make_flat_grid_folder():
+    """``flat_grid_folder(folder, target)``: a model folder copy in the flat grid layout of older exports."""
+    return flat_grid_folder
+
+
 # -- tiny synthetic GGUF files ----------------------------------------------
 
 

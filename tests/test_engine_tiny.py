@@ -262,9 +262,39 @@ def test_next_turn_reuses_the_cached_prefix(tiny):
     fresh.close()
 
 
-def test_decode_steps_bind_no_input_again(tiny):
+@pytest.fixture(scope="module")
+def flat_tiny(tiny, make_flat_grid_folder, tmp_path_factory) -> Path:
+    """The tiny folder with its graph in the flat grid layout of older exports."""
+    return make_flat_grid_folder(tiny[1], tmp_path_factory.mktemp("engine-tiny-flat") / "model")
+
+
+def test_a_folder_of_the_flat_grid_layout_runs_the_same(tiny, flat_tiny):
+    """Folders exported before token_cell: the executor feeds grid_index flat and token_index."""
+    reference, folder = tiny
+    prompts = prompts_of([3, 50, 1, 17, 90, 9], seed=4)
+    replies = []
+    for path in (folder, flat_tiny):
+        m = modelverse.load(path, threads=1, max_active=3, max_step_tokens=16)
+        names = {i.name for i in m.engine.executor.session.get_inputs()}
+        assert ("token_index" in names) == (path == flat_tiny) and ("token_cell" in names) != (
+            path == flat_tiny
+        )
+        config = GenerationConfig(max_new_tokens=10, ignore_eos=True)
+        streams = [m.engine.submit(p, config) for p in prompts]  # chunks, decode rows, idle slots
+        replies.append([[t for d in s for t in d.token_ids] for s in streams])
+        replies.append(
+            [run(m.engine, prompts[1], max_new_tokens=12, ignore_eos=True)[0]]
+        )  # decode path alone
+        m.engine.check_integrity()
+        m.close()
+    assert replies[2] == replies[0] and replies[3] == replies[1]
+    assert replies[1][0] == reference_greedy(reference, prompts[1], 12)
+
+
+@pytest.mark.parametrize("layout", ["cells", "flat"])
+def test_decode_steps_bind_no_input_again(tiny, flat_tiny, layout):
     """Past the first decode step, a step copies into the arrays bound before and binds nothing."""
-    loaded = modelverse.load(tiny[1], threads=1)
+    loaded = modelverse.load(tiny[1] if layout == "cells" else flat_tiny, threads=1)
     engine = loaded.create_engine(max_active=1, prefix_reuse=False)
     binding = engine.executor.binding
     bound: list[str] = []

@@ -152,6 +152,69 @@ def test_graph_inputs_are_the_step_inputs_and_the_cache(exported) -> None:
     assert list(graph.outputs) == [graph.logits_output, *kv_out]
 
 
+def test_attention_is_gridded_by_its_index_arrays_alone(exported) -> None:
+    """Per layer: Gather(grid_index [B, S]) -> GroupQueryAttention -> GatherND(token_cell [T, 2]), no Reshape."""
+    _, out, manifest = exported
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    layers = manifest.architecture.num_layers
+    producers = {o: n for n in model.graph.node for o in n.output}
+    consumers = {i: n for n in model.graph.node for i in n.input}
+    gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(gqa) == layers
+    for node in gqa:
+        grid = producers[node.input[0]]
+        assert grid.op_type == "Gather" and grid.input[1] == "grid_index"
+        ungrid = consumers[node.output[0]]
+        assert ungrid.op_type == "GatherND" and list(ungrid.input[1:]) == ["token_cell"]
+    ops = [n.op_type for n in model.graph.node]
+    assert "Reshape" not in ops and "Shape" not in ops and "Concat" not in ops
+    shapes = {
+        v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.input
+    }
+    assert shapes["grid_index"] == ["rows", "grid_cols"] and shapes["token_cell"] == ["tokens", 2]
+
+
+def test_a_flat_grid_graph_fed_the_flat_layout_gives_the_same_logits(
+    exported, make_flat_grid_folder, tmp_path
+) -> None:
+    """Folders exported before token_cell (flat grid_index, token_index) get the same results."""
+    import onnxruntime as ort
+
+    from clika_runtime.engine.step_inputs import GridLayout, grid_layout
+    from clika_runtime.model_folder import session_options
+
+    _, out, manifest = exported
+    flat_out = make_flat_grid_folder(out, tmp_path / "flat")
+    a = manifest.architecture
+    steps = [
+        [(0, [5, 6, 7, 8], True), (0, [], False), (0, [9, 10], False)],
+        [(4, [11], False), (0, [1, 2, 3], True), (2, [12], False)],
+        [(5, [13], False), (3, [14], False), (3, [15], False)],
+    ]
+    results = []
+    for folder in (out, flat_out):
+        session = ort.InferenceSession(
+            str(folder / "model.onnx"), session_options(1), providers=["CPUExecutionProvider"]
+        )
+        layout = grid_layout(i.name for i in session.get_inputs())
+        cache = {
+            f"past_{kind}.{layer}": np.zeros((3, a.num_kv_heads, 16, a.head_dim), np.float32)
+            for layer in range(a.num_layers)
+            for kind in ("key", "value")
+        }
+        logits = []
+        for rows in steps:
+            feeds = {**pack_step(rows, capacity=16).feeds(layout), **cache}
+            outputs = session.run(None, feeds)
+            logits.append(outputs[0])
+            names = [o.name for o in session.get_outputs()]
+            cache = {n.replace("present", "past"): v for n, v in zip(names[1:], outputs[1:], strict=True)}
+        results.append((layout, logits))
+    assert [layout for layout, _ in results] == [GridLayout.CELLS, GridLayout.FLAT]
+    for new, old in zip(results[0][1], results[1][1], strict=True):
+        np.testing.assert_array_equal(new, old)
+
+
 # -- pack_step -------------------------------------------------------------------
 
 
@@ -160,8 +223,8 @@ def test_pack_step_arrays_for_a_mixed_step() -> None:
     packed = pack_step([(4, [10, 11, 12], True), (9, [], False), (6, [13], False), (0, [14, 15], False)])
     assert packed.width == 3
     assert packed.input_ids.tolist() == [10, 11, 12, 13, 14, 15]
-    assert packed.token_index.tolist() == [0, 1, 2, 6, 9, 10]
-    assert packed.grid_index.tolist() == [0, 1, 2, 0, 0, 0, 3, 3, 3, 4, 5, 5]
+    assert packed.token_cell.tolist() == [[0, 0], [0, 1], [0, 2], [2, 0], [3, 0], [3, 1]]
+    assert packed.grid_index.tolist() == [[0, 1, 2], [0, 0, 0], [3, 3, 3], [4, 5, 5]]
     assert packed.query_seqlens.tolist() == [3, 0, 1, 2]
     assert packed.seqlens_k.tolist() == [6, 0, 6, 1]
     assert int(packed.total_sequence_length) == 7
@@ -170,7 +233,7 @@ def test_pack_step_arrays_for_a_mixed_step() -> None:
     assert {k: v.dtype.name for k, v in packed.feeds().items()} == {
         "input_ids": "int64",
         "grid_index": "int64",
-        "token_index": "int64",
+        "token_cell": "int64",
         "query_seqlens": "int32",
         "seqlens_k": "int32",
         "total_sequence_length": "int32",

@@ -141,3 +141,26 @@ def test_a_graph_without_the_step_pattern_is_refused(folder: Path, tmp_path: Pat
     (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
     with pytest.raises(PagedGraphError, match="local_window_size=16 has no paged form"):
         derive_paged_graph(tmp_path / "model.onnx", tmp_path, manifest.architecture)
+
+
+def test_a_flat_grid_folder_derives_the_same_paged_graph(
+    folder: Path, make_flat_grid_folder, tmp_path: Path
+) -> None:
+    """Continuous graphs exported before token_cell (Reshapes around each attention) derive it too."""
+    manifest = Manifest.read(folder)
+    flat = make_flat_grid_folder(folder, tmp_path / "flat")
+    graphs = []
+    for source in (folder, flat):
+        out = tmp_path / f"paged-{source.name}"
+        out.mkdir()
+        derive_paged_graph(source / "model.onnx", out, manifest.architecture, block_size=8)
+        graph = onnx.load(str(out / "model_paged.onnx"), load_external_data=False).graph
+        graphs.append(graph)
+    flat_ops = [n.op_type for n in onnx.load(str(flat / "model.onnx"), load_external_data=False).graph.node]
+    assert "Reshape" in flat_ops and "GatherND" not in flat_ops  # the old form really was the source
+    new, old = graphs
+    assert [(n.op_type, list(n.input), list(n.output)) for n in new.node] == [
+        (n.op_type, list(n.input), list(n.output)) for n in old.node
+    ]
+    assert [v.name for v in new.input] == [v.name for v in old.input]
+    assert sorted(t.name for t in new.initializer) == sorted(t.name for t in old.initializer)

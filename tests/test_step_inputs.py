@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clika_runtime.engine.step_inputs import STEP_INPUTS, DecodePacker, StepRow, pack_step
+from clika_runtime.engine.step_inputs import (
+    STEP_INPUTS,
+    DecodePacker,
+    FlatGridFeeds,
+    GridLayout,
+    StepRow,
+    grid_layout,
+    pack_step,
+)
 
 
 def general(num_rows, slots, pasts, tokens, **limits):
@@ -49,6 +57,49 @@ def test_decode_layout_arrays_are_shared_read_only():
     packer = DecodePacker()
     first = packer.pack(4, [1, 3], [5, 6], [7, 8])
     second = packer.pack(4, [1, 3], [6, 7], [9, 10])
-    for name in ("grid_index", "token_index", "query_seqlens", "logits_index"):
+    for name in ("grid_index", "token_cell", "query_seqlens", "logits_index"):
         assert first[name] is second[name] and not first[name].flags.writeable
     assert second["input_ids"].tolist() == [9, 10] and second["seqlens_k"].tolist() == [0, 6, 0, 7]
+    assert second["grid_index"].tolist() == [[0], [0], [0], [1]]
+    assert second["token_cell"].tolist() == [[1, 0], [3, 0]]
+
+
+# -- the flat layout of graphs exported before token_cell --------------------------
+
+
+def test_grid_layout_is_told_by_the_input_names():
+    assert grid_layout([*STEP_INPUTS, "past_key.0"]) is GridLayout.CELLS
+    flat = ["token_index" if n == "token_cell" else n for n in STEP_INPUTS]
+    assert grid_layout(flat) is GridLayout.FLAT
+    assert grid_layout(["input_ids", "position_ids", "token_index", "logits_index"]) is None  # paged
+    with pytest.raises(ValueError, match="neither token_cell nor token_index"):
+        grid_layout(["input_ids", "grid_index", "logits_index"])
+
+
+def test_flat_feeds_of_a_mixed_step():
+    # slot 0: chunk of 3 after 4 cached; slot 1 idle; slot 2 decode; slot 3 prefill of 2 (S = 3).
+    packed = pack_step([(4, [10, 11, 12], True), (9, [], False), (6, [13], False), (0, [14, 15], False)])
+    flat = packed.feeds(GridLayout.FLAT)
+    assert set(flat) == set(STEP_INPUTS) - {"token_cell"} | {"token_index"}
+    assert flat["grid_index"].tolist() == [0, 1, 2, 0, 0, 0, 3, 3, 3, 4, 5, 5]
+    assert flat["token_index"].tolist() == [0, 1, 2, 6, 9, 10]
+    assert flat["token_index"].dtype == np.int64 and flat["grid_index"].dtype == np.int64
+    cells = packed.feeds()
+    for name in ("input_ids", "query_seqlens", "seqlens_k", "total_sequence_length", "logits_index"):
+        assert flat[name] is cells[name]
+
+
+def test_flat_decode_feeds_stay_shared_read_only():
+    """Converted decode layouts are handed out again as the same read-only arrays (no copy per step)."""
+    packer, flat = DecodePacker(), FlatGridFeeds()
+    first = flat.convert(packer.pack(4, [1, 3], [5, 6], [7, 8]))
+    second = flat.convert(packer.pack(4, [1, 3], [6, 7], [9, 10]))
+    for name in ("grid_index", "token_index"):
+        assert first[name] is second[name] and not first[name].flags.writeable
+    want = general(4, [1, 3], [6, 7], [9, 10])
+    want_flat = FlatGridFeeds().convert(want)
+    for name, array in second.items():
+        np.testing.assert_array_equal(array, want_flat[name], err_msg=name)
+    assert second["token_index"].tolist() == [1, 3] and second["grid_index"].tolist() == [0, 0, 0, 1]
+    third = flat.convert(packer.pack(4, [0, 1, 3], [1, 2, 3], [4, 5, 6]))  # a new layout converts anew
+    assert third["token_index"].tolist() == [0, 1, 3] and third["grid_index"].tolist() == [0, 1, 0, 2]

@@ -34,7 +34,8 @@ from clika_runtime.manifest import GraphSpec, KVSpec, Manifest, ManifestError, P
 
 TOOL = "clika_export"
 # Bumped whenever the graph a given checkpoint exports to changes, so cached exports are redone.
-GRAPH_REVISION = 1
+# 2: grid_index [rows, grid_cols] and token_cell [tokens, 2] (GatherND) replace the flat grid maps.
+GRAPH_REVISION = 2
 TOKENIZER_FILE = "tokenizer.json"
 TEMPLATE_FILE = "chat_template.jinja"
 KV_MODE = "continuous"

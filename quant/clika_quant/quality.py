@@ -23,7 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from clika_runtime.chat.templates import ChatTemplate
-from clika_runtime.engine.step_inputs import pack_step
+from clika_runtime.engine.step_inputs import GridLayout, grid_layout, pack_step
 from clika_runtime.model_folder import ModelFolder, open_model_folder
 
 # Fixed prompts for greedy agreement: short, varied, answerable by a small chat model.
@@ -60,6 +60,8 @@ class SequenceRunner:
         self.session = model.session
         self.capacity = capacity
         self.context_window = model.manifest.context_window
+        # Folders exported before the token_cell form take the flat grid maps.
+        self.layout = grid_layout(i.name for i in self.session.get_inputs()) or GridLayout.CELLS
         self.logits_name = model.graph.logits_output
         kv = model.graph.kv
         self.binding = self.session.io_binding()
@@ -85,7 +87,7 @@ class SequenceRunner:
             capacity=self.capacity,
             context_window=self.context_window,
         )
-        for name, array in inputs.feeds().items():
+        for name, array in inputs.feeds(self.layout).items():
             self.binding.bind_cpu_input(name, array)
         self.binding.bind_output(self.logits_name)
         self.session.run_with_iobinding(self.binding)

@@ -10,8 +10,12 @@ Graph contract (``GraphSpec``), one ORT call = one engine step for a batch
 * the new tokens of all rows are *packed* into one axis ``T`` (so the weight
   MatMuls cost only real tokens, whatever the mix of prefill and decode rows);
 * attention works on a padded ``[B, S]`` grid (``S`` = the most new tokens a row
-  has this step): ``grid_index[row * S + col]`` names the packed token filling
-  each cell and ``token_index[t]`` the cell of packed token ``t``;
+  has this step): ``grid_index[row, col]`` (int64 ``[B, S]``) names the packed
+  token filling each cell and ``token_cell[t]`` (int64 ``[T, 2]``) is the
+  ``(row, col)`` of packed token ``t``; folders exported before these took
+  ``grid_index`` flat (``[B * S]``) and ``token_index[t] = row * S + col``
+  instead of ``token_cell``, and the runtime still feeds them
+  (``clika_runtime.engine.step_inputs.GridLayout``);
 * each row ``b`` has ``query_seqlens[b]`` new tokens (0 = idle row) after
   ``past_len[b]`` cached ones; ``seqlens_k[b] = past_len[b] + query_seqlens[b] - 1``
   (0 for an idle row); ``total_sequence_length`` is the step's largest

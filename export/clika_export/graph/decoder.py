@@ -35,7 +35,7 @@ MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 
 # Symbolic dimension names of the step graph.
-TOKENS, GRID_CELLS, ROWS, PICKED, CAPACITY = "tokens", "grid_cells", "rows", "logits_rows", "capacity"
+TOKENS, GRID_COLS, ROWS, PICKED, CAPACITY = "tokens", "grid_cols", "rows", "logits_rows", "capacity"
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,8 @@ class _DecoderBuilder:
     def _declare_io(self) -> None:
         a, g = self.arch, self.g
         g.input(io.INPUT_IDS, np.int64, [TOKENS])
-        g.input(io.GRID_INDEX, np.int64, [GRID_CELLS])
-        g.input(io.TOKEN_INDEX, np.int64, [TOKENS])
+        g.input(io.GRID_INDEX, np.int64, [ROWS, GRID_COLS])
+        g.input(io.TOKEN_CELL, np.int64, [TOKENS, 2])
         g.input(io.QUERY_SEQLENS, np.int32, [ROWS])
         g.input(io.SEQLENS_K, np.int32, [ROWS])
         g.input(io.TOTAL_SEQUENCE_LENGTH, np.int32, [])
@@ -163,23 +163,11 @@ class _DecoderBuilder:
             g.output(io.PRESENT_VALUE.format(layer=layer), np.float32, kv_shape)
 
     def _shared_tables(self) -> None:
-        """Rotary tables and the grid's shape, made once and read by every layer."""
+        """Rotary tables, made once and read by every layer."""
         a = self.arch
         cos, sin = cos_sin_caches(self.spec.context_window, a.head_dim, a.rope_theta, a.rope_scaling)
         self.cos = self.g.weight("model.rotary.cos_cache", cos)
         self.sin = self.g.weight("model.rotary.sin_cache", sin)
-        # grid shape [B, -1, qkv width]: B from query_seqlens, S from grid_index's length.
-        with self.g.scope("grid"):
-            rows = self.g.op("Shape", [io.QUERY_SEQLENS])
-            tail = self.g.constant("model.grid.qkv_tail", np.array([-1, self._qkv_width()], np.int64))
-            self.grid_shape = self.g.op("Concat", [rows, tail], axis=0)
-        self.flat_shape = self.g.constant(
-            "model.grid.flat_shape", np.array([-1, a.num_heads * a.head_dim], np.int64)
-        )
-
-    def _qkv_width(self) -> int:
-        a = self.arch
-        return (a.num_heads + 2 * a.num_kv_heads) * a.head_dim
 
     # -- embedding and head ----------------------------------------------------
 
@@ -250,17 +238,18 @@ class _DecoderBuilder:
 
         ::
 
-            x[T,H] -> MatMul(Wqkv) (+bias) -> qkv[T,D] -> Gather(grid_index) -> Reshape[B,S,D]
+            x[T,H] -> MatMul(Wqkv) (+bias) -> qkv[T,D] -> Gather(grid_index[B,S]) -> [B,S,D]
               -> GroupQueryAttention(rotary inside; past/present share one buffer) -> [B,S,nh*hd]
-              -> Reshape[B*S, nh*hd] -> Gather(token_index) -> [T, nh*hd] -> MatMul(Wo) (+bias)
+              -> GatherND(token_cell[T,2]) -> [T, nh*hd] -> MatMul(Wo) (+bias)
+
+        The 2-D index arrays shape the grid themselves: no Reshape on either side.
         """
         g, a, src = self.g, self.arch, f"model.layers.{layer}.self_attn"
         qkv = self._linear(
             layer, "attn.qkv", "qkv", x, [f"{src}.{p}_proj" for p in "qkv"], self.spec.qkv_bias
         )
         with g.scope("grid"):
-            cells = g.op("Gather", [qkv, io.GRID_INDEX], axis=0)
-            grid = g.op("Reshape", [cells, self.grid_shape])
+            grid = g.op("Gather", [qkv, io.GRID_INDEX], axis=0)
         with g.scope("gqa"):
             present = [io.PRESENT_KEY.format(layer=layer), io.PRESENT_VALUE.format(layer=layer)]
             inputs = [
@@ -282,8 +271,7 @@ class _DecoderBuilder:
                 rotary_interleaved=0,
             )[0]
         with g.scope("ungrid"):
-            flat = g.op("Reshape", [context, self.flat_shape])
-            packed = g.op("Gather", [flat, io.TOKEN_INDEX], axis=0)
+            packed = g.op("GatherND", [context, io.TOKEN_CELL], batch_dims=0)
         return self._linear(layer, "attn.o", "o_proj", packed, [f"{src}.o_proj"], self.spec.o_bias)
 
     def _mlp(self, layer: int, x: str) -> str:

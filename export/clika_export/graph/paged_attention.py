@@ -77,7 +77,7 @@ class AttentionSite:
     output: str  # packed [T, heads * head_dim], read by o_proj
     cos: str
     sin: str
-    removed: tuple[onnx.NodeProto, ...]  # grid gather, reshape, GQA, ungrid reshape, ungrid gather
+    removed: tuple[onnx.NodeProto, ...]  # grid Gather, GQA, ungrid GatherND (older: with Reshapes)
     rotary: bool
     interleaved: bool
     scale: float

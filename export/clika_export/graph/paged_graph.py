@@ -1,7 +1,8 @@
 """Derive the paged step graph from a model folder's continuous one (same weights file).
 
-Every ``GroupQueryAttention`` of the continuous graph, with the grid gather and
-reshape before it and the ungrid reshape and gather after it, is replaced by
+Every ``GroupQueryAttention`` of the continuous graph, with the grid gather
+before it and the ungrid GatherND after it (graphs exported before: a Reshape
+after the gather, a Reshape and a Gather after the attention), is replaced by
 the paged attention of ``clika_export.graph.paged_attention``; the inputs
 become the paged ones (``clika_runtime.engine.paged_inputs``); nodes and
 initializers left unread are dropped. Everything else, the weights included
@@ -139,12 +140,15 @@ def _site(
             consumers.setdefault(name, []).append(node)
     layers = {kv_names[0].format(layer=i): i for i in range(arch.num_layers)}
     layer = layers.get(gqa.input[3])
-    grid = producers.get(gqa.input[0])
-    cells = producers.get(grid.input[0]) if grid is not None else None
-    ungrid = _only(consumers.get(gqa.output[0], []))
-    picked = _only(consumers.get(ungrid.output[0], [])) if ungrid is not None else None
-    chain = (cells, grid, ungrid, picked)
-    kinds = ("Gather", "Reshape", "Reshape", "Gather")
+    before, after = producers.get(gqa.input[0]), _only(consumers.get(gqa.output[0], []))
+    # The flat grid layout of older exports has a Reshape on each side.
+    flat = before is not None and before.op_type == "Reshape"
+    grid = before if flat else None
+    cells = producers.get(before.input[0]) if flat else before  # type: ignore[union-attr]
+    ungrid = after if flat else None
+    picked = _only(consumers.get(ungrid.output[0], [])) if ungrid is not None else after
+    chain = (cells, grid, ungrid, picked) if flat else (cells, picked)
+    kinds = ("Gather", "Reshape", "Reshape", "Gather") if flat else ("Gather", "GatherND")
     if layer is None or any(n is None or n.op_type != k for n, k in zip(chain, kinds, strict=True)):
         raise PagedGraphError(
             f"{gqa.name}: not the grid -> GroupQueryAttention -> ungrid pattern of the step graph"
@@ -161,7 +165,7 @@ def _site(
         output=picked.output[0],  # type: ignore[union-attr]
         cos=gqa.input[7],
         sin=gqa.input[8],
-        removed=(cells, grid, gqa, ungrid, picked),  # type: ignore[arg-type]
+        removed=tuple(n for n in (cells, grid, gqa, ungrid, picked) if n is not None),
         rotary=bool(attrs.get("do_rotary", 0)),
         interleaved=bool(attrs.get("rotary_interleaved", 0)),
         scale=float(attrs.get("scale", 0.0)) or 1.0 / float(np.sqrt(arch.head_dim)),
@@ -183,7 +187,7 @@ def _splice(
 ) -> None:
     """Replace each site's nodes by its paged nodes, in place of its GQA (keeps topological order)."""
     removed = {id(node) for site in sites for node in site.removed}
-    at_gqa = {id(site.removed[2]): site.layer for site in sites}
+    at_gqa = {id(n): site.layer for site in sites for n in site.removed if n.op_type == "GroupQueryAttention"}
     nodes: list[onnx.NodeProto] = list(step_nodes)
     for node in graph.node:
         if id(node) in at_gqa:

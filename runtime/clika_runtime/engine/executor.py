@@ -6,6 +6,10 @@ replaces them. Each step input keeps a bound NumPy array: when the new step's
 array has the same shape it is copied into the bound one (no rebinding), and
 only a changed shape rebinds; a read-only array already copied last step is
 not copied again. The logits output is bound to a preallocated array the same way.
+
+The cache packs the grid maps in the current layout; a continuous graph exported
+before it (``GridLayout.FLAT``, told by the session's input names at load) gets
+them converted.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.step_inputs import FlatGridFeeds, GridLayout, grid_layout
 from clika_runtime.engine.types import StepPlan
 from clika_runtime.manifest import GraphSpec
 
@@ -56,6 +61,8 @@ class Executor:
         self._inputs: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
         self._sources: dict[str, np.ndarray] = {}  # the array each input was last copied from
         self._logits: tuple[np.ndarray, ort.OrtValue] | None = None
+        layout = grid_layout(value.name for value in session.get_inputs())
+        self._flat_grid = FlatGridFeeds() if layout is GridLayout.FLAT else None
 
     def run(self, plan: StepPlan, before_call: Callable[[], None] | None = None) -> np.ndarray:
         """Run ``plan``; returns logits ``[len(plan.sample_rows), vocab]`` in ``sample_rows`` order.
@@ -66,7 +73,8 @@ class Executor:
         start = time.perf_counter()
         self._bind_cache()
         packed = self.cache.pack(plan, self.context_window)
-        for name, array in packed.feeds.items():
+        feeds = packed.feeds if self._flat_grid is None else self._flat_grid.convert(packed.feeds)
+        for name, array in feeds.items():
             self._bind_input(name, array)
         logits = self._bind_logits(packed.num_logits)
         if before_call is not None:

@@ -5,7 +5,15 @@ already in its cache and ``new_token_ids`` to run now (none: an idle row). The
 new tokens of all rows are packed along one axis ``T`` (the weight MatMuls see
 only real tokens); attention works on a padded grid ``[B, S]``, ``S`` = the
 most new tokens any row has this step, each row's tokens left-aligned in its
-grid row.
+grid row. ``grid_index[row, col]`` names the packed token filling each cell
+(a Gather by it turns ``[T, D]`` into ``[B, S, D]``) and ``token_cell[t]`` is
+the ``(row, col)`` of packed token ``t`` (a GatherND by it turns ``[B, S, D']``
+back into ``[T, D']``).
+
+Graphs exported before that form (``GridLayout.FLAT``) take ``grid_index``
+flat, ``[B * S]``, and ``token_index[t] = row * S + col`` instead of
+``token_cell``; ``grid_layout`` tells the two apart from a graph's input names
+and ``FlatGridFeeds`` turns this module's feeds into theirs.
 
 What GroupQueryAttention needs per row (measured on onnxruntime 1.32, CPU):
 
@@ -36,7 +44,8 @@ chunked prefill / spec.   ``q``              ``past_len + q - 1``        ``past_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,7 +53,8 @@ import numpy as np
 
 INPUT_IDS = "input_ids"
 GRID_INDEX = "grid_index"
-TOKEN_INDEX = "token_index"
+TOKEN_CELL = "token_cell"
+TOKEN_INDEX = "token_index"  # the flat layout's token -> cell map (graphs exported before token_cell)
 QUERY_SEQLENS = "query_seqlens"
 SEQLENS_K = "seqlens_k"
 TOTAL_SEQUENCE_LENGTH = "total_sequence_length"
@@ -52,7 +62,7 @@ LOGITS_INDEX = "logits_index"
 STEP_INPUTS = (
     INPUT_IDS,
     GRID_INDEX,
-    TOKEN_INDEX,
+    TOKEN_CELL,
     QUERY_SEQLENS,
     SEQLENS_K,
     TOTAL_SEQUENCE_LENGTH,
@@ -63,6 +73,28 @@ PAST_KEY = "past_key.{layer}"
 PAST_VALUE = "past_value.{layer}"
 PRESENT_KEY = "present_key.{layer}"
 PRESENT_VALUE = "present_value.{layer}"
+
+
+class GridLayout(enum.Enum):
+    """How a continuous step graph takes the map between packed tokens and the attention grid."""
+
+    CELLS = "cells"  # grid_index int64 [B, S], token_cell int64 [T, 2] (row, col)
+    FLAT = "flat"  # grid_index int64 [B * S], token_index int64 [T] = row * S + col (older exports)
+
+
+def grid_layout(input_names: Iterable[str]) -> GridLayout | None:
+    """The grid layout a graph's input names declare; None for a graph without the grid (paged)."""
+    names = set(input_names)
+    if GRID_INDEX not in names:
+        return None
+    if TOKEN_CELL in names:
+        return GridLayout.CELLS
+    if TOKEN_INDEX in names:
+        return GridLayout.FLAT
+    raise ValueError(
+        f"the step graph takes {GRID_INDEX} but neither {TOKEN_CELL} nor {TOKEN_INDEX}: "
+        f"not a step graph this runtime knows (inputs: {', '.join(sorted(names))})"
+    )
 
 
 class StepRow(NamedTuple):
@@ -78,8 +110,8 @@ class StepInputs:
     """The step graph's inputs for one step, plus where each row's logits land."""
 
     input_ids: np.ndarray  # int64 [T]
-    grid_index: np.ndarray  # int64 [B * S]: the packed token that fills each grid cell
-    token_index: np.ndarray  # int64 [T]: the grid cell of each packed token
+    grid_index: np.ndarray  # int64 [B, S]: the packed token that fills each grid cell
+    token_cell: np.ndarray  # int64 [T, 2]: the grid cell (row, col) of each packed token
     query_seqlens: np.ndarray  # int32 [B]
     seqlens_k: np.ndarray  # int32 [B]
     total_sequence_length: np.ndarray  # int32 scalar
@@ -87,9 +119,10 @@ class StepInputs:
     logits_rows: tuple[slice, ...]  # per row: its rows of the logits output (empty when none)
     width: int  # S, the grid's row length
 
-    def feeds(self) -> dict[str, np.ndarray]:
-        """The arrays by graph input name (the KV inputs are bound separately)."""
-        return {name: getattr(self, name) for name in STEP_INPUTS}
+    def feeds(self, layout: GridLayout = GridLayout.CELLS) -> dict[str, np.ndarray]:
+        """The arrays by graph input name for a graph of ``layout`` (the KV inputs are bound separately)."""
+        feeds = {name: getattr(self, name) for name in STEP_INPUTS}
+        return feeds if layout is GridLayout.CELLS else FlatGridFeeds().convert(feeds)
 
 
 def pack_step(
@@ -122,19 +155,19 @@ def pack_step(
     input_ids = np.fromiter((tok for row in rows for tok in row[1]), dtype=np.int64, count=int(counts.sum()))
     row_of_token = np.repeat(np.arange(len(rows)), counts)
     col_of_token = np.arange(len(input_ids)) - starts[row_of_token]
-    token_index = row_of_token * width + col_of_token
+    token_cell = np.stack([row_of_token, col_of_token], axis=1)
 
     # Padding cells repeat the row's last token (any real token would do: their
     # results are discarded and never reach the cache); idle rows take token 0.
     cols = np.minimum(np.arange(width)[None, :], np.maximum(counts - 1, 0)[:, None])
-    grid_index = np.where(active[:, None], starts[:, None] + cols, 0).reshape(-1)
+    grid_index = np.where(active[:, None], starts[:, None] + cols, 0)
 
     seqlens_k = np.where(active, past + counts - 1, 0)
     logits_index, logits_rows = _logits_rows(rows, counts, starts)
     return StepInputs(
         input_ids=input_ids,
         grid_index=grid_index.astype(np.int64),
-        token_index=token_index.astype(np.int64),
+        token_cell=token_cell.astype(np.int64),
         query_seqlens=counts.astype(np.int32),
         seqlens_k=seqlens_k.astype(np.int32),
         total_sequence_length=np.array(int(seqlens_k.max()) + 1, dtype=np.int32),
@@ -200,7 +233,7 @@ class DecodePacker:
     Between steps the executor's caches are cold, so every NumPy call costs
     several microseconds; a decode step needs only the tokens and past lengths
     from Python. The arrays that depend on which slots are active alone
-    (``grid_index``, ``token_index``, ``query_seqlens``, ``logits_index``) are
+    (``grid_index``, ``token_cell``, ``query_seqlens``, ``logits_index``) are
     built once per layout and handed out read-only, so the executor can tell
     they did not change and skip copying them. The result equals ``pack_step``'s.
     """
@@ -241,14 +274,14 @@ class DecodePacker:
     def _layout_for(self, num_rows: int, slots: tuple[int, ...]) -> dict[str, np.ndarray]:
         key = (num_rows, slots)
         if key != self._key:
-            grid = [0] * num_rows
+            grid = [[0] for _ in range(num_rows)]  # [B, 1]: a decode step's grid is one column wide
             counts = [0] * num_rows
             for rank, slot in enumerate(slots):
-                grid[slot] = rank
+                grid[slot][0] = rank
                 counts[slot] = 1
             layout = {
                 GRID_INDEX: np.array(grid, dtype=np.int64),
-                TOKEN_INDEX: np.array(slots, dtype=np.int64),
+                TOKEN_CELL: np.array([(slot, 0) for slot in slots], dtype=np.int64),
                 QUERY_SEQLENS: np.array(counts, dtype=np.int32),
                 LOGITS_INDEX: np.arange(len(slots), dtype=np.int64),
             }
@@ -256,3 +289,31 @@ class DecodePacker:
                 array.flags.writeable = False
             self._key, self._layout = key, layout
         return self._layout
+
+
+class FlatGridFeeds:
+    """Turns feeds of the ``CELLS`` layout into the ``FLAT`` one of graphs exported before it.
+
+    A pair of read-only grid arrays (``DecodePacker``'s, shared across steps) is converted
+    once and its read-only result handed out again, so the executor still sees an unchanged
+    array and skips copying it.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def convert(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``feeds`` with ``grid_index`` flattened and ``token_cell`` replaced by ``token_index``."""
+        converted = dict(feeds)
+        grid, cells = converted[GRID_INDEX], converted.pop(TOKEN_CELL)
+        last = self._last
+        if last is not None and last[0] is grid and last[1] is cells:
+            converted[GRID_INDEX], converted[TOKEN_INDEX] = last[2], last[3]
+            return converted
+        flat = grid.reshape(-1)
+        token_index = cells[:, 0] * grid.shape[1] + cells[:, 1]
+        if not grid.flags.writeable and not cells.flags.writeable:
+            token_index.flags.writeable = False  # the reshape of a read-only array is read-only already
+            self._last = (grid, cells, flat, token_index)
+        converted[GRID_INDEX], converted[TOKEN_INDEX] = flat, token_index
+        return converted
