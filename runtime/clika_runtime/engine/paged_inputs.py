@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from clika_runtime.engine.step_inputs import logits_rows
+
 # The pools' layout, as the manifest's KVSpec.layout names it: [kv_heads, blocks, block_size, head_dim].
 PAGED_LAYOUT = "NBSH"
 
@@ -109,7 +111,7 @@ def pack_paged_step(
         counts[row_of_token] == 1, group_row[row_of_token], group_row[row_of_token] + col_of_token
     )
     cols = np.minimum(np.arange(width)[None, :], counts[wide, None] - 1)
-    logits_index, logits_rows = _logits_rows(rows, counts, starts)
+    logits_index, row_logits = logits_rows([r.want_all_logits for r in rows], counts, starts)
     return PagedStepInputs(
         input_ids=input_ids,
         position_ids=position_ids,
@@ -120,7 +122,7 @@ def pack_paged_step(
         wide_block_tables=_block_tables([tables[b] for b in wide], past[wide] + counts[wide], block_size),
         token_index=token_index,
         logits_index=logits_index,
-        logits_rows=logits_rows,
+        logits_rows=row_logits,
     )
 
 
@@ -159,21 +161,3 @@ def _check_rows(
             f"row {b} would hold {int(past[b] + counts[b])} tokens, more than the model's "
             f"context window {context_window}"
         )
-
-
-def _logits_rows(
-    rows: Sequence[PagedRow], counts: np.ndarray, starts: np.ndarray
-) -> tuple[np.ndarray, tuple[slice, ...]]:
-    picked: list[np.ndarray] = []
-    slices: list[slice] = []
-    at = 0
-    for b, row in enumerate(rows):
-        count = int(counts[b])
-        if row.want_all_logits:
-            index = np.arange(starts[b], starts[b] + count, dtype=np.int64)
-        else:
-            index = np.array([starts[b] + count - 1], dtype=np.int64)
-        picked.append(index)
-        slices.append(slice(at, at + len(index)))
-        at += len(index)
-    return np.concatenate(picked), tuple(slices)

@@ -163,7 +163,8 @@ def pack_step(
     grid_index = np.where(active[:, None], starts[:, None] + cols, 0)
 
     seqlens_k = np.where(active, past + counts - 1, 0)
-    logits_index, logits_rows = _logits_rows(rows, counts, starts)
+    want_all = [bool(row[2]) if len(row) > 2 else False for row in rows]
+    logits_index, row_logits = logits_rows(want_all, counts, starts)
     return StepInputs(
         input_ids=input_ids,
         grid_index=grid_index.astype(np.int64),
@@ -172,7 +173,7 @@ def pack_step(
         seqlens_k=seqlens_k.astype(np.int32),
         total_sequence_length=np.array(int(seqlens_k.max()) + 1, dtype=np.int32),
         logits_index=logits_index,
-        logits_rows=logits_rows,
+        logits_rows=row_logits,
         width=width,
     )
 
@@ -206,18 +207,22 @@ def _check_room(
             )
 
 
-def _logits_rows(
-    rows: Sequence[StepRow | tuple[int, Sequence[int], bool]], counts: np.ndarray, starts: np.ndarray
+def logits_rows(
+    want_all: Sequence[bool], counts: np.ndarray, starts: np.ndarray
 ) -> tuple[np.ndarray, tuple[slice, ...]]:
+    """The packed tokens whose logits the graph returns, and each row's slice of them.
+
+    A row that wants all logits gets one per new token, any other active row its
+    last token's, an idle row (no new tokens) none. The paged graph packs the same way.
+    """
     picked: list[np.ndarray] = []
     slices: list[slice] = []
     at = 0
-    for b, row in enumerate(rows):
+    for b, wants_all in enumerate(want_all):
         count = int(counts[b])
-        want_all = bool(row[2]) if len(row) > 2 else False
         if count == 0:
             index = np.empty(0, dtype=np.int64)
-        elif want_all:
+        elif wants_all:
             index = np.arange(starts[b], starts[b] + count, dtype=np.int64)
         else:
             index = np.array([starts[b] + count - 1], dtype=np.int64)
