@@ -3,30 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from quant_helpers import run_matmul_nbits
 
 from clika_quant.blocks import BlockQuantized, pack_codes, unpack_codes
-from clika_quant.onnx_ops import matmul_nbits
 from clika_quant.rtn import quantize_rtn
 from clika_quant.search import quantize_search, weighted_error
-
-
-def run_matmul_nbits(matrix: BlockQuantized, a: np.ndarray, accuracy_level: int = 0) -> np.ndarray:
-    nodes, inits = matmul_nbits(matrix, "A", "Y", "w", accuracy_level)
-    graph = helper.make_graph(
-        nodes,
-        "t",
-        [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", matrix.k])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", matrix.n])],
-        inits,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-    )
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, {"A": a})[0]
 
 
 def random_matrix(

@@ -7,16 +7,15 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from quant_helpers import OPSETS, BlocksOnly, matmul_model, run_matmul_nbits, same_bits
 
 from clika_export.checkpoint import RawBlocks
 from clika_quant.choose import center_zero_points
 from clika_quant.gguf_transcode import BLOCK_LAYOUT, transcode
-from clika_quant.onnx_ops import matmul_nbits
 from clika_quant.options import QuantError, QuantOptions
 from clika_quant.quantize import quantize_proto
 
 OFFSET_TYPES = ["Q4_1", "Q4_K", "Q5_1", "Q5_K"]
-OPSETS = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
 
 
 def random_blocks(ggml_type: str, rows: int, cols: int, seed: int = 0) -> np.ndarray:
@@ -29,49 +28,6 @@ def random_blocks(ggml_type: str, rows: int, cols: int, seed: int = 0) -> np.nda
         values = (rng.standard_normal(n_blocks) * 0.02).astype(np.float16)
         blocks[:, start : start + 2] = values.view(np.uint8).reshape(n_blocks, 2)
     return blocks.reshape(rows, -1)
-
-
-class BlocksOnly:
-    """A checkpoint that only offers the raw blocks of its tensors."""
-
-    def __init__(self, blocks: dict[str, RawBlocks]) -> None:
-        self.blocks = blocks
-
-    def raw(self, name: str) -> RawBlocks | None:
-        return self.blocks.get(name)
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """The same float32 values bit for bit (a zero may change sign: equal as numbers)."""
-    a, b = a.astype(np.float32), b.astype(np.float32)
-    same = a.view(np.uint32) == b.view(np.uint32)
-    return a.shape == b.shape and bool((same | ((a == 0) & (b == 0))).all())
-
-
-def matmul_model(weight_kn: np.ndarray) -> onnx.ModelProto:
-    k, n = weight_kn.shape
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["A", "w"], ["Y"], name="/layer/proj/MatMul")],
-        "t",
-        [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", k])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", n])],
-        [numpy_helper.from_array(weight_kn.astype(np.float32), "w")],
-    )
-    return helper.make_model(graph, opset_imports=OPSETS)
-
-
-def run_matmul_nbits(matrix, a: np.ndarray, accuracy_level: int) -> np.ndarray:
-    nodes, inits = matmul_nbits(matrix, "A", "Y", "w", accuracy_level)
-    graph = helper.make_graph(
-        nodes,
-        "t",
-        [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", matrix.k])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", matrix.n])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=OPSETS)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, {"A": a})[0]
 
 
 @pytest.mark.parametrize("ggml_type", OFFSET_TYPES)

@@ -9,6 +9,7 @@ import onnxruntime as ort
 import pytest
 from gguf.quants import dequantize
 from onnx import TensorProto, helper, numpy_helper
+from quant_helpers import BlocksOnly, matmul_model, same_bits
 
 from clika_export.checkpoint import RawBlocks
 from clika_quant.gguf_transcode import BLOCK_LAYOUT, TRANSCODABLE, TranscodeError, transcode
@@ -40,21 +41,6 @@ def random_blocks(ggml_type: str, rows: int, cols: int, seed: int = 0) -> np.nda
     return blocks.reshape(rows, -1)
 
 
-def matmul_model(weight_kn: np.ndarray) -> onnx.ModelProto:
-    """``Y = A @ W`` as a float graph with the weight as initializer ``w``."""
-    k, n = weight_kn.shape
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["A", "w"], ["Y"], name="/layer/proj/MatMul")],
-        "t",
-        [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", k])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", n])],
-        [numpy_helper.from_array(weight_kn.astype(np.float32), "w")],
-    )
-    return helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-    )
-
-
 def run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
@@ -65,25 +51,8 @@ def run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 
 
-class BlocksOnly:
-    """A checkpoint stand-in that only offers the raw blocks of its tensors (all tests here need)."""
-
-    def __init__(self, blocks: dict[str, RawBlocks]) -> None:
-        self.blocks = blocks
-
-    def raw(self, name: str) -> RawBlocks | None:
-        return self.blocks.get(name)
-
-
 def gguf_values(ggml_type: str, data: np.ndarray, rows: int, cols: int) -> np.ndarray:
     return dequantize(data, gguf.GGMLQuantizationType[ggml_type]).reshape(rows, cols)
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Exactly the same float32 values (a sum in ORT turns gguf's -0.0 into +0.0: equal as numbers)."""
-    a, b = a.astype(np.float32), b.astype(np.float32)
-    same = a.view(np.uint32) == b.view(np.uint32)
-    return a.shape == b.shape and bool((same | ((a == 0) & (b == 0))).all())
 
 
 def test_every_supported_type_is_listed():
