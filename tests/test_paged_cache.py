@@ -12,28 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_fakes import alone, next_token, prompt_of
 
 from clika_runtime.engine.kv_cache import CacheShape
 from clika_runtime.engine.paged_cache import PagedKVCache
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.types import GenerationConfig, Request, Sequence, SequenceStatus, StepPlan
 
-VOCAB = 97
 BS = 4
 SHAPE = CacheShape(num_layers=1, num_kv_heads=1, head_dim=1)
 BLOCK_BYTES = 2 * BS * 4  # K and V, one layer, one head of one float32
-
-
-def next_token(history) -> int:
-    h = np.asarray(history, dtype=np.int64)
-    return int((np.dot(h, np.arange(1, len(h) + 1)) * 7 + len(h)) % (VOCAB - 1)) + 1
-
-
-def alone(prompt: list[int], max_new: int) -> list[int]:
-    tokens = list(prompt)
-    for _ in range(max_new):
-        tokens.append(next_token(tokens))
-    return tokens[len(prompt) :]
 
 
 class PoolWritingExecutor:
@@ -90,10 +78,6 @@ def run_all(sched: Scheduler, ex: PoolWritingExecutor, limit: int = 10_000) -> N
             return
         step(sched, ex)
     raise AssertionError("the scheduler did not finish")
-
-
-def prompt_of(length: int, salt: int) -> list[int]:
-    return [(salt * 31 + i * 17) % (VOCAB - 1) + 1 for i in range(length)]
 
 
 def test_blocks_are_taken_step_by_step():

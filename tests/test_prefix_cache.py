@@ -1,7 +1,7 @@
 """Prefix reuse in both KV modes: copied slot prefixes, and chat turns reused up to the first new token.
 
 The continuous-mode checks drive the scheduler with a cache-writing executor
-(as tests/test_scheduler.py does); the chat checks run a tiny random llama
+(tests/engine_fakes.py, as tests/test_scheduler.py uses); the chat checks run a tiny random llama
 through the real graphs and compare each reply with the same prompt computed
 from scratch (prefix reuse off).
 """
@@ -12,44 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_fakes import CacheWritingExecutor, alone, prompt_of
 
 from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
 from clika_runtime.engine.scheduler import Scheduler
-from clika_runtime.engine.types import GenerationConfig, Request, Sequence, StepPlan
-
-VOCAB = 97
-
-
-def next_token(history) -> int:
-    h = np.asarray(history, dtype=np.int64)
-    return int((np.dot(h, np.arange(1, len(h) + 1)) * 7 + len(h)) % (VOCAB - 1)) + 1
-
-
-def alone(prompt, max_new: int) -> list[int]:
-    tokens = list(prompt)
-    for _ in range(max_new):
-        tokens.append(next_token(tokens))
-    return tokens[len(prompt) :]
-
-
-class SlotWritingExecutor:
-    """Writes token ids into layer 0's key buffer at their slot and position; predicts from the slot."""
-
-    def __init__(self, cache: ContinuousKVCache) -> None:
-        self.cache = cache
-
-    def run(self, plan: StepPlan) -> list[int]:
-        keys = self.cache.buffers()[0][0]
-        out = []
-        for row in plan.rows:
-            end = row.start + row.num_new
-            keys[row.slot, 0, row.start : end, 0] = row.new_token_ids
-            if row.sample:
-                out.append(next_token(keys[row.slot, 0, :end, 0]))
-        return out
-
+from clika_runtime.engine.types import GenerationConfig, Request, Sequence
 
 _ids = iter(range(1, 10**9))
 
@@ -58,14 +27,10 @@ def seq_of(prompt, max_new=6) -> Sequence:
     return Sequence(Request(next(_ids), tuple(prompt), GenerationConfig(max_new_tokens=max_new)))
 
 
-def prompt_of(length: int, salt: int) -> list[int]:
-    return [(salt * 31 + i * 17) % (VOCAB - 1) + 1 for i in range(length)]
-
-
 def test_continuous_copies_a_running_slots_prefix_into_a_new_slot():
     cache = ContinuousKVCache(CacheShape(1, 1, 1), num_slots=3, max_seq=256)
     sched = Scheduler(cache, max_seq=256, max_active=3, max_step_tokens=64)
-    ex = SlotWritingExecutor(cache)
+    ex = CacheWritingExecutor(cache)
     system = prompt_of(30, 1)
     a = seq_of(system + prompt_of(5, 2), max_new=20)
     sched.add(a)

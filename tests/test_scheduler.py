@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
+from engine_fakes import CacheWritingExecutor, alone, prompt_of
 
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
 from clika_runtime.engine.scheduler import Scheduler
@@ -23,47 +23,9 @@ from clika_runtime.engine.types import (
     Request,
     Sequence,
     SequenceStatus,
-    StepPlan,
 )
 
-VOCAB = 97
 EOS = 0
-
-
-def next_token(history: list[int] | np.ndarray) -> int:
-    h = np.asarray(history, dtype=np.int64)
-    return int((np.dot(h, np.arange(1, len(h) + 1)) * 7 + len(h)) % (VOCAB - 1)) + 1
-
-
-class CacheWritingExecutor:
-    """Writes token ids into layer 0's key buffer and predicts from what the slot holds."""
-
-    def __init__(self, cache: ContinuousKVCache) -> None:
-        self.cache = cache
-        self.plans: list[StepPlan] = []
-
-    def run(self, plan: StepPlan) -> list[int]:
-        self.plans.append(plan)
-        keys = self.cache.buffers()[0][0]
-        out = []
-        for row in plan.rows:
-            end = row.start + row.num_new
-            keys[row.slot, 0, row.start : end, 0] = row.new_token_ids
-            if row.sample:
-                out.append(next_token(keys[row.slot, 0, :end, 0]))
-        return out
-
-
-def alone(prompt: list[int], max_new: int, stop_ids: frozenset[int] = frozenset()) -> list[int]:
-    tokens = list(prompt)
-    out = []
-    for _ in range(max_new):
-        t = next_token(tokens)
-        tokens.append(t)
-        out.append(t)
-        if t in stop_ids:
-            break
-    return out
 
 
 def make(max_active=4, max_step_tokens=16, max_seq=512, max_queued=64, prefix_reuse=True):
@@ -93,10 +55,6 @@ def run_all(sched: Scheduler, ex: CacheWritingExecutor, limit: int = 10_000) -> 
         steps += 1
         assert steps < limit
     return steps
-
-
-def prompt_of(length: int, salt: int) -> list[int]:
-    return [(salt * 31 + i * 17) % (VOCAB - 1) + 1 for i in range(length)]
 
 
 def test_many_requests_with_chunks_match_each_alone():
