@@ -8,6 +8,7 @@ which checks that the session renders its whole history each turn.
 from __future__ import annotations
 
 import pytest
+from pacing import paced_steps
 
 from clika_runtime import modelverse
 from clika_runtime.chat.session import ChatSession
@@ -49,18 +50,20 @@ def test_streamed_reply_equals_the_whole_and_joins_history_when_done(session):
     assert session.messages[-1] == {"role": "assistant", "content": whole}
 
 
-def test_closing_a_streamed_reply_cancels_it_and_keeps_what_it_made(session):
-    pieces = session.send("go on", stream=True, temperature=0.0, max_new_tokens=64)
-    first = next(pieces)
-    pieces.close()
+def test_closing_a_streamed_reply_cancels_it_and_keeps_what_it_made(tiny_model, session):
+    with paced_steps(tiny_model):
+        pieces = session.send("go on", stream=True, temperature=0.0, max_new_tokens=64)
+        first = next(pieces)
+        pieces.close()
     assert session.report.finish == "cancelled"
     assert session.report.completion_tokens < 64
     assert session.messages[-1]["content"].startswith(first)
 
 
-def test_a_new_turn_closes_the_open_stream_first(session):
-    pieces = session.send("one", stream=True, temperature=0.0, max_new_tokens=64)
-    next(pieces)
+def test_a_new_turn_closes_the_open_stream_first(tiny_model, session):
+    with paced_steps(tiny_model):
+        pieces = session.send("one", stream=True, temperature=0.0, max_new_tokens=64)
+        next(pieces)
     session.send("two", **GREEDY)
     assert [m["content"] for m in session.messages if m["role"] == "user"] == ["one", "two"]
     assert [m["role"] for m in session.messages] == ["system", "user", "assistant", "user", "assistant"]

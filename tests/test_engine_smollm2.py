@@ -60,8 +60,8 @@ def test_chunked_prefill_equals_one_shot(smollm2, chat_prompts):
 def test_cancelled_request_frees_its_slot_and_others_are_unchanged(smollm2, chat_prompts):
     engine = smollm2.create_engine(max_active=2)
     ids = [chat_ids(smollm2, p) for p in chat_prompts[:3]]
-    expected = [greedy(engine, p, n=24, ignore_eos=True) for p in ids[1:]]
-    streams = [engine.submit(p, GenerationConfig(max_new_tokens=24, ignore_eos=True)) for p in ids]
+    expected = [greedy(engine, p, n=64, ignore_eos=True) for p in ids[1:]]
+    streams = [engine.submit(p, GenerationConfig(max_new_tokens=64, ignore_eos=True)) for p in ids]
     first = iter(streams[0])
     next(first)
     next(first)

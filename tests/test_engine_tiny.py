@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from pacing import paced_steps
 
 from clika_export.api import export
 from clika_runtime import modelverse
@@ -94,19 +95,21 @@ def test_cancel_frees_the_slot_and_leaves_the_others_unchanged(tiny):
     m = modelverse.load(tiny[1], threads=1, max_active=2)
     engine = m.engine
     expected = [run(engine, p, max_new_tokens=40, ignore_eos=True)[0] for p in prompts]
-    streams = [engine.submit(p, GenerationConfig(max_new_tokens=40, ignore_eos=True)) for p in prompts]
-    first = iter(streams[0])
-    for _ in range(3):
-        next(first)
-    streams[0].cancel()
+    with paced_steps(m):  # so the cancel lands mid-request however fast the machine
+        streams = [engine.submit(p, GenerationConfig(max_new_tokens=40, ignore_eos=True)) for p in prompts]
+        first = iter(streams[0])
+        for _ in range(3):
+            next(first)
+        streams[0].cancel()
     got = [[t for d in s for t in d.token_ids] for s in streams[1:]]
     assert got == expected[1:]
     report = streams[0].report
     assert report.finish_reason == "cancelled" and report.completion_tokens < 40
     # Closing a text stream early cancels too, and the engine stays clean.
-    pieces = m.stream_generate("a fairly long prompt", max_new_tokens=200, ignore_eos=True)
-    next(pieces)
-    pieces.close()
+    with paced_steps(m):
+        pieces = m.stream_generate("a fairly long prompt", max_new_tokens=200, ignore_eos=True)
+        next(pieces)
+        pieces.close()
     assert m.report.finish_reason == "cancelled" and m.report.completion_tokens < 200
     # A stream dropped before it was read is cancelled too.
     dropped = m.stream_generate("never read", max_new_tokens=400, ignore_eos=True)
