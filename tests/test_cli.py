@@ -7,8 +7,6 @@ model into the shared cache (a no-op once it is there).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from click.testing import CliRunner
 
@@ -141,7 +139,7 @@ def test_bench_without_the_benchmarks_folder_says_where_it_looked(run, tmp_path)
 def test_pulling_the_default_model_twice_does_the_work_once(smollm2_gguf):
     runner = CliRunner()
     runner.invoke(clika, ["pull", "smollm2-135m-instruct", "-q"], catch_exceptions=False)
-    began = time.perf_counter()
     again = runner.invoke(clika, ["pull", "smollm2-135m-instruct"], catch_exceptions=False)
     assert again.exit_code == 0 and "smollm2-135m-instruct (int4," in again.stdout
-    assert "already pulled; nothing to do" in again.stdout and time.perf_counter() - began < 5
+    assert "already pulled; nothing to do" in again.stdout
+    assert again.stdout.count("\n") == 1  # one line: no download, verify or export ran again
