@@ -23,6 +23,7 @@ def test_the_written_folder(tiny_llama_hf: Path, tiny_llama_model: Path) -> None
         "manifest.json",
         "model.onnx",
         "model.onnx.data",
+        "model_kv8.onnx",
         "model_paged.onnx",
         "tokenizer.json",
     ]

@@ -55,12 +55,13 @@ def chat(
     seed: int | None,
     threads: int | None,
     kv_cache_mode: str,
+    kv_cache_dtype: str,
     spin: bool,
 ) -> None:
     """Chat with MODEL (default: smollm2-135m-instruct, pulled on first use)."""
     local = local_model(model, precision)
     pulled_note(local)
-    loaded = load_model(local, threads, kv_cache_mode=kv_cache_mode, spin=spin)
+    loaded = load_model(local, threads, kv_cache_mode=kv_cache_mode, kv_cache_dtype=kv_cache_dtype, spin=spin)
     # A temperature on the command line takes the sampling policy over whole.
     overrides = chat_sampling(loaded) if temperature is None else {"temperature": temperature}
     if seed is not None:

@@ -39,6 +39,7 @@ def generate(
     system: str | None,
     threads: int | None,
     kv_cache_mode: str,
+    kv_cache_dtype: str,
     spin: bool,
     quiet: bool,
 ) -> None:
@@ -49,7 +50,9 @@ def generate(
     local = local_model(model, precision, quiet=quiet)
     if not quiet:
         pulled_note(local)
-    loaded = load_model(local, threads, quiet=quiet, kv_cache_mode=kv_cache_mode, spin=spin)
+    loaded = load_model(
+        local, threads, quiet=quiet, kv_cache_mode=kv_cache_mode, kv_cache_dtype=kv_cache_dtype, spin=spin
+    )
     options = {"max_new_tokens": max_tokens}
     options.update({k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None})
     try:
@@ -109,6 +112,7 @@ def serve(
     model_id: str | None,
     threads: int | None,
     kv_cache_mode: str,
+    kv_cache_dtype: str,
     spin: bool,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
@@ -123,7 +127,7 @@ def serve(
     pulled_note(local)
     if api_key is None and not _is_loopback(host):
         say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
-    loaded = load_model(local, threads, kv_cache_mode=kv_cache_mode, spin=spin)
+    loaded = load_model(local, threads, kv_cache_mode=kv_cache_mode, kv_cache_dtype=kv_cache_dtype, spin=spin)
     name = model_id or local.name
 
     def ready(url: str) -> None:

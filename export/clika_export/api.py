@@ -24,6 +24,7 @@ from typing import Any
 from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.families import family_for
 from clika_export.graph.decoder import BuiltGraph
+from clika_export.graph.kv_int8 import add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
 from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
@@ -95,7 +96,9 @@ def export(
                 quality = {"reference_check": _judge(result, precision)}
         with report.stage("writing the model folder"):
             _write_folder(work, checkpoint, built, context, record, quality)
-            manifest = add_paged_graph(work)  # the paged KV mode's graph, on the same weights
+            add_paged_graph(work)  # the paged KV mode's graph, on the same weights
+        with report.stage("calibrating the int8 KV cache"):
+            manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
             Manifest.read(work)  # the folder must read back as a complete model
         _publish(work, out, overwrite)
     except BaseException:
@@ -224,6 +227,7 @@ def cached_export(
     folder = (cache or cache_root()) / "exports" / key
     try:
         ensure_paged_graph(folder)  # exported before this paged graph existed: derive it, keep the rest
+        ensure_int8_kv_graph(folder)  # likewise the int8 KV cache's graph
         return folder
     except ManifestError:
         pass  # absent or broken: export (again)

@@ -70,7 +70,7 @@ class SequenceRunner:
         shape = (1, arch.num_kv_heads, capacity, arch.head_dim)
         for layer in range(arch.num_layers):
             for past, present in ((kv.past_key, kv.present_key), (kv.past_value, kv.present_value)):
-                value = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32))
+                value = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, kv.dtype))
                 self._values.append(value)
                 self.binding.bind_ortvalue_input(past.format(layer=layer), value)
                 self.binding.bind_ortvalue_output(present.format(layer=layer), value)

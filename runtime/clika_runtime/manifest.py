@@ -49,6 +49,14 @@ FORMAT_NAME = "clika-model"
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 
+# KV cache element types a folder's graphs may hold; float32 is every folder's own.
+KV_CACHE_DTYPES = ("float32", "int8")
+
+
+def graph_key(kv_mode: str, kv_dtype: str = "float32") -> str:
+    """The ``graphs`` key of ``kv_mode``'s graph with a ``kv_dtype`` cache: "continuous", "continuous:int8"."""
+    return kv_mode if kv_dtype == "float32" else f"{kv_mode}:{kv_dtype}"
+
 
 class ManifestError(ValueError):
     """A model folder whose manifest is missing, malformed or inconsistent."""
@@ -120,7 +128,7 @@ class Provenance:
 class Manifest:
     architecture: Architecture
     context_window: int
-    graphs: dict[str, GraphSpec]  # by KV mode: "continuous", "paged"
+    graphs: dict[str, GraphSpec]  # by graph_key: "continuous", "paged", "continuous:int8"
     tokenizer: TokenizerSpec
     precision: dict[str, Any]
     provenance: Provenance

@@ -17,7 +17,7 @@ from pathlib import Path
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from clika_runtime.manifest import GraphSpec, Manifest, ManifestError
+from clika_runtime.manifest import KV_CACHE_DTYPES, GraphSpec, Manifest, ManifestError, graph_key
 
 DEFAULT_KV_MODE = "continuous"
 
@@ -62,19 +62,18 @@ def open_model_folder(
     path: str | Path,
     *,
     kv_mode: str = DEFAULT_KV_MODE,
+    kv_dtype: str = "float32",
     threads: int | None = None,
     allow_spinning: bool = True,
 ) -> ModelFolder:
-    """Read the manifest, open the ``kv_mode`` graph's session and load the tokenizer."""
+    """Read the manifest, open the graph of ``kv_mode`` with a ``kv_dtype`` cache and load the tokenizer."""
     folder = Path(path)
     if not folder.is_dir():
         raise ManifestError(f"{folder} is not a model folder (no such directory)")
     manifest = Manifest.read(folder)
-    graph = manifest.graphs.get(kv_mode)
+    graph = manifest.graphs.get(graph_key(kv_mode, kv_dtype))
     if graph is None:
-        raise ManifestError(
-            f"the model has no {kv_mode!r} graph (it has: {', '.join(sorted(manifest.graphs))})"
-        )
+        raise ManifestError(_missing_graph(manifest, kv_mode, kv_dtype))
     session = open_session(folder / graph.file, session_options(threads, allow_spinning=allow_spinning))
     check_graph_io(session, graph)
     return ModelFolder(
@@ -86,6 +85,18 @@ def open_model_folder(
         tokenizer=_load_tokenizer(folder / manifest.tokenizer.file),
         chat_template=_read_template(folder, manifest.chat_template_file),
     )
+
+
+def _missing_graph(manifest: Manifest, kv_mode: str, kv_dtype: str) -> str:
+    if kv_dtype not in KV_CACHE_DTYPES:
+        return f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {kv_dtype!r}"
+    if kv_dtype != "float32" and kv_mode in manifest.graphs:
+        if kv_mode != "continuous":
+            return (
+                f"an {kv_dtype} KV cache is available in the continuous KV cache mode only, not {kv_mode!r}"
+            )
+        return f"the model has no {kv_dtype} KV cache graph (exported before it existed: export it again)"
+    return f"the model has no {kv_mode!r} graph (it has: {', '.join(sorted(manifest.graphs))})"
 
 
 def open_session(model_path: Path, options: ort.SessionOptions) -> ort.InferenceSession:
