@@ -18,7 +18,12 @@ from click.testing import CliRunner
 from clika_cli.main import clika
 from clika_export.api import cached_export
 from clika_export.fetch import fetch_data
-from clika_export.graph.kv_int8 import INT8_KV_MODEL_FILE, ensure_int8_kv_graph
+from clika_export.graph.kv_int8 import (
+    CALIBRATION_REVISION,
+    INT8_KV_MODEL_FILE,
+    PRECISION_KEY,
+    ensure_int8_kv_graph,
+)
 from clika_quant.quality import SequenceRunner, perplexity, text_tokens, wiki_texts
 from clika_runtime import modelverse
 from clika_runtime.manifest import Manifest, ManifestError, graph_key
@@ -88,8 +93,14 @@ def test_what_int8_cannot_do_is_refused_by_name(tiny_llama_model, tmp_path):
     (older / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(ManifestError, match="no int8 KV cache graph .*export it again"):
         modelverse.load(older, kv_cache_dtype="int8")
-    # A cached folder from before gets its twin when next used, the rest untouched.
+    # A cached folder from before gets its twin when next used, the rest untouched;
+    # one calibrated by an older revision gets it made again.
     assert graph_key("continuous", "int8") in ensure_int8_kv_graph(older).graphs
+    data = json.loads((older / "manifest.json").read_text())
+    assert data["precision"][PRECISION_KEY]["revision"] == CALIBRATION_REVISION
+    data["precision"][PRECISION_KEY]["revision"] = CALIBRATION_REVISION - 1
+    (older / "manifest.json").write_text(json.dumps(data))
+    assert ensure_int8_kv_graph(older).precision[PRECISION_KEY]["revision"] == CALIBRATION_REVISION
     model = modelverse.load(older, threads=1, kv_cache_dtype="int8")
     assert model.generate(PROMPT, max_new_tokens=3, ignore_eos=True)
     model.close()
