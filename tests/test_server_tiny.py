@@ -93,6 +93,11 @@ def test_sampling_fields_reach_the_engine(client):
     assert sample(seed=7) == sample(seed=7)
     assert len({sample(seed=seed) for seed in range(4)}) > 1  # the seed is not ignored
     assert sample(seed=7, top_p=1e-6) == sample(seed=8, top_p=1e-6)  # top_p: only the likeliest token
+    greedy = client.chat.completions.create(**hello(max_tokens=24), temperature=0).choices[0].message.content
+    drafted = client.chat.completions.create(
+        **hello(max_tokens=24), temperature=0, extra_body={"prompt_lookup_num_tokens": 6}
+    )
+    assert drafted.choices[0].message.content == greedy  # the extension is read; the reply is the same
     short = client.chat.completions.create(**hello(max_tokens=None), max_completion_tokens=3)
     assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length"
 
@@ -234,6 +239,7 @@ def test_404_unknown_model_and_route(client, http):
         (json.dumps(hello(temperature=5)).encode(), "temperature", "temperature"),
         (json.dumps(hello(max_tokens=0)).encode(), "max_tokens", "max_tokens"),
         (json.dumps(hello(top_p=0)).encode(), "top_p", "top_p"),
+        (json.dumps(hello(prompt_lookup_num_tokens=-1)).encode(), "prompt_lookup_num_tokens", "0..64"),
         (json.dumps(hello(n=2)).encode(), "n", "'n' must be 1"),
         (json.dumps(hello(stop=["a", "b", "c", "d", "e"])).encode(), "stop", "at most 4"),
         (json.dumps(hello(tool_choice="required")).encode(), "tool_choice", "needs 'tools'"),

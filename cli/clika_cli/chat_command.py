@@ -53,6 +53,7 @@ def chat(
     max_tokens: int,
     temperature: float | None,
     seed: int | None,
+    prompt_lookup: int,
     threads: int | None,
     kv_cache_mode: str,
     kv_cache_dtype: str,
@@ -66,6 +67,8 @@ def chat(
     overrides = chat_sampling(loaded) if temperature is None else {"temperature": temperature}
     if seed is not None:
         overrides["seed"] = seed
+    if prompt_lookup:
+        overrides["prompt_lookup_num_tokens"] = prompt_lookup
     say(dim("/help lists the commands; Ctrl-D or /exit leaves."))
     repl = ChatRepl(loaded, system=system, budget=max_tokens, overrides=overrides)
     try:

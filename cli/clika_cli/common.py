@@ -74,13 +74,21 @@ def count_option(flag: str, *, minimum: int, default: int, help: str) -> Callabl
 
 
 def reply_options(max_tokens: int) -> Callable[[Command], Command]:
-    """``--max-tokens`` (default ``max_tokens``), ``--temperature`` and ``--seed``: how a reply is decoded."""
+    """``--max-tokens`` (default ``max_tokens``), ``--temperature``, ``--seed`` and ``--prompt-lookup``: how a reply is decoded."""
     options = (
         count_option("--max-tokens", minimum=1, default=max_tokens, help="Longest reply in tokens."),
         click.option(
             "--temperature", type=click.FloatRange(min=0), default=None, help="Default: the model's own."
         ),
         click.option("--seed", type=click.IntRange(min=0), default=None, help="Sampling seed."),
+        click.option(
+            "--prompt-lookup",
+            type=click.IntRange(min=0, max=64),
+            default=0,
+            show_default=True,
+            help="Greedy replies draft up to N tokens a step from the conversation itself "
+            "(speculative decoding: the same reply, faster when it repeats the prompt).",
+        ),
     )
 
     def apply(command: Command) -> Command:

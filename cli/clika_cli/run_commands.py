@@ -36,6 +36,7 @@ def generate(
     max_tokens: int,
     temperature: float | None,
     seed: int | None,
+    prompt_lookup: int,
     system: str | None,
     threads: int | None,
     kv_cache_mode: str,
@@ -53,7 +54,7 @@ def generate(
     loaded = load_model(
         local, threads, quiet=quiet, kv_cache_mode=kv_cache_mode, kv_cache_dtype=kv_cache_dtype, spin=spin
     )
-    options = {"max_new_tokens": max_tokens}
+    options = {"max_new_tokens": max_tokens, "prompt_lookup_num_tokens": prompt_lookup}
     options.update({k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None})
     try:
         if system is None:  # a model without a chat template reads the prompt as raw text

@@ -11,6 +11,7 @@ reader never stalls the model.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import threading
@@ -19,6 +20,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import KVCacheManager
@@ -30,6 +33,7 @@ from clika_runtime.engine.types import (
     GenerationReport,
     QueueFullError,
     Request,
+    ScheduledRow,
     SequenceStatus,
     StageEvent,
     StageObserver,
@@ -443,23 +447,61 @@ class Engine:
             return False
         try:
             logits = self.executor.run(plan, before_call=self._hand_over)
-            rows = plan.sample_rows
-            tokens = self.sampler.sample(
-                logits,
-                [r.seq.request_id for r in rows],
-                [r.seq.config for r in rows],
-                [r.seq.request.prompt_ids for r in rows],
-            )
+            if plan.has_drafts:
+                appended = self.scheduler.update_drafted(plan, self._picks(plan, logits))
+            else:
+                appended = self.scheduler.update(plan, self._sample(plan.sample_rows, logits).tolist())
         except Exception as exc:  # the step's own requests end with the error
             self._fail(plan, f"{type(exc).__name__}: {exc}")
             return True
-        for seq, token in self.scheduler.update(plan, tokens.tolist()):
-            self._deliver(self._live[seq.request_id], token)
+        if plan.has_drafts:
+            self._deliver_runs(appended)
+        else:
+            for seq, token in appended:
+                self._deliver(self._live[seq.request_id], token)
         self._note_waiting()
         self._account(plan, time.perf_counter() - start)
         return True
 
-    def _deliver(self, live: _Live, token: int) -> None:
+    def _sample(self, rows: tuple[ScheduledRow, ...] | list[ScheduledRow], logits: np.ndarray) -> np.ndarray:
+        return self.sampler.sample(
+            logits,
+            [r.seq.request_id for r in rows],
+            [r.seq.config for r in rows],
+            [r.seq.request.prompt_ids for r in rows],
+        )
+
+    def _picks(self, plan: StepPlan, logits: np.ndarray) -> list[list[int]]:
+        """Per sample row: the greedy pick after each token of a draft row, else the sampled token."""
+        starts, at = [], 0
+        for row in plan.sample_rows:
+            starts.append(at)
+            at += row.num_new if row.draft else 1
+        picks: list[list[int]] = [[] for _ in starts]
+        plain = [i for i, row in enumerate(plan.sample_rows) if not row.draft]
+        if plain:
+            sampled = self._sample([plan.sample_rows[i] for i in plain], logits[[starts[i] for i in plain]])
+            for i, token in zip(plain, sampled.tolist(), strict=True):
+                picks[i] = [token]
+        for i, row in enumerate(plan.sample_rows):
+            if row.draft:
+                picks[i] = np.argmax(logits[starts[i] : starts[i] + row.num_new], axis=1).tolist()
+        return picks
+
+    def _deliver_runs(self, appended: list[tuple[Seq, int]]) -> None:
+        """Deliver a step that gave some sequences several tokens, in order.
+
+        A stop string met mid-run ends the reply there: the run's later tokens
+        are dropped from the sequence before its report is made.
+        """
+        left = collections.Counter(seq.request_id for seq, _ in appended)
+        for seq, token in appended:
+            left[seq.request_id] -= 1
+            live = self._live.get(seq.request_id)
+            if live is not None:  # None: a stop string ended it earlier in this run
+                self._deliver(live, token, unread=left[seq.request_id])
+
+    def _deliver(self, live: _Live, token: int, unread: int = 0) -> None:
         seq = live.seq
         piece = ""
         if live.detok is not None and token not in seq.stop_ids:
@@ -468,14 +510,16 @@ class Engine:
             piece = live.stops.push(text) if text else ""
             live.detok_s += time.perf_counter() - began
             if live.stops.matched is not None:
-                self.scheduler.finish(seq, SequenceStatus.FINISHED_STOPPED)
+                self.scheduler.stop_at_string(seq, unread)
+                unread = 0
         if seq.num_completion_tokens == 1:
             self._observe_prefill(seq)
-        if seq.finished:
+        ended = seq.finished and not unread  # else more tokens of this step's run follow
+        if ended:
             piece += self._flush(live)
         live.text.append(piece)
         live.stream._put(Delta((token,), piece))
-        if seq.finished:
+        if ended:
             self._finalize(live)
 
     def _flush(self, live: _Live) -> str:
@@ -577,4 +621,6 @@ def _report(seq: Seq, stop_string: str | None) -> GenerationReport:
         queue_s=(seq.first_scheduled_time or finish) - arrival,
         stop_string=stop_string,
         error=seq.error,
+        draft_tokens=seq.num_draft_tokens,
+        accepted_draft_tokens=seq.num_accepted_draft_tokens,
     )

@@ -81,6 +81,9 @@ class CacheShape:
 class KVCacheManager(abc.ABC):
     """What the scheduler and executor need from a KV cache."""
 
+    # Whether ``pack`` runs rows with draft tokens (speculative decoding) and returns all their logits.
+    takes_drafts = False
+
     @abc.abstractmethod
     def allocate(self, seq: Sequence) -> Allocation | None:
         """Reserve storage for ``seq``'s whole reply, or None when there is no room now."""
@@ -149,6 +152,8 @@ class KVCacheManager(abc.ABC):
 
 class ContinuousKVCache(KVCacheManager):
     """One slot per sequence; buffers grow (slots, capacity) on demand up to ``max_seq + slack``."""
+
+    takes_drafts = True
 
     def __init__(
         self, shape: CacheShape, *, num_slots: int, max_seq: int, slack: int = 0, prefix_reuse: bool = True
@@ -243,9 +248,12 @@ class ContinuousKVCache(KVCacheManager):
                 return packed
         rows = [StepRow(0, ())] * self.num_rows
         for row in plan.rows:
-            rows[row.slot] = StepRow(row.start, row.new_token_ids)
+            rows[row.slot] = StepRow(row.start, row.new_token_ids, bool(row.draft))
         packed = pack_step(rows, capacity=self.capacity, context_window=context_window)
         sample = [packed.logits_rows[r.slot].start for r in plan.sample_rows]
+        if plan.has_drafts:  # a draft row's every logit, in sample_rows order
+            picked = [packed.logits_rows[r.slot] for r in plan.sample_rows]
+            sample = [i for rows_of in picked for i in range(rows_of.start, rows_of.stop)]
         return PackedStep(packed.feeds(), len(packed.logits_index), sample)
 
     def _pack_decode(self, plan: StepPlan, context_window: int | None) -> PackedStep | None:

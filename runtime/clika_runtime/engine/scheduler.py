@@ -20,6 +20,14 @@ else to take it from has outgrown the whole budget: it ends with "length".
 
 After the ORT call ``update`` advances the computed counts, appends sampled
 tokens and ends sequences on a stop id, ``max_new_tokens`` or a full context.
+
+Speculative decoding (a request's ``prompt_lookup_num_tokens``): a decoding
+greedy sequence whose history repeats its last tokens runs its pending token
+plus a draft looked up there (``clika_runtime.engine.prompt_lookup``), paid
+from the step's budget like a prompt chunk; ``update_drafted`` keeps the
+draft's longest prefix the model's own greedy picks confirm, then the model's
+next pick, and counts only the confirmed tokens' KV as computed (the rest is
+overwritten when those positions are computed again).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from collections import deque
 from operator import attrgetter
 
 from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.prompt_lookup import propose_draft
 from clika_runtime.engine.types import (
     QueueFullError,
     ScheduledRow,
@@ -91,13 +100,16 @@ class Scheduler:
         for seq in self.running:
             (decoding if seq.num_pending_tokens == 1 else prefilling).append(seq)
         # Decode rows always run: a budget below the active count must not starve one.
-        budget = max(self.max_step_tokens, len(decoding))
+        budget = max(self.max_step_tokens, len(decoding)) - len(decoding)
         rows: list[ScheduledRow] = []
         for seq in decoding:
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            draft = self._draft(seq, budget) if seq.config.prompt_lookup_num_tokens else ()
             # A decode row's one token is its last: it always samples.
-            if seq.status is SequenceStatus.RUNNING and self._make_room(seq, 1, rows):
-                rows.append(ScheduledRow(seq, seq.slot, seq.num_computed_tokens, 1, True))  # type: ignore[arg-type]
-        budget -= len(decoding)
+            if self._make_room(seq, 1 + len(draft), rows):
+                rows.append(ScheduledRow(seq, seq.slot, seq.num_computed_tokens, 1 + len(draft), True, draft))  # type: ignore[arg-type]
+                budget -= len(draft)
         for seq in prefilling:
             if budget <= 0:
                 break
@@ -133,6 +145,18 @@ class Scheduler:
         """Sequences the last ``schedule`` ended (beyond the KV budget); each is returned once."""
         ended, self._ended = self._ended, []
         return ended
+
+    def _draft(self, seq: Sequence, budget: int) -> tuple[int, ...]:
+        """Tokens to guess after ``seq``'s pending one: greedy, no penalties, room left in the reply."""
+        if not (seq.config.stateless and self.cache.takes_drafts):
+            return ()
+        limit = min(
+            seq.config.prompt_lookup_num_tokens,
+            budget,
+            seq.config.max_new_tokens - seq.num_completion_tokens - 1,  # the model's own pick follows
+            self.max_seq - seq.num_tokens,  # the last drafted position stays inside the context
+        )
+        return tuple(propose_draft(seq.token_ids, limit)) if limit > 0 else ()
 
     def _make_room(self, seq: Sequence, num_new: int, rows: list[ScheduledRow]) -> bool:
         """Reserve cache room for ``seq``'s next tokens, preempting later-admitted sequences if needed.
@@ -213,6 +237,38 @@ class Scheduler:
                 self.finish(seq, status)
         return appended
 
+    def update_drafted(self, plan: StepPlan, picks: list[list[int]]) -> list[tuple[Sequence, int]]:
+        """``update`` for a step with draft rows: ``picks`` holds, per ``plan.sample_rows`` row, the
+        model's greedy pick after each of its tokens (a row without a draft: its one sampled token).
+
+        A draft row keeps its draft's longest prefix that matches the picks, then the
+        pick after it; only the tokens the model saw before that pick count as computed.
+        """
+        kept: dict[int, list[int]] = {}
+        for row, picked in zip(plan.sample_rows, picks, strict=True):
+            accepted = _confirmed(row.draft, picked)
+            kept[id(row)] = [*row.draft[:accepted], picked[accepted]]
+            row.seq.num_draft_tokens += len(row.draft)
+            row.seq.num_accepted_draft_tokens += accepted
+        for row in plan.rows:
+            tokens = kept.get(id(row))
+            row.seq.num_computed_tokens += len(tokens) if row.draft and tokens else row.num_new
+            self.cache.commit(row.seq)
+        now = time.perf_counter()
+        appended: list[tuple[Sequence, int]] = []
+        for row in plan.sample_rows:
+            seq = row.seq
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+            for token in kept[id(row)]:
+                seq.token_ids.append(token)
+                appended.append((seq, token))
+                status = self._stop_status(seq, token)
+                if status is not None:
+                    self.finish(seq, status)
+                    break
+        return appended
+
     def _stop_status(self, seq: Sequence, token: int) -> SequenceStatus | None:
         if token in seq.stop_ids:
             return SequenceStatus.FINISHED_STOPPED
@@ -234,6 +290,17 @@ class Scheduler:
         seq.status = status
         seq.error = error
         seq.finish_time = time.perf_counter()
+
+    def stop_at_string(self, seq: Sequence, unread: int = 0) -> None:
+        """End ``seq`` on a stop string met in its text; ``unread`` tokens this step appended
+        after it (a drafted run) are dropped, and a run that also ended the sequence
+        otherwise (its last token) ends it as stopped all the same."""
+        if unread:
+            del seq.token_ids[-unread:]
+        if seq.finished:
+            seq.status = SequenceStatus.FINISHED_STOPPED
+        else:
+            self.finish(seq, SequenceStatus.FINISHED_STOPPED)
 
     def reject(self, seq: Sequence, error: str) -> None:
         """End a sequence that never entered the queues (``add`` refused it)."""
@@ -266,6 +333,14 @@ class Scheduler:
 
 
 _by_slot = attrgetter("slot")
+
+
+def _confirmed(draft: tuple[int, ...], picked: list[int]) -> int:
+    """How many leading draft tokens equal the model's picks before them."""
+    count = 0
+    while count < len(draft) and picked[count] == draft[count]:
+        count += 1
+    return count
 
 
 def _row(seq: Sequence, num_new: int) -> ScheduledRow:

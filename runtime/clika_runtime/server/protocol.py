@@ -269,6 +269,7 @@ _PASSED = {
     "repetition_penalty": "repetition_penalty",
     "reasoning_effort": "reasoning_effort",
     "ignore_eos": "ignore_eos",
+    "prompt_lookup_num_tokens": "prompt_lookup_num_tokens",  # as in Hugging Face's generate
 }
 
 
