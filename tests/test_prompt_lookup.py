@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from clika_runtime import modelverse
-from clika_runtime.engine.prompt_lookup import propose_draft
+from clika_runtime.engine.prompt_lookup import next_draft_limit, propose_draft
 from clika_runtime.engine.types import GenerationConfig
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 40}
@@ -38,6 +38,11 @@ def test_the_draft_follows_the_latest_earlier_occurrence_of_the_tail():
     assert propose_draft([4, 5, 6, 4, 5], 3) == [6, 4, 5]  # a shorter tail when the longer one is new
     assert propose_draft([1, 2, 3, 4, 5], 3) == []  # nothing repeats
     assert propose_draft([1, 1], 3) == [] and propose_draft([1, 2, 1, 2], 0) == []
+
+
+def test_drafts_grow_while_they_hold_and_shrink_when_refused():
+    assert next_draft_limit(8, 2, 2) == 4 and next_draft_limit(8, 6, 6) == 8
+    assert next_draft_limit(8, 8, 3) == 4 and next_draft_limit(8, 5, 0) == 1
 
 
 def test_bad_lookup_lengths_are_refused_by_name():

@@ -37,7 +37,7 @@ from collections import deque
 from operator import attrgetter
 
 from clika_runtime.engine.kv_cache import KVCacheManager
-from clika_runtime.engine.prompt_lookup import propose_draft
+from clika_runtime.engine.prompt_lookup import next_draft_limit, propose_draft
 from clika_runtime.engine.types import (
     QueueFullError,
     ScheduledRow,
@@ -151,7 +151,7 @@ class Scheduler:
         if not (seq.config.stateless and self.cache.takes_drafts):
             return ()
         limit = min(
-            seq.config.prompt_lookup_num_tokens,
+            seq.draft_limit,
             budget,
             seq.config.max_new_tokens - seq.num_completion_tokens - 1,  # the model's own pick follows
             self.max_seq - seq.num_tokens,  # the last drafted position stays inside the context
@@ -248,8 +248,8 @@ class Scheduler:
         for row, picked in zip(plan.sample_rows, picks, strict=True):
             accepted = _confirmed(row.draft, picked)
             kept[id(row)] = [*row.draft[:accepted], picked[accepted]]
-            row.seq.num_draft_tokens += len(row.draft)
-            row.seq.num_accepted_draft_tokens += accepted
+            if row.draft:
+                _adapt_draft_limit(row.seq, len(row.draft), accepted)
         for row in plan.rows:
             tokens = kept.get(id(row))
             row.seq.num_computed_tokens += len(tokens) if row.draft and tokens else row.num_new
@@ -333,6 +333,13 @@ class Scheduler:
 
 
 _by_slot = attrgetter("slot")
+
+
+def _adapt_draft_limit(seq: Sequence, drafted: int, accepted: int) -> None:
+    """Tally a draft and size the next one."""
+    seq.num_draft_tokens += drafted
+    seq.num_accepted_draft_tokens += accepted
+    seq.draft_limit = next_draft_limit(seq.config.prompt_lookup_num_tokens, drafted, accepted)
 
 
 def _confirmed(draft: tuple[int, ...], picked: list[int]) -> int:

@@ -301,6 +301,7 @@ class Sequence:
         "error",
         "num_draft_tokens",
         "num_accepted_draft_tokens",
+        "draft_limit",
     )
 
     def __init__(self, request: Request) -> None:
@@ -317,6 +318,8 @@ class Sequence:
         self.error: str | None = None
         self.num_draft_tokens = 0  # speculative decoding: tokens drafted, and those the model kept
         self.num_accepted_draft_tokens = 0
+        # The longest draft worth trying next: it shrinks after refused guesses, grows after kept ones.
+        self.draft_limit = request.config.prompt_lookup_num_tokens
 
     @property
     def request_id(self) -> int:
