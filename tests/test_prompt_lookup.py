@@ -3,9 +3,9 @@
 The drafting itself is checked on plain token lists; the engine on a tiny
 random llama through the real graph (its greedy replies loop, so drafts are
 found and both confirmed and refused), alone, batched with sampled requests,
-with stop strings and in the paged mode that does not draft (its fp32
-kernels give the same logits for a row of several tokens as for one, so the
-replies must be equal token for token); SmolLM2 int4 on a prompt whose reply
+with stop strings and in the paged mode (its fp32 kernels give the same
+logits for a row of several tokens as for one, so the replies must be equal
+token for token); SmolLM2 int4 on a prompt whose reply
 quotes it.
 """
 
@@ -122,13 +122,34 @@ def test_a_stop_string_inside_a_confirmed_draft_ends_the_reply_there(drafting):
     assert checked >= 3 and drafted >= 1
 
 
-def test_the_paged_cache_decodes_drafting_requests_plainly(tiny_llama_model, drafting):
+def test_the_paged_cache_drafts_alike(tiny_llama_model, drafting):
     paged = modelverse.load(tiny_llama_model, threads=1, kv_cache_mode="paged")
-    assert not paged.supports_speculative_decoding
-    got = paged.generate(PROMPTS[0], **GREEDY, prompt_lookup_num_tokens=6)
-    assert paged.report.draft_tokens == 0
+    assert paged.supports_speculative_decoding
+    got, reports = replies(paged, PROMPTS, **GREEDY, prompt_lookup_num_tokens=6)
+    paged.engine.check_integrity()
     paged.close()
-    assert got == drafting.generate(PROMPTS[0], **GREEDY)
+    assert got == replies(drafting, PROMPTS, **GREEDY)[0]
+    assert sum(r.accepted_draft_tokens for r in reports) > 0
+
+
+def test_blocks_a_drafted_reply_filled_serve_the_next_prompt_as_a_cached_prefix(tiny_llama_model):
+    first = [5, 6, 7, 8] * 6
+    config = GenerationConfig(**GREEDY, prompt_lookup_num_tokens=6)
+    reusing = modelverse.load(tiny_llama_model, threads=1, kv_cache_mode="paged")
+    stream = reusing.engine.submit(first, config)
+    reply = [t for delta in stream for t in delta.token_ids]
+    assert stream.report.accepted_draft_tokens > 0
+    follow_up = first + reply + [9, 10, 11]
+    again = reusing.engine.submit(follow_up, config)
+    got = [t for delta in again for t in delta.token_ids]
+    # All the first request computed (its last token never ran) is reused.
+    assert again.report.cached_tokens == len(first) + len(reply) - 1
+    reusing.engine.check_integrity()
+    reusing.close()
+    fresh = modelverse.load(tiny_llama_model, threads=1, kv_cache_mode="paged", prefix_reuse=False)
+    want = [t for delta in fresh.engine.submit(follow_up, config) for t in delta.token_ids]
+    fresh.close()
+    assert got == want
 
 
 @pytest.mark.slow

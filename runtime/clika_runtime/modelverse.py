@@ -281,9 +281,9 @@ class GenerativeModel:
 
     @property
     def supports_speculative_decoding(self) -> bool:
-        """True when requests may draft by prompt lookup (``prompt_lookup_num_tokens=``): the continuous
-        KV cache scores every position of a step's row; the paged one runs drafts as plain decoding."""
-        return self._handle.folder.kv_mode == "continuous"
+        """True: requests may draft by prompt lookup (``prompt_lookup_num_tokens=``); both KV cache
+        modes score every position of a step's row and keep the whole history."""
+        return True
 
     @property
     def supports_vision(self) -> bool:

@@ -81,9 +81,6 @@ class CacheShape:
 class KVCacheManager(abc.ABC):
     """What the scheduler and executor need from a KV cache."""
 
-    # Whether ``pack`` runs rows with draft tokens (speculative decoding) and returns all their logits.
-    takes_drafts = False
-
     @abc.abstractmethod
     def allocate(self, seq: Sequence) -> Allocation | None:
         """Reserve storage for ``seq``'s whole reply, or None when there is no room now."""
@@ -152,8 +149,6 @@ class KVCacheManager(abc.ABC):
 
 class ContinuousKVCache(KVCacheManager):
     """One slot per sequence; buffers grow (slots, capacity) on demand up to ``max_seq + slack``."""
-
-    takes_drafts = True
 
     def __init__(
         self, shape: CacheShape, *, num_slots: int, max_seq: int, slack: int = 0, prefix_reuse: bool = True

@@ -200,10 +200,17 @@ class PagedKVCache(KVCacheManager):
         self._free_slots.append(seq.slot)
 
     def pack(self, plan: StepPlan, context_window: int | None) -> PackedStep:
-        rows = [PagedRow(r.start, r.new_token_ids, self._tables[r.seq.request_id]) for r in plan.rows]
+        rows = [
+            PagedRow(r.start, r.new_token_ids, self._tables[r.seq.request_id], bool(r.draft))
+            for r in plan.rows
+        ]
         packed = pack_paged_step(rows, block_size=self.block_size, context_window=context_window)
         position = {id(r): i for i, r in enumerate(plan.rows)}
-        sample = [packed.logits_rows[position[id(r)]].start for r in plan.sample_rows]
+        picked = [packed.logits_rows[position[id(r)]] for r in plan.sample_rows]
+        if plan.has_drafts:  # a draft row's every logit, in sample_rows order
+            sample = [i for rows_of in picked for i in range(rows_of.start, rows_of.stop)]
+        else:
+            sample = [rows_of.start for rows_of in picked]
         return PackedStep(packed.feeds(), len(packed.logits_index), sample)
 
     # -- blocks ------------------------------------------------------------------------

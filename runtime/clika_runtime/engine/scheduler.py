@@ -106,6 +106,8 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue
             draft = self._draft(seq, budget) if seq.config.prompt_lookup_num_tokens else ()
+            if draft and not self.cache.reserve(seq, 1 + len(draft)):
+                draft = ()  # a guess never takes memory from another sequence
             # A decode row's one token is its last: it always samples.
             if self._make_room(seq, 1 + len(draft), rows):
                 rows.append(ScheduledRow(seq, seq.slot, seq.num_computed_tokens, 1 + len(draft), True, draft))  # type: ignore[arg-type]
@@ -148,7 +150,7 @@ class Scheduler:
 
     def _draft(self, seq: Sequence, budget: int) -> tuple[int, ...]:
         """Tokens to guess after ``seq``'s pending one: greedy, no penalties, room left in the reply."""
-        if not (seq.config.stateless and self.cache.takes_drafts):
+        if not seq.config.stateless:
             return ()
         limit = min(
             seq.draft_limit,
@@ -251,9 +253,8 @@ class Scheduler:
             if row.draft:
                 _adapt_draft_limit(row.seq, len(row.draft), accepted)
         for row in plan.rows:
-            tokens = kept.get(id(row))
-            row.seq.num_computed_tokens += len(tokens) if row.draft and tokens else row.num_new
-            self.cache.commit(row.seq)
+            # A draft row computed its pending token and the confirmed drafts.
+            row.seq.num_computed_tokens += len(kept[id(row)]) if row.draft else row.num_new
         now = time.perf_counter()
         appended: list[tuple[Sequence, int]] = []
         for row in plan.sample_rows:
@@ -265,8 +266,13 @@ class Scheduler:
                 appended.append((seq, token))
                 status = self._stop_status(seq, token)
                 if status is not None:
+                    # Confirmed drafts after the stop were computed but are not the sequence's.
+                    seq.num_computed_tokens = min(seq.num_computed_tokens, seq.num_tokens)
                     self.finish(seq, status)
                     break
+        for row in plan.rows:  # after the appends: a cache indexing full blocks reads their tokens
+            if not row.seq.finished:
+                self.cache.commit(row.seq)
         return appended
 
     def _stop_status(self, seq: Sequence, token: int) -> SequenceStatus | None:
@@ -297,6 +303,7 @@ class Scheduler:
         otherwise (its last token) ends it as stopped all the same."""
         if unread:
             del seq.token_ids[-unread:]
+            seq.num_computed_tokens = min(seq.num_computed_tokens, seq.num_tokens)
         if seq.finished:
             seq.status = SequenceStatus.FINISHED_STOPPED
         else:
