@@ -29,6 +29,7 @@ from clika_runtime.chat.prepare import refuse_media
 from clika_runtime.chat.session import ChatSession
 from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
 from clika_runtime.chat.tools import ToolCall
+from clika_runtime.engine.assistant import AssistantDrafter
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
@@ -93,6 +94,7 @@ def load(
     allow_spinning: bool = True,
     kv_cache_bytes: int | None = None,
     kv_cache_dtype: str = "float32",
+    assistant_model: GenerativeModel | str | Path | None = None,
 ) -> GenerativeModel:
     """Open an exported model folder.
 
@@ -115,6 +117,9 @@ def load(
     ``kv_cache_dtype``: "float32" (the default) or "int8", a quarter of the KV
     memory for a small loss of quality (scales calibrated at export; continuous
     mode only), like llama.cpp's ``--cache-type-k q8_0``.
+
+    ``assistant_model``: a loaded model or a model folder (loaded here, with the
+    same threads, and closed with this model) attached with :meth:`set_assistant`.
     """
     if kv_cache_mode not in (None, *KV_CACHE_MODES):
         raise ValueError(f"kv_cache_mode must be one of {KV_CACHE_MODES} or None, got {kv_cache_mode!r}")
@@ -145,7 +150,13 @@ def load(
             k: v for k, v in (("bos_token", tokenizer.bos_token), ("eos_token", tokenizer.eos_token)) if v
         }
         template = ChatTemplate(opened.chat_template, special_tokens=specials)
-    return GenerativeModel(_Loaded(opened, tokenizer, template, kv_cache_mode, options))
+    model = GenerativeModel(_Loaded(opened, tokenizer, template, kv_cache_mode, options))
+    if isinstance(assistant_model, (str, Path)):
+        assistant_model = load(assistant_model, threads=threads, allow_spinning=allow_spinning)
+        model._owned_assistant = assistant_model
+    if assistant_model is not None:
+        model.set_assistant(assistant_model)
+    return model
 
 
 class GenerativeModel:
@@ -169,6 +180,8 @@ class GenerativeModel:
         self._report: GenerationReport | ChatOutcome | None = None
         self._reports: list[ChatOutcome] = []
         self._chat: ChatSession | None = None
+        self._assistant: GenerativeModel | None = None
+        self._owned_assistant: GenerativeModel | None = None  # loaded by ``load``: closed with this model
 
     # -- what the model is -------------------------------------------------------------
 
@@ -251,8 +264,8 @@ class GenerativeModel:
 
     @property
     def assistant_model(self) -> GenerativeModel | None:
-        """The attached assistant model, or None (assisted generation is not available yet)."""
-        return None
+        """The attached assistant model, or None."""
+        return self._assistant
 
     @property
     def supports_tools(self) -> bool:
@@ -298,9 +311,22 @@ class GenerativeModel:
         return False
 
     def set_assistant(self, model: GenerativeModel | None) -> None:
-        """Attach an assistant model for assisted generation (refused: not available yet)."""
+        """Attach ``model`` as this model's assistant (assisted generation); None detaches.
+
+        It must share this model's vocabulary and have a context window at least
+        this one's (refused otherwise, naming the mismatch). A greedy request's
+        ``num_assistant_tokens`` then drafts that many tokens a step with it
+        (fewer after refused guesses); its report carries the tally. Set it
+        before the first generation.
+        """
         if model is not None:
-            raise ValueError("assisted generation is not available in this runtime yet")
+            _check_assistant(self, model)
+        with self._engine_lock:
+            if self._engine is not None or self._chat is not None:
+                raise ValueError(
+                    "set the assistant before the first generation: this model's engine is running"
+                )
+            self._assistant = model
 
     def set_stage_observer(self, callback: StageObserver | None) -> None:
         """Report every request's stages (tokenize, prefill, decode, detokenize, and each engine step)
@@ -318,6 +344,10 @@ class GenerativeModel:
         ``max_step_tokens``, ``prefix_reuse`` and ``kv_cache_bytes``.
         """
         options = EngineOptions(**{**self._handle.options.__dict__, **limits})
+        assistant = None
+        if self._assistant is not None:
+            # Slots beyond the active count keep finished drafts' histories for prefix reuse.
+            assistant = AssistantDrafter(self._assistant.create_engine(max_active=max(options.max_active, 8)))
         folder = self._handle.folder
         arch = folder.manifest.architecture
         cache = self._new_cache(options)
@@ -338,6 +368,7 @@ class GenerativeModel:
             eos_token_ids=self.eos_token_ids,
             options=options,
             observer=observer,
+            assistant=assistant,
         )
 
     def _new_cache(self, options: EngineOptions) -> KVCacheManager:
@@ -384,6 +415,8 @@ class GenerativeModel:
             engine.close()
         if chat is not None:
             chat.close()
+        if self._owned_assistant is not None:
+            self._owned_assistant.close()
 
     # -- prompts ------------------------------------------------------------------------
 
@@ -641,3 +674,24 @@ class _StreamedReply(Iterator[Any]):
     def __del__(self) -> None:
         if not self._ended:
             self._stream.cancel()
+
+
+def _check_assistant(model: GenerativeModel, assistant: GenerativeModel) -> None:
+    """Refuse an assistant whose tokens do not mean the same, or whose context is shorter."""
+    if assistant.vocab_size != model.vocab_size:
+        raise ValueError(
+            f"the assistant's vocabulary has {assistant.vocab_size} tokens, this model's {model.vocab_size}: "
+            "an assistant must share the model's vocabulary"
+        )
+    step = max(1, model.vocab_size // 1024)  # a spread sample: same-family tokenizers agree everywhere
+    for token_id in range(0, model.vocab_size, step):
+        if assistant.tokenizer.id_to_token(token_id) != model.tokenizer.id_to_token(token_id):
+            raise ValueError(
+                f"the assistant's token {token_id} is {assistant.tokenizer.id_to_token(token_id)!r}, "
+                f"this model's {model.tokenizer.id_to_token(token_id)!r}: an assistant must share the vocabulary"
+            )
+    if assistant.max_seq < model.max_seq:
+        raise ValueError(
+            f"the assistant's context window ({assistant.max_seq} tokens) is shorter than this model's "
+            f"({model.max_seq})"
+        )

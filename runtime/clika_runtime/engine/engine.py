@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from clika_runtime.engine.assistant import AssistantDrafter
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.sampler import Sampler
@@ -221,6 +222,7 @@ class Engine:
         options: EngineOptions | None = None,
         observer: StageObserver | None = None,
         name: str = "clika-engine",
+        assistant: AssistantDrafter | None = None,
     ) -> None:
         self.options = options or EngineOptions()
         self.executor = executor
@@ -236,6 +238,7 @@ class Engine:
             max_active=self.options.max_active,
             max_queued=self.options.max_queued,
             max_step_tokens=self.options.max_step_tokens,
+            assistant=assistant,
         )
         self.sampler = Sampler(vocab_size)
         self.stats = EngineStats()
@@ -311,6 +314,11 @@ class Engine:
             raise ValueError(
                 f"stop_token_ids holds {bad[0]}, outside the vocabulary (0..{self.vocab_size - 1})"
             )
+        if config.num_assistant_tokens and self.scheduler.assistant is None:
+            raise ValueError(
+                "num_assistant_tokens needs an assistant model: attach one with set_assistant() "
+                "or load(..., assistant_model=)"
+            )
         return prompt
 
     def cancel(self, request_id: int) -> None:
@@ -339,6 +347,8 @@ class Engine:
         self._inbox.put(("stop", None))
         if threading.current_thread() is not self._thread:
             self._thread.join()
+        if self.scheduler.assistant is not None:
+            self.scheduler.assistant.close()
 
     @property
     def closed(self) -> bool:

@@ -36,6 +36,7 @@ import time
 from collections import deque
 from operator import attrgetter
 
+from clika_runtime.engine.assistant import AssistantDrafter
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.prompt_lookup import next_draft_limit, propose_draft
 from clika_runtime.engine.types import (
@@ -58,6 +59,7 @@ class Scheduler:
         max_active: int = 8,
         max_queued: int = 256,
         max_step_tokens: int = 256,
+        assistant: AssistantDrafter | None = None,
     ) -> None:
         for name, value in (("max_active", max_active), ("max_step_tokens", max_step_tokens)):
             if value < 1:
@@ -69,6 +71,7 @@ class Scheduler:
         self.max_active = max_active
         self.max_queued = max_queued
         self.max_step_tokens = max_step_tokens
+        self.assistant = assistant
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the last is preempted first
         self._by_id: dict[int, Sequence] = {}
@@ -102,10 +105,11 @@ class Scheduler:
         # Decode rows always run: a budget below the active count must not starve one.
         budget = max(self.max_step_tokens, len(decoding)) - len(decoding)
         rows: list[ScheduledRow] = []
+        drafts = self._drafts(decoding, budget)
         for seq in decoding:
             if seq.status is not SequenceStatus.RUNNING:
                 continue
-            draft = self._draft(seq, budget) if seq.config.prompt_lookup_num_tokens else ()
+            draft = drafts.get(id(seq), ())
             if draft and not self.cache.reserve(seq, 1 + len(draft)):
                 draft = ()  # a guess never takes memory from another sequence
             # A decode row's one token is its last: it always samples.
@@ -148,17 +152,38 @@ class Scheduler:
         ended, self._ended = self._ended, []
         return ended
 
-    def _draft(self, seq: Sequence, budget: int) -> tuple[int, ...]:
-        """Tokens to guess after ``seq``'s pending one: greedy, no penalties, room left in the reply."""
-        if not seq.config.stateless:
-            return ()
-        limit = min(
+    def _drafts(self, decoding: list[Sequence], budget: int) -> dict[int, tuple[int, ...]]:
+        """Per decoding sequence that asks for one (by ``id``), the tokens to guess after its pending one.
+
+        Prompt lookup drafts each alone; the assistant model drafts for all its
+        sequences in one call. Drafts share the step's spare ``budget``.
+        """
+        drafts: dict[int, tuple[int, ...]] = {}
+        assisted: list[tuple[Sequence, int]] = []
+        for seq in decoding:
+            limit = min(self._draft_limit(seq), budget)
+            if limit < 1 or seq.status is not SequenceStatus.RUNNING:
+                continue
+            budget -= limit
+            if seq.config.num_assistant_tokens and self.assistant is not None:
+                assisted.append((seq, limit))
+            else:
+                drafts[id(seq)] = tuple(propose_draft(seq.token_ids, limit))
+        if assisted:
+            proposed = self.assistant.propose([s.token_ids for s, _ in assisted], [n for _, n in assisted])  # type: ignore[union-attr]
+            for (seq, limit), tokens in zip(assisted, proposed, strict=True):
+                drafts[id(seq)] = tuple(tokens[:limit])
+        return drafts
+
+    def _draft_limit(self, seq: Sequence) -> int:
+        """How many tokens ``seq`` may guess now: greedy, no penalties, room left in the reply."""
+        if not seq.config.draft_ceiling or not seq.config.stateless:
+            return 0
+        return min(
             seq.draft_limit,
-            budget,
             seq.config.max_new_tokens - seq.num_completion_tokens - 1,  # the model's own pick follows
             self.max_seq - seq.num_tokens,  # the last drafted position stays inside the context
         )
-        return tuple(propose_draft(seq.token_ids, limit)) if limit > 0 else ()
 
     def _make_room(self, seq: Sequence, num_new: int, rows: list[ScheduledRow]) -> bool:
         """Reserve cache room for ``seq``'s next tokens, preempting later-admitted sequences if needed.
@@ -346,7 +371,7 @@ def _adapt_draft_limit(seq: Sequence, drafted: int, accepted: int) -> None:
     """Tally a draft and size the next one."""
     seq.num_draft_tokens += drafted
     seq.num_accepted_draft_tokens += accepted
-    seq.draft_limit = next_draft_limit(seq.config.prompt_lookup_num_tokens, drafted, accepted)
+    seq.draft_limit = next_draft_limit(seq.config.draft_ceiling, drafted, accepted)
 
 
 def _confirmed(draft: tuple[int, ...], picked: list[int]) -> int:

@@ -52,7 +52,8 @@ class GenerationConfig:
     a greedy request without penalties draft up to that many tokens a step from
     its own history (speculative decoding: the greedy reply, up to the kernels'
     rounding, in fewer steps when the text repeats itself); other requests
-    decode as usual.
+    decode as usual. ``num_assistant_tokens`` > 0 drafts with the model's
+    assistant model instead (assisted generation; needs one attached).
     """
 
     max_new_tokens: int = 256
@@ -68,6 +69,7 @@ class GenerationConfig:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     prompt_lookup_num_tokens: int = 0
+    num_assistant_tokens: int = 0
     # Read by the chat layer (template rendering); the engine ignores them.
     enable_thinking: bool | None = None
     reasoning_effort: str | None = None
@@ -89,6 +91,11 @@ class GenerationConfig:
     @property
     def has_penalties(self) -> bool:
         return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    @property
+    def draft_ceiling(self) -> int:
+        """The most tokens a step may draft: the assistant's share when asked for, else prompt lookup's."""
+        return self.num_assistant_tokens or self.prompt_lookup_num_tokens
 
     @cached_property
     def stateless(self) -> bool:
@@ -190,12 +197,13 @@ def _check_flags(c: GenerationConfig) -> None:
 MAX_PROMPT_LOOKUP_TOKENS = 64
 
 
-def _check_prompt_lookup(c: GenerationConfig) -> None:
-    n = c.prompt_lookup_num_tokens
-    if not _is_int(n) or not 0 <= n <= MAX_PROMPT_LOOKUP_TOKENS:
-        raise ValueError(
-            f"prompt_lookup_num_tokens must be an integer in 0..{MAX_PROMPT_LOOKUP_TOKENS} (0 = off), got {n!r}"
-        )
+def _check_drafting(c: GenerationConfig) -> None:
+    for name in ("prompt_lookup_num_tokens", "num_assistant_tokens"):
+        n = getattr(c, name)
+        if not _is_int(n) or not 0 <= n <= MAX_PROMPT_LOOKUP_TOKENS:
+            raise ValueError(
+                f"{name} must be an integer in 0..{MAX_PROMPT_LOOKUP_TOKENS} (0 = off), got {n!r}"
+            )
 
 
 _CHECKS: tuple[Callable[[GenerationConfig], None], ...] = (
@@ -208,7 +216,7 @@ _CHECKS: tuple[Callable[[GenerationConfig], None], ...] = (
     _check_seed,
     _check_stops,
     _check_flags,
-    _check_prompt_lookup,
+    _check_drafting,
 )
 
 
@@ -319,7 +327,7 @@ class Sequence:
         self.num_draft_tokens = 0  # speculative decoding: tokens drafted, and those the model kept
         self.num_accepted_draft_tokens = 0
         # The longest draft worth trying next: it shrinks after refused guesses, grows after kept ones.
-        self.draft_limit = request.config.prompt_lookup_num_tokens
+        self.draft_limit = request.config.draft_ceiling
 
     @property
     def request_id(self) -> int:

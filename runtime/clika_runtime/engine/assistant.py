@@ -1,0 +1,44 @@
+"""Draft tokens from an assistant model: a smaller model of the same vocabulary guesses ahead.
+
+The assistant runs its own engine (its own KV cache and thread). Each step
+that drafts hands it every drafting sequence's whole history at once and
+waits for its greedy continuations; its continuous cache finds each history's
+previous call in a freed slot (prefix reuse), so a call computes only the
+tokens added since, then the draft. The target engine then checks the draft
+exactly as it checks a prompt-lookup one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from clika_runtime.engine.types import GenerationConfig
+
+if TYPE_CHECKING:
+    from clika_runtime.engine.engine import Engine
+
+
+class AssistantDrafter:
+    """Greedy drafts from an assistant model's engine, one call for all the step's sequences."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def propose(self, histories: Sequence[Sequence[int]], limits: Sequence[int]) -> list[list[int]]:
+        """For each history, up to its limit of tokens the assistant would pick next (greedy).
+
+        A history the assistant cannot take (its queue full, its context too short)
+        gets no draft: the sequence then decodes one token, as without an assistant.
+        """
+        streams = []
+        for history, limit in zip(histories, limits, strict=True):
+            try:
+                config = GenerationConfig(max_new_tokens=limit, ignore_eos=True)
+                streams.append(self.engine.submit(list(history), config, detokenize=False))
+            except (ValueError, RuntimeError):  # QueueFullError and EngineClosedError are RuntimeErrors
+                streams.append(None)
+        return [[] if s is None else [t for delta in s for t in delta.token_ids] for s in streams]
+
+    def close(self) -> None:
+        self.engine.close()

@@ -1,0 +1,83 @@
+"""Assisted generation: an assistant model drafts, the model keeps what its own greedy picks confirm.
+
+Tiny random llamas of one vocabulary through the real pipeline: the model
+assisting itself (every draft holds), a one-layer stranger (most drafts
+fail) and misfits the model must refuse by name. Whatever the assistant,
+the reply is the model's own greedy reply.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from clika_export.api import export
+from clika_runtime import modelverse
+
+GREEDY = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 30}
+PROMPTS = ["one two three one two three", "the cat sat on the mat", "x = x + 1", "hello world"]
+
+
+@pytest.fixture(scope="module")
+def stranger(make_tiny_hf, tmp_path_factory):
+    """A one-layer tiny llama of the same vocabulary, other weights: a poor guesser."""
+    root = tmp_path_factory.mktemp("assistant")
+    make_tiny_hf(root / "hf", "llama", layers=1, seed=7)
+    return export(root / "hf", root / "model", progress=False)
+
+
+def replies(model, **config) -> tuple[list[str], list]:
+    texts, reports = [], []
+    for prompt in PROMPTS:
+        texts.append(model.generate(prompt, **config))
+        reports.append(model.report)
+    return texts, reports
+
+
+def test_replies_are_the_models_own_whoever_assists(tiny_llama_model, stranger):
+    plain_model = modelverse.load(tiny_llama_model, threads=1)
+    plain, _ = replies(plain_model, **GREEDY)
+    plain_model.close()
+    for helper, all_kept in ((tiny_llama_model, True), (stranger, False)):
+        model = modelverse.load(tiny_llama_model, threads=1, assistant_model=helper)
+        assert model.assistant_model is not None
+        got, reports = replies(model, **GREEDY, num_assistant_tokens=4)
+        model.close()
+        assert got == plain
+        drafted = sum(r.draft_tokens for r in reports)
+        kept = sum(r.accepted_draft_tokens for r in reports)
+        assert drafted > 0 and (kept == drafted if all_kept else kept < drafted)
+
+
+def test_a_batch_drafts_together_and_equals_each_alone(tiny_llama_model, stranger):
+    model = modelverse.load(tiny_llama_model, threads=1, assistant_model=stranger)
+    configs = [{**GREEDY, "num_assistant_tokens": 3}, {**GREEDY, "temperature": 0.8, "seed": 1}, dict(GREEDY)]
+    alone = [model.generate(p, **c) for p, c in zip(PROMPTS, configs, strict=False)]
+    for config in configs:  # generate_batch takes one config: check each kind batched with its peers
+        batch = model.generate_batch(PROMPTS, **config)
+        assert batch == [model.generate(p, **config) for p in PROMPTS]
+    assert alone[0] == model.generate(PROMPTS[0], **GREEDY)
+    model.engine.check_integrity()
+    model.close()
+
+
+def test_misfits_are_refused_by_name(tiny_llama_model, tiny_llama_hf, tmp_path, smollm2_gguf):
+    from clika_export.api import cached_export
+
+    model = modelverse.load(tiny_llama_model, threads=1)
+    short = modelverse.load(export(tiny_llama_hf, tmp_path / "short", context_window=64, progress=False))
+    with pytest.raises(
+        ValueError, match=r"context window \(64 tokens\) is shorter than this model's \(128\)"
+    ):
+        model.set_assistant(short)
+    short.close()
+    other = modelverse.load(cached_export(smollm2_gguf, "int4", progress=False), threads=1)
+    with pytest.raises(ValueError, match="assistant's vocabulary has 49152 tokens, this model's 259"):
+        model.set_assistant(other)
+    other.close()
+    model.set_assistant(None)  # detaching is always fine
+    assert model.assistant_model is None
+    with pytest.raises(ValueError, match="num_assistant_tokens needs an assistant model"):
+        model.generate(PROMPTS[0], **GREEDY, num_assistant_tokens=2)
+    with pytest.raises(ValueError, match="before the first generation"):
+        model.set_assistant(model)
+    model.close()
