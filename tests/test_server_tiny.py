@@ -240,6 +240,11 @@ def test_404_unknown_model_and_route(client, http):
         (json.dumps(hello(max_tokens=0)).encode(), "max_tokens", "max_tokens"),
         (json.dumps(hello(top_p=0)).encode(), "top_p", "top_p"),
         (json.dumps(hello(prompt_lookup_num_tokens=-1)).encode(), "prompt_lookup_num_tokens", "0..64"),
+        (
+            json.dumps(hello(num_assistant_tokens=3)).encode(),
+            "num_assistant_tokens",
+            "needs an assistant model",
+        ),
         (json.dumps(hello(n=2)).encode(), "n", "'n' must be 1"),
         (json.dumps(hello(stop=["a", "b", "c", "d", "e"])).encode(), "stop", "at most 4"),
         (json.dumps(hello(tool_choice="required")).encode(), "tool_choice", "needs 'tools'"),

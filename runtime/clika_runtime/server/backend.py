@@ -234,6 +234,8 @@ class ModelBackend:
         except EngineClosedError as exc:
             raise ApiError(503, str(exc), code="engine_closed") from None
         except ValueError as exc:
+            if str(exc).startswith("num_assistant_tokens"):  # the served model has no assistant
+                raise bad_request(str(exc), "num_assistant_tokens") from None
             code = "context_length_exceeded" if "context window" in str(exc) else None
             raise bad_request(str(exc), "messages", code) from None
 

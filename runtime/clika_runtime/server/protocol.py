@@ -270,6 +270,7 @@ _PASSED = {
     "reasoning_effort": "reasoning_effort",
     "ignore_eos": "ignore_eos",
     "prompt_lookup_num_tokens": "prompt_lookup_num_tokens",  # as in Hugging Face's generate
+    "num_assistant_tokens": "num_assistant_tokens",  # with a model loaded with an assistant
 }
 
 
