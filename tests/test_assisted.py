@@ -37,8 +37,12 @@ def test_replies_are_the_models_own_whoever_assists(tiny_llama_model, stranger):
     plain_model = modelverse.load(tiny_llama_model, threads=1)
     plain, _ = replies(plain_model, **GREEDY)
     plain_model.close()
-    for helper, all_kept in ((tiny_llama_model, True), (stranger, False)):
-        model = modelverse.load(tiny_llama_model, threads=1, assistant_model=helper)
+    for helper, all_kept in ((tiny_llama_model, True), (stranger, False), ("itself", True)):
+        if helper == "itself":  # the very same object: its drafting engine must not draft in turn
+            model = modelverse.load(tiny_llama_model, threads=1)
+            model.set_assistant(model)
+        else:
+            model = modelverse.load(tiny_llama_model, threads=1, assistant_model=helper)
         assert model.assistant_model is not None
         got, reports = replies(model, **GREEDY, num_assistant_tokens=4)
         model.close()

@@ -347,7 +347,20 @@ class GenerativeModel:
         assistant = None
         if self._assistant is not None:
             # Slots beyond the active count keep finished drafts' histories for prefix reuse.
-            assistant = AssistantDrafter(self._assistant.create_engine(max_active=max(options.max_active, 8)))
+            drafting = self._assistant._engine_without_assistant(max_active=max(options.max_active, 8))
+            assistant = AssistantDrafter(drafting)
+        return self._engine_without_assistant(observer=observer, assistant=assistant, **options.__dict__)
+
+    def _engine_without_assistant(
+        self,
+        *,
+        observer: StageObserver | None = None,
+        assistant: AssistantDrafter | None = None,
+        **limits: Any,
+    ) -> Engine:
+        """``create_engine`` with ``assistant`` (or none) as its drafter: an assistant's own engine
+        never drafts in turn, even when the assistant has an assistant (or is the model itself)."""
+        options = EngineOptions(**{**self._handle.options.__dict__, **limits})
         folder = self._handle.folder
         arch = folder.manifest.architecture
         cache = self._new_cache(options)
