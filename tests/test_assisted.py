@@ -85,3 +85,18 @@ def test_misfits_are_refused_by_name(tiny_llama_model, tiny_llama_hf, tmp_path, 
     with pytest.raises(ValueError, match="before the first generation"):
         model.set_assistant(model)
     model.close()
+
+
+def test_the_cli_attaches_an_assistant(tiny_gguf, tmp_cache, tmp_path):
+    from click.testing import CliRunner
+
+    from clika_cli.main import clika
+
+    model = str(tiny_gguf("tiny.gguf").path)
+    args = ["generate", model, PROMPTS[0], "--max-tokens", "20", "--temperature", "0", "-q"]
+    plain = CliRunner().invoke(clika, args, catch_exceptions=False)
+    assisted = CliRunner().invoke(clika, [*args, "--assistant", model], catch_exceptions=False)
+    assert plain.exit_code == assisted.exit_code == 0 and assisted.stdout == plain.stdout
+    misfit = export(tiny_gguf("short.gguf").path, tmp_path / "short", context_window=16, progress=False)
+    refused = CliRunner().invoke(clika, [*args, "--assistant", str(misfit)])
+    assert refused.exit_code == 1 and "context window (16 tokens) is shorter" in refused.output

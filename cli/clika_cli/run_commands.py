@@ -8,6 +8,7 @@ import sys
 import click
 
 from clika_cli.common import (
+    ASSISTANT_TOKENS,
     count_option,
     dim,
     engine_options,
@@ -36,6 +37,7 @@ def generate(
     max_tokens: int,
     temperature: float | None,
     seed: int | None,
+    assistant: str | None,
     prompt_lookup: int,
     system: str | None,
     threads: int | None,
@@ -51,10 +53,19 @@ def generate(
     local = local_model(model, precision, quiet=quiet)
     if not quiet:
         pulled_note(local)
+    helper = None if assistant is None else local_model(assistant, None, quiet=quiet)
     loaded = load_model(
-        local, threads, quiet=quiet, kv_cache_mode=kv_cache_mode, kv_cache_dtype=kv_cache_dtype, spin=spin
+        local,
+        threads,
+        quiet=quiet,
+        kv_cache_mode=kv_cache_mode,
+        kv_cache_dtype=kv_cache_dtype,
+        spin=spin,
+        assistant=helper,
     )
     options = {"max_new_tokens": max_tokens, "prompt_lookup_num_tokens": prompt_lookup}
+    if helper is not None:
+        options["num_assistant_tokens"] = ASSISTANT_TOKENS
     options.update({k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None})
     try:
         if system is None:  # a model without a chat template reads the prompt as raw text
