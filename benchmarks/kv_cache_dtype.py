@@ -6,7 +6,7 @@ EOS ignored) in alternating rounds; the figure is the median decode rate and
 its ratio int8 / float32 (this VM's speed drifts, so only ratios within one
 run mean anything), plus the KV bytes each engine held.
 
-    python benchmarks/kv_cache_dtype.py smollm2-135m-instruct --contexts 256 1024 --batches 1 8
+    python benchmarks/kv_cache_dtype.py smollm2-135m-instruct --contexts 256 1024 --batches 1 8 [--mode paged]
 """
 
 from __future__ import annotations
@@ -45,9 +45,13 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--mode", choices=["continuous", "paged"], default="continuous", help="KV cache mode")
     args = parser.parse_args()
     folder = resolve(args.model, None, pull=True, say=print, progress=True).folder
-    models = {d: modelverse.load(folder, threads=args.threads, kv_cache_dtype=d) for d in DTYPES}
+    models = {
+        d: modelverse.load(folder, threads=args.threads, kv_cache_mode=args.mode, kv_cache_dtype=d)
+        for d in DTYPES
+    }
     print("| context | batch | float32 tok/s | int8 tok/s | int8 / float32 | KV MiB float32 | KV MiB int8 |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for context in args.contexts:

@@ -25,6 +25,7 @@ def test_the_written_folder(tiny_llama_hf: Path, tiny_llama_model: Path) -> None
         "model.onnx.data",
         "model_kv8.onnx",
         "model_paged.onnx",
+        "model_paged_int8.onnx",
         "tokenizer.json",
     ]
     manifest = Manifest.read(tiny_llama_model)

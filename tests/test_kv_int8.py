@@ -41,6 +41,8 @@ def test_the_export_writes_a_calibrated_int8_twin(tiny_llama_model):
     float_graph, int8_graph = manifest.graphs["continuous"], manifest.graphs[graph_key("continuous", "int8")]
     assert int8_graph.file == INT8_KV_MODEL_FILE and int8_graph.kv.dtype == "int8"
     assert int8_graph.inputs == float_graph.inputs and int8_graph.outputs == float_graph.outputs
+    paged = manifest.graphs[graph_key("paged", "int8")]
+    assert paged.kv.dtype == "int8" and paged.inputs == manifest.graphs["paged"].inputs
     graph = onnx.load(str(tiny_llama_model / INT8_KV_MODEL_FILE), load_external_data=False).graph
     arch = manifest.architecture
     scales = [i for i in graph.initializer if i.name.startswith("kv_scale.")]
@@ -65,16 +67,18 @@ def test_int8_cache_logits_follow_the_float_cache(tiny_llama_model, tiny_model):
         assert np.mean(got.argmax(-1) == want.argmax(-1)) >= 0.9
 
 
-def test_int8_cache_batches_like_one_request_alone(tiny_llama_model):
-    model = modelverse.load(tiny_llama_model, threads=1, kv_cache_dtype="int8")
+@pytest.mark.parametrize("mode", ["continuous", "paged"])
+def test_int8_cache_batches_like_one_request_alone(tiny_llama_model, mode):
+    model = modelverse.load(tiny_llama_model, threads=1, kv_cache_mode=mode, kv_cache_dtype="int8")
     prompts = [f"{PROMPT} {i}" for i in range(4)]
     greedy = {"max_new_tokens": 12, "temperature": 0.0, "ignore_eos": True}
     alone = [model.generate(p, **greedy) for p in prompts]
     assert model.generate_batch(prompts, **greedy) == alone
     assert model.kv_cache_dtype == "int8"
+    model.engine.check_integrity()
     pipeline = model.residency["pipeline"]
     model.close()
-    floats = modelverse.load(tiny_llama_model, threads=1)
+    floats = modelverse.load(tiny_llama_model, threads=1, kv_cache_mode=mode)
     floats.generate_batch(prompts, **greedy)
     float_pipeline = floats.residency["pipeline"]
     floats.close()
@@ -82,20 +86,39 @@ def test_int8_cache_batches_like_one_request_alone(tiny_llama_model):
     assert pipeline["kv_cache_bytes"] * 4 == float_pipeline["kv_cache_bytes"]
 
 
+def test_the_paged_int8_cache_follows_the_float_one(tiny_llama_model):
+    """Both paged graphs on the same prompts: the int8 pools change the first logits but little."""
+    logits = {}
+    for dtype in ("float32", "int8"):
+        model = modelverse.load(tiny_llama_model, threads=1, kv_cache_mode="paged", kv_cache_dtype=dtype)
+        seen: list[np.ndarray] = []
+        sample = model.engine.sampler.sample
+
+        def keep(rows, *args, _seen=seen, _sample=sample, **kwargs):
+            _seen.append(np.array(rows[0], copy=True))
+            return _sample(rows, *args, **kwargs)
+
+        model.engine.sampler.sample = keep
+        model.generate(PROMPT, max_new_tokens=1, ignore_eos=True)
+        logits[dtype] = seen[0]
+        model.close()
+    want, got = logits["float32"], logits["int8"]
+    assert np.abs(got - want).max() < 0.05 * float(want.max() - want.min()) and got.argmax() == want.argmax()
+
+
 def test_what_int8_cannot_do_is_refused_by_name(tiny_llama_model, tmp_path):
-    with pytest.raises(ManifestError, match="continuous KV cache mode only"):
-        modelverse.load(tiny_llama_model, kv_cache_mode="paged", kv_cache_dtype="int8")
     with pytest.raises(ManifestError, match="kv_cache_dtype must be one of"):
         modelverse.load(tiny_llama_model, kv_cache_dtype="fp8")
     older = shutil.copytree(tiny_llama_model, tmp_path / "older")
     data = json.loads((older / "manifest.json").read_text())
     del data["graphs"][graph_key("continuous", "int8")]
     (older / "manifest.json").write_text(json.dumps(data))
-    with pytest.raises(ManifestError, match="no int8 KV cache graph .*export it again"):
+    with pytest.raises(ManifestError, match="no int8 KV cache graph for 'continuous' .*export it again"):
         modelverse.load(older, kv_cache_dtype="int8")
-    # A cached folder from before gets its twin when next used, the rest untouched;
-    # one calibrated by an older revision gets it made again.
-    assert graph_key("continuous", "int8") in ensure_int8_kv_graph(older).graphs
+    # A cached folder from before gets its twins when next used, the rest untouched;
+    # one calibrated by an older revision gets them made again.
+    graphs = ensure_int8_kv_graph(older).graphs
+    assert graph_key("continuous", "int8") in graphs and graph_key("paged", "int8") in graphs
     data = json.loads((older / "manifest.json").read_text())
     assert data["precision"][PRECISION_KEY]["revision"] == CALIBRATION_REVISION
     data["precision"][PRECISION_KEY]["revision"] = CALIBRATION_REVISION - 1
@@ -116,7 +139,7 @@ def test_cached_exports_gain_the_twin_and_the_cli_loads_it(tiny_gguf, tmp_cache)
     int8 = CliRunner().invoke(clika, [*args, "--kv-cache-dtype", "int8"], catch_exceptions=False)
     assert floats.exit_code == 0 and int8.exit_code == 0 and int8.stdout.strip()
     paged = CliRunner().invoke(clika, [*args, "--kv-cache-dtype", "int8", "--kv-cache-mode", "paged"])
-    assert paged.exit_code == 1 and "continuous KV cache mode only" in paged.output
+    assert paged.exit_code == 0 and paged.stdout.strip()
     wrong = CliRunner().invoke(clika, [*args, "--kv-cache-dtype", "int4"])
     assert wrong.exit_code == 2 and "'int4' is not one of 'float32', 'int8'" in wrong.output
 

@@ -41,7 +41,7 @@ _kv_cache_dtype = click.option(
     type=click.Choice(["float32", "int8"]),
     default="float32",
     show_default=True,
-    help="int8: a quarter of the KV memory for a small loss of quality (continuous mode only).",
+    help="int8: a quarter of the KV memory for a small loss of quality.",
 )
 _spin = click.option(
     "--spin/--no-spin",

@@ -91,11 +91,7 @@ def _missing_graph(manifest: Manifest, kv_mode: str, kv_dtype: str) -> str:
     if kv_dtype not in KV_CACHE_DTYPES:
         return f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {kv_dtype!r}"
     if kv_dtype != "float32" and kv_mode in manifest.graphs:
-        if kv_mode != "continuous":
-            return (
-                f"an {kv_dtype} KV cache is available in the continuous KV cache mode only, not {kv_mode!r}"
-            )
-        return f"the model has no {kv_dtype} KV cache graph (exported before it existed: export it again)"
+        return f"the model has no {kv_dtype} KV cache graph for {kv_mode!r} (exported before it existed: export it again)"
     return f"the model has no {kv_mode!r} graph (it has: {', '.join(sorted(manifest.graphs))})"
 
 

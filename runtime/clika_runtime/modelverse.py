@@ -115,8 +115,8 @@ def load(
     a step (faster) and sleep between steps; False makes them sleep always.
 
     ``kv_cache_dtype``: "float32" (the default) or "int8", a quarter of the KV
-    memory for a small loss of quality (scales calibrated at export; continuous
-    mode only), like llama.cpp's ``--cache-type-k q8_0``.
+    memory for a small loss of quality (scales calibrated at export; either KV
+    mode), like llama.cpp's ``--cache-type-k q8_0``.
 
     ``assistant_model``: a loaded model or a model folder (loaded here, with the
     same threads, and closed with this model) attached with :meth:`set_assistant`.

@@ -40,6 +40,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from clika_export.calibration_text import CALIBRATION_MESSAGES, CALIBRATION_TEXT
 from clika_export.graph.builder import save_model
+from clika_export.graph.paged_graph import DEFAULT_BLOCK_SIZE, add_paged_graph
 from clika_runtime.engine.step_inputs import GridLayout, StepRow, grid_layout, pack_step
 from clika_runtime.manifest import MANIFEST_FILE, GraphSpec, Manifest, graph_key
 from clika_runtime.model_folder import session_options
@@ -48,8 +49,9 @@ INT8_KV_MODEL_FILE = "model_kv8.onnx"
 INT8 = "int8"
 # Calibration text is short: leave room for larger keys/values than it showed (see above).
 HEADROOM = 2.0
-# Bumped when the calibration changes, so cached folders get their twin made again.
-CALIBRATION_REVISION = 1
+# Bumped when the calibration or the twins change, so cached folders get them made again
+# (2: the paged twin).
+CALIBRATION_REVISION = 2
 PRECISION_KEY = "kv_cache_int8"
 # A channel that never moved during calibration still needs a usable scale.
 SMALLEST_SCALE = 1e-6
@@ -63,7 +65,8 @@ def ensure_int8_kv_graph(folder: Path, *, threads: int | None = None) -> Manifes
     """The folder's manifest, after adding its int8 KV graph if it has none."""
     manifest = Manifest.read(folder)
     made = manifest.precision.get(PRECISION_KEY, {})
-    if graph_key("continuous", INT8) in manifest.graphs and made.get("revision") == CALIBRATION_REVISION:
+    twins = (graph_key("continuous", INT8), graph_key("paged", INT8))
+    if all(key in manifest.graphs for key in twins) and made.get("revision") == CALIBRATION_REVISION:
         return manifest
     return add_int8_kv_graph(folder, threads=threads)
 
@@ -94,7 +97,9 @@ def add_int8_kv_graph(folder: Path, *, threads: int | None = None) -> Manifest:
     partial = folder / f".{MANIFEST_FILE}.{os.getpid()}.partial"
     partial.write_text(manifest.to_json() + "\n", encoding="utf-8")
     os.replace(partial, folder / MANIFEST_FILE)
-    return manifest
+    paged = manifest.graphs.get("paged")
+    block_size = (paged.kv.block_size if paged else None) or DEFAULT_BLOCK_SIZE
+    return add_paged_graph(folder, block_size=block_size, kv_dtype=INT8)  # the paged mode's int8 twin
 
 
 def calibration_ids(folder: Path) -> list[int]:

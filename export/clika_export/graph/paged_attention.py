@@ -81,15 +81,19 @@ class AttentionSite:
     rotary: bool
     interleaved: bool
     scale: float
+    # An int8 cache: the continuous graph's per-channel scales ``[1, kv_heads, 1, head_dim]``.
+    k_scale: str | None = None
+    v_scale: str | None = None
 
 
 class PagedAttentionEmitter:
     """Emits the step-wide tables once and each layer's paged attention."""
 
-    def __init__(self, g: GraphBuilder, arch: Architecture, block_size: int) -> None:
+    def __init__(self, g: GraphBuilder, arch: Architecture, block_size: int, *, int8: bool = False) -> None:
         self.g = g
         self.a = arch
         self.bs = block_size
+        self.int8 = int8  # pools hold int8 on per-channel scales (the continuous graph's int8 cache)
         self.group = arch.num_heads // arch.num_kv_heads
         self.q_width = arch.num_heads * arch.head_dim
         self.kv_width = arch.num_kv_heads * arch.head_dim
@@ -207,6 +211,9 @@ class PagedAttentionEmitter:
             kv_shape = self.const(f"{n}.kv_shape", [-1, a.num_kv_heads, a.head_dim])
             k = g.op("Reshape", [k, kv_shape], label="ReshapeK")
             v = g.op("Reshape", [v, kv_shape], label="ReshapeV")
+            if site.k_scale is not None:
+                k, v = self._quantized(k, site.k_scale, n, "K"), self._quantized(v, site.v_scale, n, "V")
+                q = self._scaled(q, site.k_scale, n)
             keys = g.op("ScatterND", [past_k, self.write_index, k], outputs=[present_k], label="WriteK")
             values = g.op("ScatterND", [past_v, self.write_index, v], outputs=[present_v], label="WriteV")
             pools = (keys, values)
@@ -229,6 +236,38 @@ class PagedAttentionEmitter:
                 else_branch=decode_branch,
             )
         return g.nodes[start:]
+
+    def _quantized(self, x: str, scale: str | None, n: str, kind: str) -> str:
+        """``x [T, kvh, hd]`` as int8 on the cache's per-channel grid (rounded, saturated)."""
+        g, a = self.g, self.a
+        flat = self.const(f"{n}.kv_flat", [-1, self.kv_width])
+        per_channel = g.op(
+            "Reshape", [scale, self.const(f"{n}.channels", [self.kv_width])], label=f"Scale{kind}"
+        )
+        zero = self.const(f"{n}.int8_zero", np.zeros(self.kv_width), np.int8)
+        x = g.op("Reshape", [x, flat], label=f"Flat{kind}")
+        x = g.op("QuantizeLinear", [x, per_channel, zero], label=f"Quantize{kind}", axis=1)
+        return g.op(
+            "Reshape",
+            [x, self.const(f"{n}.kv_shape", [-1, a.num_kv_heads, a.head_dim])],
+            label=f"Heads{kind}",
+        )
+
+    def _scaled(self, q: str, k_scale: str, n: str) -> str:
+        """``q [1, T, nh*hd]`` times each query head's key scales: ``q . (s * k8) = (q * s) . k8``."""
+        a = self.a
+        head_scale = self.g.op(
+            "Reshape",
+            [k_scale, self.const(f"{n}.k_scale_row", [a.num_kv_heads, 1, a.head_dim])],
+            label="KeyScaleRow",
+        )
+        tiled = self.g.op(
+            "Tile", [head_scale, self.const(f"{n}.group_tiles", [1, self.group, 1])], label="KeyScaleHeads"
+        )
+        row = self.g.op(
+            "Reshape", [tiled, self.const(f"{n}.q_row", [1, 1, self.q_width])], label="KeyScaleQuery"
+        )
+        return self.g.op("Mul", [q, row], label="ScaleQuery")
 
     def _branch(self, layer: str, name: str, build: Callable[[], str]) -> onnx.GraphProto:
         """The nodes ``build`` emits (in scope ``name``), taken out of the graph as an If branch."""
@@ -255,8 +294,23 @@ class PagedAttentionEmitter:
         out = []
         for kind, pool in zip("KV", pools, strict=True):
             blocks = g.op("Gather", [pool, tables], label=f"{label}Gather{kind}", axis=1)
+            if self.int8:  # scales are applied to the query (K) and the mixed context (V)
+                blocks = g.op("Cast", [blocks], label=f"{label}Float{kind}", to=onnx.TensorProto.FLOAT)
             out.append(g.op("Reshape", [blocks, shape], label=f"{label}Sequence{kind}"))
         return out[0], out[1]
+
+    def _value_scaled(self, context: str, site: AttentionSite, rank: int, label: str) -> str:
+        """``context [kvh, ..., hd]`` (``rank`` dims) times the value scales: ``w @ (s * v8) = s * (w @ v8)``."""
+        if site.v_scale is None:
+            return context
+        a = self.a
+        shape = [a.num_kv_heads, *([1] * (rank - 2)), a.head_dim]
+        scale = self.g.op(
+            "Reshape",
+            [site.v_scale, self.const(f"layer{site.layer}.v_scale_{rank}", shape)],
+            label=f"{label}ValueScale",
+        )
+        return self.g.op("Mul", [context, scale], label=f"{label}ScaleValues")
 
     def _decode(self, q: str, pools: tuple[str, str], site: AttentionSite, *, packed: bool) -> str:
         """Decode rows: ``[kvh, Bd, group, hd] @ [kvh, Bd, Md*bs, hd]^T``, softmax, ``@ V`` -> ``[Bd, nh*hd]``.
@@ -283,6 +337,7 @@ class PagedAttentionEmitter:
         scores = g.op("Add", [scores, self.decode_bias], label=f"{label}Mask")
         weights = g.op("Softmax", [scores], label=f"{label}Softmax", axis=-1)
         context = g.op("MatMul", [weights, values], label=f"{label}Mix")  # [kvh, Bd, group, hd]
+        context = self._value_scaled(context, site, 4, label)
         context = g.op("Transpose", [context], label=f"{label}RowMajor", perm=[1, 0, 2, 3])
         return g.op(
             "Reshape",
@@ -311,6 +366,7 @@ class PagedAttentionEmitter:
         scores = g.op("Add", [scores, self.wide_bias], label="WideMask")  # [kvh, Bw, group, Sw, L]
         weights = g.op("Softmax", [scores], label="WideSoftmax", axis=-1)
         context = g.op("MatMul", [weights, values], label="WideMix")  # [kvh, Bw, group, Sw, hd]
+        context = self._value_scaled(context, site, 5, "Wide")
         context = g.op("Transpose", [context], label="WideRowMajor", perm=[1, 3, 0, 2, 4])
         return g.op(
             "Reshape", [context, self.const(f"{n}.out_shape", [-1, self.q_width])], label="WideFlatten"

@@ -25,7 +25,7 @@ from onnx import helper
 from clika_export.graph.builder import GraphBuilder, save_model
 from clika_export.graph.paged_attention import STEP_KV_NAMES, AttentionSite, KVNames, PagedAttentionEmitter
 from clika_runtime.engine import paged_inputs as io
-from clika_runtime.manifest import MANIFEST_FILE, Architecture, GraphSpec, Manifest
+from clika_runtime.manifest import MANIFEST_FILE, Architecture, GraphSpec, Manifest, graph_key
 
 PAGED_MODEL_FILE = "model_paged.onnx"
 DEFAULT_BLOCK_SIZE = 64
@@ -70,12 +70,13 @@ def derive_paged_graph(
             f"{continuous.name} has {len(sites)} GroupQueryAttention nodes, the architecture {arch.num_layers} layers"
         )
     g = GraphBuilder("clika_paged_step", None)  # type: ignore[arg-type]  # small constants only
-    emitter = PagedAttentionEmitter(g, arch, block_size)
+    int8 = any(site.k_scale is not None for site in sites)
+    emitter = PagedAttentionEmitter(g, arch, block_size, int8=int8)
     step_nodes = emitter.step_tables()
     layer_nodes = {site.layer: emitter.layer(site, kv_names) for site in sites}
     _splice(graph, sites, step_nodes, layer_nodes)
     graph.initializer.extend(g.initializers)
-    _replace_io(graph, arch, block_size, kv_names)
+    _replace_io(graph, arch, block_size, kv_names, onnx.TensorProto.INT8 if int8 else onnx.TensorProto.FLOAT)
     _drop_dead(graph)
     model.doc_string = "clika paged step graph: packed tokens, KV in a block pool read through block tables"
     # Written beside and renamed into place: a reader never opens half a graph.
@@ -99,19 +100,29 @@ def ensure_paged_graph(folder: Path) -> Manifest:
     return add_paged_graph(folder, block_size=(paged.kv.block_size if paged else None) or DEFAULT_BLOCK_SIZE)
 
 
-def add_paged_graph(folder: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Manifest:
+def add_paged_graph(
+    folder: Path, *, block_size: int = DEFAULT_BLOCK_SIZE, kv_dtype: str = "float32"
+) -> Manifest:
     """Give a model folder its ``paged`` graph (derived from its ``continuous`` one); returns the manifest.
 
-    Both graphs read the same weights file. The manifest is replaced in one
-    rename, so a reader sees the folder before or after, never half-written.
+    ``kv_dtype`` "int8": the paged twin of the int8 KV cache's continuous graph
+    (``paged:int8``, its pools int8 on the same scales). All the graphs read the
+    same weights file. The manifest is replaced in one rename, so a reader sees
+    the folder before or after, never half-written.
     """
     folder = Path(folder)
     manifest = Manifest.read(folder)
-    continuous = manifest.graphs["continuous"]
+    continuous = manifest.graphs[graph_key("continuous", kv_dtype)]
     kv = continuous.kv
     names = (kv.past_key, kv.past_value, kv.present_key, kv.present_value)
+    model_file = PAGED_MODEL_FILE if kv_dtype == "float32" else f"model_paged_{kv_dtype}.onnx"
     paged = derive_paged_graph(
-        folder / continuous.file, folder, manifest.architecture, block_size=block_size, kv_names=names
+        folder / continuous.file,
+        folder,
+        manifest.architecture,
+        block_size=block_size,
+        kv_names=names,
+        model_file=model_file,
     )
     spec = GraphSpec(
         file=paged.model_file,
@@ -120,7 +131,7 @@ def add_paged_graph(folder: Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Ma
         kv=dataclasses.replace(kv, layout=io.PAGED_LAYOUT, block_size=block_size),
         logits_output=continuous.logits_output,
     )
-    manifest = dataclasses.replace(manifest, graphs={**manifest.graphs, "paged": spec})
+    manifest = dataclasses.replace(manifest, graphs={**manifest.graphs, graph_key("paged", kv_dtype): spec})
     partial = folder / f".{MANIFEST_FILE}.{os.getpid()}.partial"
     partial.write_text(manifest.to_json() + "\n", encoding="utf-8")
     os.replace(partial, folder / MANIFEST_FILE)
@@ -169,7 +180,14 @@ def _site(
         rotary=bool(attrs.get("do_rotary", 0)),
         interleaved=bool(attrs.get("rotary_interleaved", 0)),
         scale=float(attrs.get("scale", 0.0)) or 1.0 / float(np.sqrt(arch.head_dim)),
+        k_scale=_input(gqa, 12),
+        v_scale=_input(gqa, 13),
     )
+
+
+def _input(node: onnx.NodeProto, index: int) -> str | None:
+    """The node's ``index``-th input, None when absent or empty."""
+    return node.input[index] if len(node.input) > index and node.input[index] else None
 
 
 def _only(nodes: list[onnx.NodeProto]) -> onnx.NodeProto | None:
@@ -198,7 +216,9 @@ def _splice(
     graph.node.extend(nodes)
 
 
-def _replace_io(graph: onnx.GraphProto, arch: Architecture, block_size: int, kv_names: KVNames) -> None:
+def _replace_io(
+    graph: onnx.GraphProto, arch: Architecture, block_size: int, kv_names: KVNames, pool_type: int
+) -> None:
     kept = [v for v in graph.input if v.name in (io.INPUT_IDS, io.LOGITS_INDEX)]
     new_inputs = [
         helper.make_tensor_value_info(io.POSITION_IDS, onnx.TensorProto.INT64, [TOKENS]),
@@ -219,16 +239,14 @@ def _replace_io(graph: onnx.GraphProto, arch: Architecture, block_size: int, kv_
     pools = []
     for layer in range(arch.num_layers):
         for name in kv_names[:2]:
-            pools.append(
-                helper.make_tensor_value_info(name.format(layer=layer), onnx.TensorProto.FLOAT, pool)
-            )
+            pools.append(helper.make_tensor_value_info(name.format(layer=layer), pool_type, pool))
     del graph.input[:]
     graph.input.extend([*kept, *new_inputs, *pools])
     present = {name.format(layer=layer) for layer in range(arch.num_layers) for name in kv_names[2:]}
     outputs = []
     for value in graph.output:
         if value.name in present:
-            value = helper.make_tensor_value_info(value.name, onnx.TensorProto.FLOAT, pool)
+            value = helper.make_tensor_value_info(value.name, pool_type, pool)
         outputs.append(value)
     del graph.output[:]
     graph.output.extend(outputs)
