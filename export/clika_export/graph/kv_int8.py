@@ -6,6 +6,8 @@ scales (``kv_cache_bit_width=8``, ``k_quant_type``/``v_quant_type``,
 them. The twin is the continuous graph with those attributes, one scale per
 layer, KV head and channel (``[1, kv_heads, 1, head_dim]``), and int8 cache
 inputs/outputs; it reads the same weights file, so any precision gets one.
+``add_int8_kv_graph`` then derives its paged twin (``paged:int8``, see
+``clika_export.graph.paged_graph``) on the same scales.
 
 Scales come from running the float-cache graph over a fixed mixed text
 (``clika_export.calibration_text``) rendered through the model's own chat
