@@ -34,20 +34,25 @@ def tiny(make_tiny_hf, tmp_path_factory) -> Path:
     return export(root / "hf", root / "model", progress=False)
 
 
-def workload(seed: int = 0) -> list[tuple[list[int], GenerationConfig]]:
+def workload(seed: int = 0, drafting: bool = False) -> list[tuple[list[int], GenerationConfig]]:
+    """The requests; ``drafting``: every other one drafts by prompt lookup (the tiny model's replies loop)."""
     rng = np.random.default_rng(seed)
     prefixes = [rng.integers(0, 256, n).tolist() for n in (0, 40, 64, 130, 200)]
     requests = []
     for _ in range(REQUESTS):
         prefix = prefixes[int(rng.integers(len(prefixes)))]
         tail = rng.integers(0, 256, int(rng.integers(1, 60))).tolist()
-        config = GenerationConfig(max_new_tokens=int(rng.integers(1, 120)), ignore_eos=True)
+        lookup = 6 if drafting and len(requests) % 2 else 0
+        config = GenerationConfig(
+            max_new_tokens=int(rng.integers(1, 120)), ignore_eos=True, prompt_lookup_num_tokens=lookup
+        )
         requests.append((prefix + tail, config))
     return requests
 
 
-def test_300_requests_leave_every_block_free_or_cached(tiny: Path):
-    requests = workload()
+@pytest.mark.parametrize("drafting", [False, True], ids=["plain", "drafting"])
+def test_300_requests_leave_every_block_free_or_cached(tiny: Path, drafting: bool):
+    requests = workload(drafting=drafting)
     manifest = Manifest.read(tiny)
     arch, block_size = manifest.architecture, manifest.graphs["paged"].kv.block_size
     block_bytes = 2 * arch.num_layers * arch.num_kv_heads * block_size * arch.head_dim * 4
@@ -83,11 +88,19 @@ def test_300_requests_leave_every_block_free_or_cached(tiny: Path):
     reasons = [s.report.finish_reason for s in streams]
     assert set(reasons) <= {"length", "cancelled"} and reasons.count("cancelled") > 0
     assert sum(s.report.cached_tokens for s in streams) > 0
+    assert (sum(s.report.accepted_draft_tokens for s in streams) > 0) == drafting
     model.close()
 
     finished = [i for i, reason in enumerate(reasons) if reason == "length"]
     reference = modelverse.load(tiny, threads=1, max_active=8, max_queued=REQUESTS)
-    ref_streams = [reference.engine.submit(*requests[i]) for i in finished]
+    # The reference decodes plainly: drafted replies must be the same greedy replies.
+    plain = GenerationConfig(ignore_eos=True)
+    ref_streams = [
+        reference.engine.submit(
+            requests[i][0], plain.overlay({"max_new_tokens": requests[i][1].max_new_tokens})
+        )
+        for i in finished
+    ]
     expected = [[t for d in s for t in d.token_ids] for s in ref_streams]
     reference.close()
     assert [replies[i] for i in finished] == expected

@@ -122,6 +122,20 @@ def test_a_stop_string_inside_a_confirmed_draft_ends_the_reply_there(drafting):
     assert checked >= 3 and drafted >= 1
 
 
+def test_drafts_stop_at_the_end_of_the_context(drafting):
+    engine = drafting.engine
+    prompt = [40, 41, 42, 43] * 28  # 112 of the tiny model's 128 positions
+    for lookup in (0, 8):
+        config = GenerationConfig(max_new_tokens=64, ignore_eos=True, prompt_lookup_num_tokens=lookup)
+        stream = engine.submit(prompt, config)
+        reply = [t for delta in stream for t in delta.token_ids]
+        if lookup == 0:
+            plain = reply
+    assert reply == plain and stream.report.finish_reason == "length"
+    assert len(prompt) + len(reply) == drafting.max_seq and stream.report.accepted_draft_tokens > 0
+    engine.check_integrity()
+
+
 def test_the_paged_cache_drafts_alike(tiny_llama_model, drafting):
     paged = modelverse.load(tiny_llama_model, threads=1, kv_cache_mode="paged")
     assert paged.supports_speculative_decoding
