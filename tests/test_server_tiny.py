@@ -194,6 +194,24 @@ def test_a_chat_sessions_engine_can_be_served(tiny_model):
         assert session.send("hi", max_new_tokens=2) is not None
 
 
+def test_a_model_served_with_an_assistant_drafts_unless_asked_not_to(tiny_llama_model, client):
+    greedy = client.chat.completions.create(**hello(max_tokens=24), temperature=0).choices[0].message.content
+    model = modelverse.load(tiny_llama_model, threads=1, assistant_model=tiny_llama_model)
+    with start_server(model, model_id=MODEL) as running:
+        assisted = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=60)
+        steps = running.backend.engine.stats.steps
+        reply = assisted.chat.completions.create(**hello(max_tokens=24), temperature=0)
+        drafted_steps = running.backend.engine.stats.steps - steps
+        plain = assisted.chat.completions.create(
+            **hello(max_tokens=24), temperature=0, extra_body={"num_assistant_tokens": 0}
+        )
+        plain_steps = running.backend.engine.stats.steps - steps - drafted_steps
+    model.close()
+    assert reply.choices[0].message.content == plain.choices[0].message.content == greedy
+    # The model drafting for itself keeps every draft: far fewer steps than tokens.
+    assert drafted_steps < reply.usage.completion_tokens // 2 and plain_steps >= plain.usage.completion_tokens
+
+
 def test_binds_loopback_by_default(server):
     assert server.host == "127.0.0.1"
 
@@ -306,7 +324,14 @@ def test_the_engine_is_clean_after_all_that(server):
 
 def test_clika_serve_command_serves_a_model_folder_and_stops_on_ctrl_c(tiny_llama_model):
     command = [sys.executable, "-m", "clika_cli.main", "serve", str(tiny_llama_model), "--port", "0"]
-    command += ["--model-id", "m", "--threads", "1"]
+    command += [
+        "--model-id",
+        "m",
+        "--threads",
+        "1",
+        "--assistant",
+        str(tiny_llama_model),
+    ]  # drafting for itself
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         url = _served_url(process)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 import click
 
 from clika_cli.models import PRECISIONS, LocalModel, ModelError, human_size, resolve
+from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
 
 if TYPE_CHECKING:
     from clika_runtime.modelverse import GenerativeModel
@@ -73,8 +74,7 @@ def count_option(flag: str, *, minimum: int, default: int, help: str) -> Callabl
     return click.option(flag, type=click.IntRange(min=minimum), default=default, show_default=True, help=help)
 
 
-# Drafts adapt to what the model keeps; 4 did best with Qwen2.5-Coder 0.5B drafting for 1.5B.
-ASSISTANT_TOKENS = 4
+ASSISTANT_TOKENS = DEFAULT_ASSISTANT_TOKENS
 
 
 def reply_options(max_tokens: int) -> Callable[[Command], Command]:

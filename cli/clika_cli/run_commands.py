@@ -111,6 +111,13 @@ def generate(
     "--default-max-tokens", minimum=1, default=1024, help="Reply length when a request names no max_tokens."
 )
 @click.option("--model-id", default=None, help="The id clients send as 'model' (default: MODEL as given).")
+@click.option(
+    "--assistant",
+    default=None,
+    metavar="MODEL",
+    help="A smaller model of the same vocabulary drafting for greedy requests "
+    f"({ASSISTANT_TOKENS} tokens a step unless a request sends num_assistant_tokens).",
+)
 @engine_options
 def serve(
     model: str,
@@ -122,6 +129,7 @@ def serve(
     max_queued: int,
     default_max_tokens: int,
     model_id: str | None,
+    assistant: str | None,
     threads: int | None,
     kv_cache_mode: str,
     kv_cache_dtype: str,
@@ -139,7 +147,15 @@ def serve(
     pulled_note(local)
     if api_key is None and not _is_loopback(host):
         say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
-    loaded = load_model(local, threads, kv_cache_mode=kv_cache_mode, kv_cache_dtype=kv_cache_dtype, spin=spin)
+    helper = None if assistant is None else local_model(assistant, None)
+    loaded = load_model(
+        local,
+        threads,
+        kv_cache_mode=kv_cache_mode,
+        kv_cache_dtype=kv_cache_dtype,
+        spin=spin,
+        assistant=helper,
+    )
     name = model_id or local.name
 
     def ready(url: str) -> None:
