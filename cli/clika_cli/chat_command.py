@@ -15,6 +15,7 @@ import click
 
 from clika_cli.common import (
     ASSISTANT_TOKENS,
+    EngineChoice,
     dim,
     engine_options,
     load_model,
@@ -56,30 +57,19 @@ def chat(
     seed: int | None,
     assistant: str | None,
     prompt_lookup: int,
-    threads: int | None,
-    kv_cache_mode: str,
-    kv_cache_dtype: str,
-    spin: bool,
+    engine: EngineChoice,
 ) -> None:
     """Chat with MODEL (default: smollm2-135m-instruct, pulled on first use)."""
     local = local_model(model, precision)
     pulled_note(local)
-    helper = None if assistant is None else local_model(assistant, None)
-    loaded = load_model(
-        local,
-        threads,
-        kv_cache_mode=kv_cache_mode,
-        kv_cache_dtype=kv_cache_dtype,
-        spin=spin,
-        assistant=helper,
-    )
+    loaded = load_model(local, engine, assistant=assistant)
     # A temperature on the command line takes the sampling policy over whole.
     overrides = chat_sampling(loaded) if temperature is None else {"temperature": temperature}
     if seed is not None:
         overrides["seed"] = seed
     if prompt_lookup:
         overrides["prompt_lookup_num_tokens"] = prompt_lookup
-    if helper is not None:
+    if assistant is not None:
         overrides["num_assistant_tokens"] = ASSISTANT_TOKENS
     say(dim("/help lists the commands; Ctrl-D or /exit leaves."))
     repl = ChatRepl(loaded, system=system, budget=max_tokens, overrides=overrides)

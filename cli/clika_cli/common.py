@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -53,16 +55,35 @@ _spin = click.option(
 )
 
 
+@dataclass(frozen=True)
+class EngineChoice:
+    """How a loaded model runs, as the command line chose it."""
+
+    threads: int | None = None
+    kv_cache_mode: str = "continuous"
+    kv_cache_dtype: str = "float32"
+    spin: bool = True
+
+
 def engine_options(command: Command) -> Command:
-    """``--threads``, ``--kv-cache-mode``, ``--kv-cache-dtype`` and ``--spin/--no-spin``: how a loaded model runs."""
+    """``--threads``, ``--kv-cache-mode``, ``--kv-cache-dtype`` and ``--spin/--no-spin``, handed to
+    ``command`` as one ``engine: EngineChoice``."""
+
+    @functools.wraps(command)
+    def with_engine(
+        *args: Any, threads: int | None, kv_cache_mode: str, kv_cache_dtype: str, spin: bool, **kw: Any
+    ):
+        return command(*args, engine=EngineChoice(threads, kv_cache_mode, kv_cache_dtype, spin), **kw)
+
+    wrapped: Any = with_engine
     for option in (
         _spin,
         _kv_cache_dtype,
         _kv_cache_mode,
         _threads,
-    ):  # the last decorator applied lists its option first
-        command = option(command)
-    return command
+    ):  # the last applied lists its option first
+        wrapped = option(wrapped)
+    return wrapped
 
 
 # Commands that only score text (no engine) take the thread count alone.
@@ -133,27 +154,25 @@ def local_model(spec: str, precision: str | None, *, pull: bool = True, quiet: b
 
 def load_model(
     local: LocalModel,
-    threads: int | None = None,
+    engine: EngineChoice | None = None,
     quiet: bool = False,
     *,
-    kv_cache_mode: str = "continuous",
-    kv_cache_dtype: str = "float32",
-    spin: bool = True,
-    assistant: LocalModel | None = None,
+    assistant: str | None = None,
 ) -> GenerativeModel:
-    """Load a model folder (with ``assistant`` attached when given), saying how long it took."""
+    """Load a model folder, saying how long it took; ``assistant`` names a model to attach (pulled if needed)."""
     from clika_runtime import modelverse
     from clika_runtime.manifest import ManifestError
 
+    engine = engine or EngineChoice()
     began = time.perf_counter()
     try:
         model = modelverse.load(
             local.folder,
-            threads=threads,
-            kv_cache_mode=kv_cache_mode,
-            kv_cache_dtype=kv_cache_dtype,
-            allow_spinning=spin,
-            assistant_model=None if assistant is None else assistant.folder,
+            threads=engine.threads,
+            kv_cache_mode=engine.kv_cache_mode,
+            kv_cache_dtype=engine.kv_cache_dtype,
+            allow_spinning=engine.spin,
+            assistant_model=None if assistant is None else local_model(assistant, None, quiet=quiet).folder,
         )
     except (ManifestError, ValueError) as exc:  # an int8 cache asked of the paged mode, a misfit assistant
         raise click.ClickException(str(exc)) from None

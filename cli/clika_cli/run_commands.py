@@ -9,6 +9,7 @@ import click
 
 from clika_cli.common import (
     ASSISTANT_TOKENS,
+    EngineChoice,
     count_option,
     dim,
     engine_options,
@@ -40,10 +41,7 @@ def generate(
     assistant: str | None,
     prompt_lookup: int,
     system: str | None,
-    threads: int | None,
-    kv_cache_mode: str,
-    kv_cache_dtype: str,
-    spin: bool,
+    engine: EngineChoice,
     quiet: bool,
 ) -> None:
     """Generate MODEL's reply to PROMPT ('-' or none: read it from stdin), streamed to stdout."""
@@ -53,18 +51,9 @@ def generate(
     local = local_model(model, precision, quiet=quiet)
     if not quiet:
         pulled_note(local)
-    helper = None if assistant is None else local_model(assistant, None, quiet=quiet)
-    loaded = load_model(
-        local,
-        threads,
-        quiet=quiet,
-        kv_cache_mode=kv_cache_mode,
-        kv_cache_dtype=kv_cache_dtype,
-        spin=spin,
-        assistant=helper,
-    )
+    loaded = load_model(local, engine, quiet=quiet, assistant=assistant)
     options = {"max_new_tokens": max_tokens, "prompt_lookup_num_tokens": prompt_lookup}
-    if helper is not None:
+    if assistant is not None:
         options["num_assistant_tokens"] = ASSISTANT_TOKENS
     options.update({k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None})
     try:
@@ -130,10 +119,7 @@ def serve(
     default_max_tokens: int,
     model_id: str | None,
     assistant: str | None,
-    threads: int | None,
-    kv_cache_mode: str,
-    kv_cache_dtype: str,
-    spin: bool,
+    engine: EngineChoice,
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     from clika_runtime.server import require_server_stack
@@ -147,15 +133,7 @@ def serve(
     pulled_note(local)
     if api_key is None and not _is_loopback(host):
         say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
-    helper = None if assistant is None else local_model(assistant, None)
-    loaded = load_model(
-        local,
-        threads,
-        kv_cache_mode=kv_cache_mode,
-        kv_cache_dtype=kv_cache_dtype,
-        spin=spin,
-        assistant=helper,
-    )
+    loaded = load_model(local, engine, assistant=assistant)
     name = model_id or local.name
 
     def ready(url: str) -> None:
