@@ -67,7 +67,15 @@ class PackedStep:
 
     feeds: dict[str, np.ndarray]
     num_logits: int
-    sample_logits: list[int]  # the logits row of each of ``plan.sample_rows``, in order
+    sample_logits: list[int]  # the logits row of each of ``plan.sample_rows``, in order (a draft row: all)
+
+
+def sampled_logits(plan: StepPlan, rows_of: list[slice]) -> list[int]:
+    """The logits rows the sampler reads, from each of ``plan.sample_rows``' slice ``rows_of``:
+    its last one, or every one of a row with a draft (each verifies a guessed token)."""
+    if plan.has_drafts:
+        return [i for rows in rows_of for i in range(rows.start, rows.stop)]
+    return [rows.start for rows in rows_of]
 
 
 @dataclass(frozen=True)
@@ -245,10 +253,7 @@ class ContinuousKVCache(KVCacheManager):
         for row in plan.rows:
             rows[row.slot] = StepRow(row.start, row.new_token_ids, bool(row.draft))
         packed = pack_step(rows, capacity=self.capacity, context_window=context_window)
-        sample = [packed.logits_rows[r.slot].start for r in plan.sample_rows]
-        if plan.has_drafts:  # a draft row's every logit, in sample_rows order
-            picked = [packed.logits_rows[r.slot] for r in plan.sample_rows]
-            sample = [i for rows_of in picked for i in range(rows_of.start, rows_of.stop)]
+        sample = sampled_logits(plan, [packed.logits_rows[r.slot] for r in plan.sample_rows])
         return PackedStep(packed.feeds(), len(packed.logits_index), sample)
 
     def _pack_decode(self, plan: StepPlan, context_window: int | None) -> PackedStep | None:

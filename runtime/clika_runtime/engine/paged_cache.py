@@ -30,7 +30,14 @@ from collections.abc import Mapping
 import numpy as np
 
 from clika_runtime.engine.block_pool import BlockPool
-from clika_runtime.engine.kv_cache import Allocation, CacheShape, KVCacheManager, PackedStep, kv_buffer
+from clika_runtime.engine.kv_cache import (
+    Allocation,
+    CacheShape,
+    KVCacheManager,
+    PackedStep,
+    kv_buffer,
+    sampled_logits,
+)
 from clika_runtime.engine.paged_inputs import PagedRow, pack_paged_step
 from clika_runtime.engine.prefix_cache import ROOT_HASH, PrefixIndex, PrefixMatch, chain_hash
 from clika_runtime.engine.types import Sequence, StepPlan
@@ -206,11 +213,7 @@ class PagedKVCache(KVCacheManager):
         ]
         packed = pack_paged_step(rows, block_size=self.block_size, context_window=context_window)
         position = {id(r): i for i, r in enumerate(plan.rows)}
-        picked = [packed.logits_rows[position[id(r)]] for r in plan.sample_rows]
-        if plan.has_drafts:  # a draft row's every logit, in sample_rows order
-            sample = [i for rows_of in picked for i in range(rows_of.start, rows_of.stop)]
-        else:
-            sample = [rows_of.start for rows_of in picked]
+        sample = sampled_logits(plan, [packed.logits_rows[position[id(r)]] for r in plan.sample_rows])
         return PackedStep(packed.feeds(), len(packed.logits_index), sample)
 
     # -- blocks ------------------------------------------------------------------------

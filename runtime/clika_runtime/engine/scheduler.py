@@ -160,9 +160,9 @@ class Scheduler:
         """
         drafts: dict[int, tuple[int, ...]] = {}
         assisted: list[tuple[Sequence, int]] = []
-        for seq in decoding:
+        for seq in decoding:  # all running: nothing is preempted before the rows are made
             limit = min(self._draft_limit(seq), budget)
-            if limit < 1 or seq.status is not SequenceStatus.RUNNING:
+            if limit < 1:
                 continue
             budget -= limit
             if seq.config.num_assistant_tokens and self.assistant is not None:

@@ -194,16 +194,14 @@ def _check_flags(c: GenerationConfig) -> None:
 
 
 # More drafted tokens than this only make rejected steps wider.
-MAX_PROMPT_LOOKUP_TOKENS = 64
+MAX_DRAFT_TOKENS = 64
 
 
 def _check_drafting(c: GenerationConfig) -> None:
     for name in ("prompt_lookup_num_tokens", "num_assistant_tokens"):
         n = getattr(c, name)
-        if not _is_int(n) or not 0 <= n <= MAX_PROMPT_LOOKUP_TOKENS:
-            raise ValueError(
-                f"{name} must be an integer in 0..{MAX_PROMPT_LOOKUP_TOKENS} (0 = off), got {n!r}"
-            )
+        if not _is_int(n) or not 0 <= n <= MAX_DRAFT_TOKENS:
+            raise ValueError(f"{name} must be an integer in 0..{MAX_DRAFT_TOKENS} (0 = off), got {n!r}")
 
 
 _CHECKS: tuple[Callable[[GenerationConfig], None], ...] = (
