@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from clika_cli.common import (
-    ASSISTANT_TOKENS,
     EngineChoice,
     dim,
     engine_options,
@@ -26,6 +25,7 @@ from clika_cli.common import (
     say,
 )
 from clika_cli.models import DEFAULT_MODEL
+from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
 
 if TYPE_CHECKING:
     from clika_runtime.chat.session import ChatSession
@@ -70,7 +70,7 @@ def chat(
     if prompt_lookup:
         overrides["prompt_lookup_num_tokens"] = prompt_lookup
     if assistant is not None:
-        overrides["num_assistant_tokens"] = ASSISTANT_TOKENS
+        overrides["num_assistant_tokens"] = DEFAULT_ASSISTANT_TOKENS
     say(dim("/help lists the commands; Ctrl-D or /exit leaves."))
     repl = ChatRepl(loaded, system=system, budget=max_tokens, overrides=overrides)
     try:

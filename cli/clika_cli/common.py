@@ -13,6 +13,7 @@ import click
 
 from clika_cli.models import PRECISIONS, LocalModel, ModelError, human_size, resolve
 from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
+from clika_runtime.engine.types import MAX_DRAFT_TOKENS
 
 if TYPE_CHECKING:
     from clika_runtime.modelverse import GenerativeModel
@@ -95,7 +96,14 @@ def count_option(flag: str, *, minimum: int, default: int, help: str) -> Callabl
     return click.option(flag, type=click.IntRange(min=minimum), default=default, show_default=True, help=help)
 
 
-ASSISTANT_TOKENS = DEFAULT_ASSISTANT_TOKENS
+assistant_option = click.option(
+    "--assistant",
+    default=None,
+    metavar="MODEL",
+    help="A smaller model of the same vocabulary (name, .gguf or folder) drafting for greedy "
+    f"replies, {DEFAULT_ASSISTANT_TOKENS} tokens a step at most unless a request says otherwise "
+    "(assisted generation).",
+)
 
 
 def reply_options(max_tokens: int) -> Callable[[Command], Command]:
@@ -107,16 +115,10 @@ def reply_options(max_tokens: int) -> Callable[[Command], Command]:
             "--temperature", type=click.FloatRange(min=0), default=None, help="Default: the model's own."
         ),
         click.option("--seed", type=click.IntRange(min=0), default=None, help="Sampling seed."),
-        click.option(
-            "--assistant",
-            default=None,
-            metavar="MODEL",
-            help="A smaller model of the same vocabulary (name, .gguf or folder) drafting for greedy "
-            f"replies, {ASSISTANT_TOKENS} tokens a step at most (assisted generation).",
-        ),
+        assistant_option,
         click.option(
             "--prompt-lookup",
-            type=click.IntRange(min=0, max=64),
+            type=click.IntRange(min=0, max=MAX_DRAFT_TOKENS),
             default=0,
             show_default=True,
             help="Greedy replies draft up to N tokens a step from the conversation itself "
@@ -174,7 +176,7 @@ def load_model(
             allow_spinning=engine.spin,
             assistant_model=None if assistant is None else local_model(assistant, None, quiet=quiet).folder,
         )
-    except (ManifestError, ValueError) as exc:  # an int8 cache asked of the paged mode, a misfit assistant
+    except (ManifestError, ValueError) as exc:  # a graph the folder lacks, a misfit assistant
         raise click.ClickException(str(exc)) from None
     if not quiet:
         size = human_size(local.size)

@@ -8,8 +8,8 @@ import sys
 import click
 
 from clika_cli.common import (
-    ASSISTANT_TOKENS,
     EngineChoice,
+    assistant_option,
     count_option,
     dim,
     engine_options,
@@ -21,6 +21,7 @@ from clika_cli.common import (
     say,
 )
 from clika_cli.models import DEFAULT_MODEL
+from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
 
 
 @click.command()
@@ -54,7 +55,7 @@ def generate(
     loaded = load_model(local, engine, quiet=quiet, assistant=assistant)
     options = {"max_new_tokens": max_tokens, "prompt_lookup_num_tokens": prompt_lookup}
     if assistant is not None:
-        options["num_assistant_tokens"] = ASSISTANT_TOKENS
+        options["num_assistant_tokens"] = DEFAULT_ASSISTANT_TOKENS
     options.update({k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None})
     try:
         if system is None:  # a model without a chat template reads the prompt as raw text
@@ -100,13 +101,7 @@ def generate(
     "--default-max-tokens", minimum=1, default=1024, help="Reply length when a request names no max_tokens."
 )
 @click.option("--model-id", default=None, help="The id clients send as 'model' (default: MODEL as given).")
-@click.option(
-    "--assistant",
-    default=None,
-    metavar="MODEL",
-    help="A smaller model of the same vocabulary drafting for greedy requests "
-    f"({ASSISTANT_TOKENS} tokens a step unless a request sends num_assistant_tokens).",
-)
+@assistant_option
 @engine_options
 def serve(
     model: str,
