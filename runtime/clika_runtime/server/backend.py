@@ -240,8 +240,10 @@ class ModelBackend:
         except EngineClosedError as exc:
             raise ApiError(503, str(exc), code="engine_closed") from None
         except ValueError as exc:
-            if str(exc).startswith("num_assistant_tokens"):  # the served model has no assistant
-                raise bad_request(str(exc), "num_assistant_tokens") from None
+            # The engine names a request option it cannot honour first (num_assistant_tokens without an assistant).
+            named = next((name for name in REQUEST_FIELD if str(exc).startswith(name)), None)
+            if named is not None:
+                raise bad_request(str(exc), REQUEST_FIELD[named]) from None
             code = "context_length_exceeded" if "context window" in str(exc) else None
             raise bad_request(str(exc), "messages", code) from None
 
