@@ -343,24 +343,28 @@ class GenerativeModel:
         ``limits`` override the load's ``max_active``, ``max_queued``,
         ``max_step_tokens``, ``prefix_reuse`` and ``kv_cache_bytes``.
         """
-        options = EngineOptions(**{**self._handle.options.__dict__, **limits})
+        options = self._engine_options(limits)
         assistant = None
         if self._assistant is not None:
+            helper = self._assistant
             # Slots beyond the active count keep finished drafts' histories for prefix reuse.
-            drafting = self._assistant._engine_without_assistant(max_active=max(options.max_active, 8))
-            assistant = AssistantDrafter(drafting)
-        return self._engine_without_assistant(observer=observer, assistant=assistant, **options.__dict__)
+            limits = {"max_active": max(options.max_active, 8)}
+            assistant = AssistantDrafter(helper._build_engine(helper._engine_options(limits)))
+        return self._build_engine(options, observer=observer, assistant=assistant)
 
-    def _engine_without_assistant(
+    def _engine_options(self, limits: Mapping[str, Any]) -> EngineOptions:
+        """The load's engine limits with ``limits`` over them."""
+        return EngineOptions(**{**self._handle.options.__dict__, **limits})
+
+    def _build_engine(
         self,
+        options: EngineOptions,
         *,
         observer: StageObserver | None = None,
         assistant: AssistantDrafter | None = None,
-        **limits: Any,
     ) -> Engine:
-        """``create_engine`` with ``assistant`` (or none) as its drafter: an assistant's own engine
-        never drafts in turn, even when the assistant has an assistant (or is the model itself)."""
-        options = EngineOptions(**{**self._handle.options.__dict__, **limits})
+        """An engine with ``assistant`` (or none) as its drafter: an assistant's own engine is built
+        without one, so it never drafts in turn, even when it is the model itself."""
         folder = self._handle.folder
         arch = folder.manifest.architecture
         cache = self._new_cache(options)
