@@ -12,9 +12,8 @@ near-tie). The workloads are ``prompt_lookup.py``'s.
 from __future__ import annotations
 
 import argparse
-import statistics
 
-from prompt_lookup import workloads
+from prompt_lookup import compare_drafting, workloads
 
 from clika_cli.models import resolve
 from clika_runtime import modelverse
@@ -37,23 +36,10 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---|")
     for workload, prompt in workloads().items():
-        rates: dict[int, list[float]] = {0: [], args.drafts: []}
-        texts: dict[int, str] = {}
-        tally = (0, 0)
-        for _ in range(args.rounds):
-            for drafts in rates:
-                texts[drafts] = model.generate(
-                    prompt, max_new_tokens=args.new_tokens, temperature=0.0, num_assistant_tokens=drafts
-                )
-                report = model.report
-                rates[drafts].append(report.decode_tokens_per_s or 0.0)
-                if drafts:
-                    tally = (report.accepted_draft_tokens, report.draft_tokens)
-        plain, assisted = (statistics.median(rates[k]) for k in rates)
-        same = "yes" if texts[0] == texts[args.drafts] else "no"
-        print(
-            f"| {workload} | {plain:.1f} | {assisted:.1f} | {assisted / plain:.2f} | {tally[0]} / {tally[1]} | {same} |"
+        cells = compare_drafting(
+            model, prompt, "num_assistant_tokens", args.drafts, rounds=args.rounds, new_tokens=args.new_tokens
         )
+        print(f"| {workload} | {cells} |")
     model.close()
 
 

@@ -46,11 +46,25 @@ def workloads() -> dict[str, str]:
     }
 
 
-def decode(
-    model: modelverse.GenerativeModel, prompt: str, lookup: int, new_tokens: int
-) -> tuple[str, object]:
-    text = model.generate(prompt, max_new_tokens=new_tokens, temperature=0.0, prompt_lookup_num_tokens=lookup)
-    return text, model.report
+def compare_drafting(
+    model: modelverse.GenerativeModel, prompt: str, option: str, drafts: int, *, rounds: int, new_tokens: int
+) -> str:
+    """Table cells "plain | drafting | ratio | confirmed / drafted | same reply" for ``prompt``
+    decoded greedily without and with ``option=drafts`` in alternating rounds (median rates,
+    the last round's tally)."""
+    rates: dict[int, list[float]] = {0: [], drafts: []}
+    texts: dict[int, str] = {}
+    tally = (0, 0)
+    for _ in range(rounds):
+        for n in rates:
+            texts[n] = model.generate(prompt, max_new_tokens=new_tokens, temperature=0.0, **{option: n})
+            report = model.report
+            rates[n].append(report.decode_tokens_per_s or 0.0)
+            if n:
+                tally = (report.accepted_draft_tokens, report.draft_tokens)
+    plain, drafted = (statistics.median(r) for r in rates.values())
+    same = "yes" if texts[0] == texts[drafts] else "no"
+    return f"{plain:.1f} | {drafted:.1f} | {drafted / plain:.2f} | {tally[0]} / {tally[1]} | {same}"
 
 
 def main() -> None:
@@ -66,21 +80,15 @@ def main() -> None:
     for name in args.models:
         model = modelverse.load(resolve(name, None, pull=True, say=print).folder, threads=args.threads)
         for workload, prompt in workloads().items():
-            rates: dict[int, list[float]] = {0: [], args.lookup: []}
-            texts: dict[int, str] = {}
-            tally = (0, 0)
-            for _ in range(args.rounds):
-                for lookup in rates:
-                    text, report = decode(model, prompt, lookup, args.new_tokens)
-                    rates[lookup].append(report.decode_tokens_per_s or 0.0)
-                    texts[lookup] = text
-                    if lookup:
-                        tally = (report.accepted_draft_tokens, report.draft_tokens)
-            plain, drafted = (statistics.median(rates[k]) for k in rates)
-            print(
-                f"| {name} | {workload} | {plain:.1f} | {drafted:.1f} | {drafted / plain:.2f} | "
-                f"{tally[0]} / {tally[1]} | {'yes' if texts[0] == texts[args.lookup] else 'no'} |"
+            cells = compare_drafting(
+                model,
+                prompt,
+                "prompt_lookup_num_tokens",
+                args.lookup,
+                rounds=args.rounds,
+                new_tokens=args.new_tokens,
             )
+            print(f"| {name} | {workload} | {cells} |")
         model.close()
 
 
