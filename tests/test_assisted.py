@@ -8,6 +8,8 @@ the reply is the model's own greedy reply.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from clika_export.api import export
@@ -93,10 +95,12 @@ def test_the_cli_attaches_an_assistant(tiny_gguf, tmp_cache, tmp_path):
     from clika_cli.main import clika
 
     model = str(tiny_gguf("tiny.gguf").path)
-    args = ["generate", model, PROMPTS[0], "--max-tokens", "20", "--temperature", "0", "-q"]
+    args = ["generate", model, PROMPTS[0], "--max-tokens", "20", "--temperature", "0"]
     plain = CliRunner().invoke(clika, args, catch_exceptions=False)
     assisted = CliRunner().invoke(clika, [*args, "--assistant", model], catch_exceptions=False)
     assert plain.exit_code == assisted.exit_code == 0 and assisted.stdout == plain.stdout
+    # The model drafting for itself keeps every draft, and the statistics line says so.
+    assert re.search(r"drafts kept (\d+) of \1\b", assisted.stderr) and "drafts kept" not in plain.stderr
     misfit = export(tiny_gguf("short.gguf").path, tmp_path / "short", context_window=16, progress=False)
     refused = CliRunner().invoke(clika, [*args, "--assistant", str(misfit)])
     assert refused.exit_code == 1 and "context window (16 tokens) is shorter" in refused.output

@@ -16,6 +16,7 @@ import click
 from clika_cli.common import (
     EngineChoice,
     dim,
+    draft_tally,
     engine_options,
     load_model,
     local_model,
@@ -158,6 +159,9 @@ class ChatRepl:
             parts.append(f"{report.decode_tokens_per_s:.1f} tokens/s")
         if report.time_to_first_token_s is not None:
             parts.append(f"first token {report.time_to_first_token_s:.2f} s")
+        tally = draft_tally(report)
+        if tally:
+            parts.append(tally)
         say(dim(", ".join(parts)))
 
     def command(self, line: str) -> bool:

@@ -184,6 +184,13 @@ def load_model(
     return model
 
 
+def draft_tally(report: Any) -> str | None:
+    """ "drafts kept K of N" when the reply drafted (prompt lookup or an assistant), else None."""
+    if not report.draft_tokens:
+        return None
+    return f"drafts kept {report.accepted_draft_tokens} of {report.draft_tokens}"
+
+
 def pulled_note(local: LocalModel) -> None:
     if local.pulled_now:
         say(f"pulled {local.name} ({local.precision}, {human_size(local.size)}) in {local.seconds:.1f} s")

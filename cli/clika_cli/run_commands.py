@@ -12,6 +12,7 @@ from clika_cli.common import (
     assistant_option,
     count_option,
     dim,
+    draft_tally,
     engine_options,
     load_model,
     local_model,
@@ -77,7 +78,9 @@ def generate(
     report = loaded.report
     if report is not None and not quiet:
         rate = f", {report.decode_tokens_per_s:.1f} tokens/s" if report.decode_tokens_per_s else ""
-        say(dim(f"{report.completion_tokens} tokens{rate}, ended by {report.finish_reason}"))
+        tally = draft_tally(report)
+        drafts = f", {tally}" if tally else ""
+        say(dim(f"{report.completion_tokens} tokens{rate}{drafts}, ended by {report.finish_reason}"))
 
 
 @click.command()
