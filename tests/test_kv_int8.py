@@ -51,7 +51,14 @@ def test_the_export_writes_a_calibrated_int8_twin(tiny_llama_model):
         values = onnx.numpy_helper.to_array(scale)
         assert values.shape == (1, arch.num_kv_heads, 1, arch.head_dim) and np.all(values > 0)
     # The twin reads the float graph's weights file: no second copy of the weights.
-    assert all(i.data_location != onnx.TensorProto.EXTERNAL or i.name for i in graph.initializer)
+    external = {
+        entry.value
+        for init in graph.initializer
+        if init.data_location == onnx.TensorProto.EXTERNAL
+        for entry in init.external_data
+        if entry.key == "location"
+    }
+    assert external == {f"{float_graph.file}.data"}
     assert (tiny_llama_model / INT8_KV_MODEL_FILE).stat().st_size < 1_000_000
 
 
