@@ -14,6 +14,7 @@ import pytest
 
 from clika_export.api import export
 from clika_runtime import modelverse
+from clika_runtime.engine.types import GenerationConfig
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 30}
 PROMPTS = ["one two three one two three", "the cat sat on the mat", "x = x + 1", "hello world"]
@@ -56,13 +57,32 @@ def test_replies_are_the_models_own_whoever_assists(tiny_llama_model, stranger):
 
 def test_a_batch_drafts_together_and_equals_each_alone(tiny_llama_model, stranger):
     model = modelverse.load(tiny_llama_model, threads=1, assistant_model=stranger)
-    configs = [{**GREEDY, "num_assistant_tokens": 3}, {**GREEDY, "temperature": 0.8, "seed": 1}, dict(GREEDY)]
-    alone = [model.generate(p, **c) for p, c in zip(PROMPTS, configs, strict=False)]
-    for config in configs:  # generate_batch takes one config: check each kind batched with its peers
-        batch = model.generate_batch(PROMPTS, **config)
-        assert batch == [model.generate(p, **config) for p in PROMPTS]
-    assert alone[0] == model.generate(PROMPTS[0], **GREEDY)
-    model.engine.check_integrity()
+    assisted = {**GREEDY, "num_assistant_tokens": 3}
+    batch = model.generate_batch(PROMPTS, **assisted)  # every prompt drafting in the same steps
+    assert sum(r.draft_tokens for r in model.reports) > 0
+    assert (
+        batch
+        == [model.generate(p, **assisted) for p in PROMPTS]
+        == [model.generate(p, **GREEDY) for p in PROMPTS]
+    )
+    # Drafting and sampled requests side by side (generate_batch left room for 4): each as it would be alone.
+    configs = [
+        assisted,
+        {**GREEDY, "temperature": 0.8, "seed": 1},
+        dict(GREEDY),
+        {**assisted, "max_new_tokens": 9},
+    ]
+    alone = [model.generate(p, **c) for p, c in zip(PROMPTS, configs, strict=True)]
+    engine = model.engine
+    streams = [
+        engine.submit(
+            model.tokenizer.encode(model.render([{"role": "user", "content": p}])), GenerationConfig(**c)
+        )
+        for p, c in zip(PROMPTS, configs, strict=True)
+    ]
+    assert [s.result() for s in streams] == alone
+    assert streams[0].report.draft_tokens > 0 and streams[1].report.draft_tokens == 0
+    engine.check_integrity()
     model.close()
 
 

@@ -92,6 +92,8 @@ def test_a_batch_mixing_drafts_and_sampling_equals_each_alone(drafting):
     prompts = PROMPTS[: len(configs)]
     alone = [drafting.generate(p, **c) for p, c in zip(prompts, configs, strict=True)]
     engine = drafting.engine
+    engine.set_max_active(len(configs))  # all of them in the same steps
+    steps = engine.stats.steps
     streams = [
         engine.submit(
             drafting.tokenizer.encode(drafting.render([{"role": "user", "content": p}])),
@@ -101,6 +103,8 @@ def test_a_batch_mixing_drafts_and_sampling_equals_each_alone(drafting):
     ]
     assert [s.result() for s in streams] == alone
     assert [s.report.completion_tokens for s in streams] == [40, 40, 40, 17, 40]
+    assert engine.stats.steps - steps < 2 * 40  # together: one after another would take over 150
+    assert streams[0].report.draft_tokens > 0
     assert streams[1].report.draft_tokens == streams[2].report.draft_tokens == 0
     engine.check_integrity()
 
