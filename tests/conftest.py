@@ -233,7 +233,7 @@ def flat_grid_folder(folder: Path, target: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from clika_runtime.engine import step_inputs as io
+    from clika_runtime import step_graph as io
     from clika_runtime.manifest import Manifest
 
     shutil.copytree(folder, target)

@@ -11,8 +11,8 @@ import pytest
 from pacing import paced_steps
 
 from clika_runtime import modelverse
+from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.session import ChatSession
-from clika_runtime.engine.types import ChatOutcome
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 12}
 

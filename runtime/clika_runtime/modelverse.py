@@ -25,25 +25,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.prepare import refuse_media
 from clika_runtime.chat.session import ChatSession
 from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
 from clika_runtime.chat.tools import ToolCall
 from clika_runtime.engine.assistant import AssistantDrafter
+from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
 from clika_runtime.engine.paged_cache import PagedKVCache
-from clika_runtime.engine.paged_inputs import PAGED_LAYOUT
-from clika_runtime.engine.types import (
-    ChatOutcome,
-    GenerationConfig,
-    GenerationReport,
-    StageEvent,
-    StageObserver,
-    config_from_checkpoint,
-)
+from clika_runtime.engine.report import GenerationReport
+from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.model_folder import ModelFolder, open_model_folder
+from clika_runtime.paged_step_graph import PAGED_LAYOUT
 from clika_runtime.text.tokenizer import Tokenizer
 
 __all__ = [

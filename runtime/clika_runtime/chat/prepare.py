@@ -15,7 +15,7 @@ from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_pa
 from clika_runtime.chat.tools import normalize_tools
 
 if TYPE_CHECKING:
-    from clika_runtime.engine.types import GenerationConfig
+    from clika_runtime.engine.config import GenerationConfig
     from clika_runtime.modelverse import GenerativeModel
 
 

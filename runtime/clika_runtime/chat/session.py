@@ -20,10 +20,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn, refuse_media
 from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.tools import ToolCall
-from clika_runtime.engine.types import ChatOutcome, GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 
 if TYPE_CHECKING:
     from clika_runtime.engine.engine import Engine, RequestStream

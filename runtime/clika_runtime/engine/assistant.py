@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 
 # Drafts a step where nobody asked for a number (the CLI, a served model): drafts adapt
 # to what the model keeps; 4 did best with Qwen2.5-Coder 0.5B drafting for 1.5B.

@@ -24,23 +24,17 @@ from typing import Any
 import numpy as np
 
 from clika_runtime.engine.assistant import AssistantDrafter
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
-from clika_runtime.engine.types import (
-    EngineClosedError,
-    GenerationConfig,
-    GenerationReport,
-    QueueFullError,
-    Request,
-    ScheduledRow,
-    SequenceStatus,
-    StageEvent,
-    StageObserver,
-    StepPlan,
-)
-from clika_runtime.engine.types import Sequence as Seq
+from clika_runtime.engine.sequence import Request, SequenceStatus
+from clika_runtime.engine.sequence import Sequence as Seq
+from clika_runtime.engine.stages import StageEvent, StageObserver
+from clika_runtime.engine.step_plan import ScheduledRow, StepPlan
 from clika_runtime.text.detokenizer import StreamingDetokenizer
 from clika_runtime.text.stops import StopMatcher
 from clika_runtime.text.tokenizer import Tokenizer

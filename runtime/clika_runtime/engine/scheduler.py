@@ -37,15 +37,11 @@ from collections import deque
 from operator import attrgetter
 
 from clika_runtime.engine.assistant import AssistantDrafter
+from clika_runtime.engine.errors import QueueFullError
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.prompt_lookup import next_draft_limit, propose_draft
-from clika_runtime.engine.types import (
-    QueueFullError,
-    ScheduledRow,
-    Sequence,
-    SequenceStatus,
-    StepPlan,
-)
+from clika_runtime.engine.sequence import Sequence, SequenceStatus
+from clika_runtime.engine.step_plan import ScheduledRow, StepPlan
 
 
 class Scheduler:

@@ -19,13 +19,10 @@ from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_pa
 from clika_runtime.chat.templates import TemplateError
 from clika_runtime.chat.tools import ToolCall, normalize_tools
 from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, RequestStream
-from clika_runtime.engine.types import (
-    EngineClosedError,
-    GenerationConfig,
-    GenerationReport,
-    QueueFullError,
-)
+from clika_runtime.engine.errors import EngineClosedError, QueueFullError
+from clika_runtime.engine.report import GenerationReport
 from clika_runtime.modelverse import GenerativeModel
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.protocol import NONE, REQUEST_FIELD, REQUIRED, ChatRequest, ToolChoice

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.prepare import Prepared, check_chat_arguments, offered_tools, prepare_turn
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.results import TurnResult
 from clika_runtime.sessions.session import AsyncSession
 from clika_runtime.sessions.store import ConversationStore, InMemoryStore, checked_id

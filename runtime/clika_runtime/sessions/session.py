@@ -25,7 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.bridge import EngineBridge
 from clika_runtime.sessions.results import Event, TurnResult
 from clika_runtime.sessions.store import ConversationStore, checked_id

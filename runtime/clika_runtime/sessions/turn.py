@@ -19,7 +19,8 @@ from typing import Any
 from clika_runtime.chat.prepare import Prepared
 from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.tools import ToolCall
-from clika_runtime.engine.types import GenerationConfig, GenerationReport
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.report import GenerationReport
 from clika_runtime.sessions.bridge import EngineBridge
 from clika_runtime.sessions.results import Event, RunCancelled, TurnResult
 
