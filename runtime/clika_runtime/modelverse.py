@@ -30,8 +30,9 @@ from clika_runtime.chat.prepare import refuse_media
 from clika_runtime.chat.session import ChatSession
 from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
 from clika_runtime.chat.tools import ToolCall
-from clika_runtime.engine.assistant import AssistantDrafter
+from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS, AssistantDrafter
 from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
+from clika_runtime.engine.drafting import ASSISTANT
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
@@ -183,7 +184,10 @@ class GenerativeModel:
 
     @property
     def defaults(self) -> GenerationConfig:
-        """The checkpoint's decode defaults."""
+        """The checkpoint's decode defaults; with an assistant attached, greedy requests draft with it
+        (``num_assistant_tokens``, as llama.cpp does with ``-md``; 0 opts a request out)."""
+        if self._assistant is not None and not self._defaults.num_assistant_tokens:
+            return self._defaults.overlay({"num_assistant_tokens": DEFAULT_ASSISTANT_TOKENS})
         return self._defaults
 
     @property
@@ -312,8 +316,9 @@ class GenerativeModel:
         It must share this model's vocabulary and have a context window at least
         this one's (refused otherwise, naming the mismatch). A greedy request's
         ``num_assistant_tokens`` then drafts that many tokens a step with it
-        (fewer after refused guesses); its report carries the tally. Set it
-        before the first generation.
+        (fewer after refused guesses; the model's ``defaults`` draft
+        ``DEFAULT_ASSISTANT_TOKENS``, ``num_assistant_tokens=0`` opts out); its
+        report carries the tally. Set it before the first generation.
         """
         if model is not None:
             _check_assistant(self, model)
@@ -381,7 +386,7 @@ class GenerativeModel:
             eos_token_ids=self.eos_token_ids,
             options=options,
             observer=observer,
-            assistant=assistant,
+            drafters=None if assistant is None else {ASSISTANT: assistant},
         )
 
     def _new_cache(self, options: EngineOptions) -> KVCacheManager:
@@ -444,7 +449,7 @@ class GenerativeModel:
     ) -> str:
         """The prompt text the chat template renders for ``messages`` (``tools`` offered; a policy's
         ``enable_thinking`` / ``reasoning_effort`` fold into the template's variables)."""
-        policy = GenerationConfig.resolve(self._defaults, config, overrides)
+        policy = GenerationConfig.resolve(self.defaults, config, overrides)
         template = self._handle.template
         if template is None:
             if tools:
@@ -477,7 +482,7 @@ class GenerativeModel:
     # -- generation ---------------------------------------------------------------------
 
     def _config(self, config: Any, overrides: Mapping[str, Any]) -> GenerationConfig:
-        return GenerationConfig.resolve(self._defaults, config, overrides)
+        return GenerationConfig.resolve(self.defaults, config, overrides)
 
     def _submit(
         self,

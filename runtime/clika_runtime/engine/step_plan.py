@@ -56,3 +56,18 @@ class StepPlan:
     def num_prefill_tokens(self) -> int:
         """Tokens of prompt chunks (rows computing more than the one pending decode token)."""
         return sum(r.num_new for r in self.rows if r.start < r.seq.num_prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class RowOutput:
+    """What a sampling row of a step gave its sequence: ``tokens`` to append, in order.
+
+    A draft row's tokens are the ``accepted`` leading drafts the model confirmed
+    plus the model's own pick after them (cut short where the reply ended); a
+    plain row's are its one sampled token. ``stop_string``: the reply's text met
+    a stop string at the last of them.
+    """
+
+    tokens: tuple[int, ...]
+    accepted: int = 0
+    stop_string: bool = False

@@ -18,7 +18,6 @@ from typing import Any
 from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
 from clika_runtime.chat.templates import TemplateError
 from clika_runtime.chat.tools import ToolCall, normalize_tools
-from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, RequestStream
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
@@ -130,11 +129,6 @@ class ModelBackend:
         self.model = model
         self.model_id = model_id
         self.default_max_tokens = default_max_tokens
-        # A model served with an assistant drafts for every greedy request that does not say
-        # otherwise (``num_assistant_tokens: 0`` opts out), as llama.cpp's server does with -md.
-        self.default_options = (
-            {"num_assistant_tokens": DEFAULT_ASSISTANT_TOKENS} if model.assistant_model else {}
-        )
         self.created = int(time.time())
         self.engine = engine or model.create_engine(max_active=max_active, max_queued=max_queued)
         self._owns_engine = engine is None
@@ -210,7 +204,7 @@ class ModelBackend:
 
     def _config(self, options: Mapping[str, Any]) -> GenerationConfig:
         try:
-            return self.model.defaults.overlay({**self.default_options, **options})
+            return self.model.defaults.overlay(options)
         except (ValueError, TypeError) as exc:
             field = next((name for name in options if name in str(exc)), None)
             raise bad_request(str(exc), REQUEST_FIELD.get(field or "", field)) from None
