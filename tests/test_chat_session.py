@@ -126,7 +126,7 @@ def test_card_describes_the_model(tiny_model):
             tiny_model.max_seq,
             "never",
         )
-        assert chat.engine is not tiny_model.engine
+        assert chat.engine is tiny_model.engine  # a session is a conversation on the model's engine
 
 
 # -- a real tool-calling model --------------------------------------------------------------

@@ -10,10 +10,12 @@
         print(piece, end="", flush=True)
     replies = model.generate_batch(["Hi!", "What is 2+2?"])  # decoded together
 
-Every request runs on the model's engine (built on the first request, reused
-after): ``generate`` joins ``stream_generate``'s pieces, which drain the
+Every request runs on the model's ONE engine (built on the first request,
+reused after): ``generate`` joins ``stream_generate``'s pieces, which drain the
 engine's stream for the request; ``generate_batch`` submits every prompt before
-reading any reply so they decode together.
+reading any reply so they decode together; ``chat``, every ``chat_session()``,
+every ``AsyncChat`` and the server submit their turns to the same engine, so
+they share its KV cache, its prefix cache, its limits and its stage observer.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.prepare import refuse_media
+from clika_runtime.chat.render import render_prompt
 from clika_runtime.chat.session import ChatSession
-from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
+from clika_runtime.chat.templates import ChatTemplate
 from clika_runtime.chat.tools import ToolCall
 from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS, AssistantDrafter
 from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
@@ -174,9 +178,9 @@ class GenerativeModel:
         self._engine: Engine | None = None
         self._engine_lock = threading.Lock()
         self._observer: StageObserver | None = None
+        self._report_lock = threading.Lock()  # several threads may generate at once
         self._report: GenerationReport | ChatOutcome | None = None
         self._reports: list[ChatOutcome] = []
-        self._chat: ChatSession | None = None
         self._assistant: GenerativeModel | None = None
         self._owned_assistant: GenerativeModel | None = None  # loaded by ``load``: closed with this model
 
@@ -270,7 +274,7 @@ class GenerativeModel:
     @property
     def supports_tools(self) -> bool:
         """True when the chat template takes tool definitions."""
-        return self._handle.template is not None and self._handle.template.supports_tools
+        return supports_tools(self._handle.template)
 
     @property
     def template_renders_tools(self) -> bool:
@@ -285,7 +289,7 @@ class GenerativeModel:
     @property
     def reasoning_mode(self) -> str:
         """How the reasoning channel behaves ("never", "always", "toggleable", "opt_in", "adaptive")."""
-        return self._handle.template.reasoning_mode if self._handle.template is not None else "never"
+        return reasoning_mode(self._handle.template)
 
     @property
     def supports_thinking(self) -> bool:
@@ -323,7 +327,7 @@ class GenerativeModel:
         if model is not None:
             _check_assistant(self, model)
         with self._engine_lock:
-            if self._engine is not None or self._chat is not None:
+            if self._engine is not None:
                 raise ValueError(
                     "set the assistant before the first generation: this model's engine is running"
                 )
@@ -418,21 +422,23 @@ class GenerativeModel:
 
     @property
     def engine(self) -> Engine:
-        """The model's own engine (built on first use)."""
+        """The model's engine, shared by every front end (built on first use with the load's limits)."""
         with self._engine_lock:
             if self._engine is None:
                 self._engine = self.create_engine(observer=self._observer)
             return self._engine
 
+    def raise_limits(self, *, max_active: int | None = None, max_queued: int | None = None) -> None:
+        """Let the model's engine decode ``max_active`` requests together and queue ``max_queued``
+        beyond them, when those exceed its limits (the load sets them; nothing here lowers them)."""
+        self.engine.raise_limits(max_active=max_active, max_queued=max_queued)
+
     def close(self) -> None:
-        """Stop the model's engines (a later request builds new ones)."""
+        """Stop the model's engine (a later request builds a new one)."""
         with self._engine_lock:
             engine, self._engine = self._engine, None
-            chat, self._chat = self._chat, None
         if engine is not None:
             engine.close()
-        if chat is not None:
-            chat.close()
         if self._owned_assistant is not None:
             self._owned_assistant.close()
 
@@ -450,17 +456,8 @@ class GenerativeModel:
         """The prompt text the chat template renders for ``messages`` (``tools`` offered; a policy's
         ``enable_thinking`` / ``reasoning_effort`` fold into the template's variables)."""
         policy = GenerationConfig.resolve(self.defaults, config, overrides)
-        template = self._handle.template
-        if template is None:
-            if tools:
-                raise ValueError("this model has no chat template, so it takes no tool definitions")
-            return plain_conversation_text(messages)
-        return template.render(
-            messages,
-            add_generation_prompt=add_generation_prompt,
-            tools=tools,
-            enable_thinking=policy.enable_thinking,
-            reasoning_effort=policy.reasoning_effort,
+        return render_prompt(
+            self._handle.template, messages, policy, add_generation_prompt=add_generation_prompt, tools=tools
         )
 
     def conversation_text(self, messages: Sequence[Mapping[str, Any]]) -> str:
@@ -558,8 +555,9 @@ class GenerativeModel:
         pieces = stream.texts() if decode else stream.token_batches()
         return _StreamedReply(stream, pieces, self._set_report)
 
-    def _set_report(self, report: GenerationReport | None) -> None:
-        self._report = report
+    def _set_report(self, report: GenerationReport | ChatOutcome | None) -> None:
+        with self._report_lock:
+            self._report = report
 
     def generate_batch(
         self,
@@ -585,10 +583,10 @@ class GenerativeModel:
             self._reports = []
             return []
         engine = self.engine
-        # Default: every prompt at once (never below the load's own max_active).
-        engine.set_max_active(
-            max(len(texts), self._handle.options.max_active) if max_active is None else max_active
-        )
+        if max_active is None:  # every prompt at once; never lowers what the engine allows
+            engine.raise_limits(max_active=len(texts))
+        else:
+            engine.set_max_active(max_active)
         streams: list[RequestStream] = []
         try:
             for text in texts:
@@ -598,10 +596,10 @@ class GenerativeModel:
                 stream.cancel()
             raise
         replies = [stream.result() for stream in streams]
-        self._reports = [
-            ChatOutcome(text, stream.report) for text, stream in zip(replies, streams, strict=True)
-        ]  # type: ignore[arg-type]
-        self._report = self._reports[-1]
+        reports = [ChatOutcome(text, stream.report) for text, stream in zip(replies, streams, strict=True)]  # type: ignore[arg-type]
+        with self._report_lock:
+            self._reports = reports
+            self._report = reports[-1]
         return replies
 
     def chat(
@@ -619,15 +617,12 @@ class GenerativeModel:
         """The assistant's reply to a conversation of ``{"role", "content"}`` turns: the text, or an
         iterator of text pieces (then one :class:`ToolCall` per call) when ``stream`` is True.
 
-        The turns run on the model's chat engine (built on the first call and
-        kept), so consecutive calls reuse its KV cache; the conversation is the
-        caller's (pass the whole history each time). ``report`` afterwards
-        holds the reply's :class:`ChatOutcome`.
+        The turns run on the model's engine, so consecutive calls reuse its KV
+        cache and prefix cache; the conversation is the caller's (pass the
+        whole history each time). ``report`` afterwards holds the reply's
+        :class:`ChatOutcome`.
         """
-        with self._engine_lock:
-            if self._chat is None:
-                self._chat = ChatSession(self)
-            session = self._chat
+        session = ChatSession(self)  # a call's own conversation object: calls from several threads never meet
         reply = session.complete(
             messages,
             stream=stream,
@@ -639,7 +634,7 @@ class GenerativeModel:
             **overrides,
         )
         if isinstance(reply, str):
-            self._report = session.report
+            self._set_report(session.report)
             return reply
         return self._reporting(reply, session)
 
@@ -647,11 +642,11 @@ class GenerativeModel:
         try:
             yield from pieces
         finally:
-            self._report = session.report
+            self._set_report(session.report)
 
     def chat_session(self, **options: Any) -> ChatSession:
-        """A new :class:`ChatSession` on this model (its own serving engine; ``system=`` seeds the
-        conversation, ``max_active=`` sizes the engine)."""
+        """A new :class:`ChatSession` on this model: a conversation whose turns run on the model's
+        engine (``system=`` seeds it, ``max_active=`` raises the engine's limit to that)."""
         return ChatSession(self, **options)
 
 
@@ -666,6 +661,11 @@ class _StreamedReply(Iterator[Any]):
         self._pieces = pieces
         self._on_end = on_end
         self._ended = False
+
+    @property
+    def report(self) -> GenerationReport | None:
+        """How this reply ended (None while it runs): the model's ``report`` may be another thread's."""
+        return self._stream.report
 
     def __next__(self) -> Any:
         try:

@@ -7,10 +7,11 @@ the stop-string matcher), let the scheduler apply them, deliver. Nothing here
 owns a thread: ``clika_runtime.engine.engine.Engine`` drives ``step()`` on its
 own, and tests and benchmarks may call it directly.
 
-Each request's output goes to its ``ReplySink``. Deliveries wait in an outbox
+Each request's output goes to its ``ReplySink``. Deltas wait in an outbox
 until ``deliver_pending``: the threaded driver calls it right before the ORT
 call (which releases the GIL, so a woken reader runs while the model computes)
-and before it goes idle; a synchronous caller calls it after ``step()``.
+and before it goes idle; a synchronous caller calls it after ``step()``. A
+request's end is handed over at once, after the deltas before it.
 """
 
 from __future__ import annotations
@@ -333,6 +334,9 @@ class EngineCore:
         self.sampler.release(seq.request_id)
         self._live.pop(seq.request_id, None)
         self._outbox.append((live.sink, report))
+        # An end is handed over at once (with what waited before it): whoever counts running
+        # requests by their ends (a server's admission) must not see one end late.
+        self.deliver_pending()
 
     def _fail(self, plan: StepPlan, error: str) -> None:
         for row in plan.rows:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -50,6 +50,8 @@ class RequestStream:
         self._drained = False
         self._report: GenerationReport | None = None
         self._text: list[str] = []
+        self._end_lock = threading.Lock()
+        self._on_end: list[Callable[[], None]] = []
 
     # -- engine side (a ReplySink) ---------------------------------------------------------
 
@@ -58,10 +60,23 @@ class RequestStream:
 
     def end(self, report: GenerationReport) -> None:
         self._report = report
-        self._done.set()
+        with self._end_lock:
+            self._done.set()
+            callbacks, self._on_end = self._on_end, []
         self._queue.put(_DONE)
+        for callback in callbacks:
+            callback()
 
     # -- caller side ---------------------------------------------------------------
+
+    def when_ended(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the request ended (at once when it has; else on the engine's
+        thread, so it must return at once)."""
+        with self._end_lock:
+            if not self._done.is_set():
+                self._on_end.append(callback)
+                return
+        callback()
 
     @property
     def finished(self) -> bool:

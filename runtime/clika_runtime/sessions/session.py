@@ -23,16 +23,35 @@ import asyncio
 import copy
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from clika_runtime.engine.async_bridge import AsyncBridge
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.sessions.bridge import EngineBridge
 from clika_runtime.sessions.results import Event, TurnResult
 from clika_runtime.sessions.store import ConversationStore, checked_id
 from clika_runtime.sessions.turn import TurnHandle, TurnRun, TurnSpec, TurnStream
 
 if TYPE_CHECKING:
-    from clika_runtime.sessions.chat import AsyncChat
+    from clika_runtime.chat.prepare import Prepared
+    from clika_runtime.engine.engine import RequestStream
+
+
+class SessionHost(Protocol):
+    """What a session's turns need of the chat that made it (an ``AsyncChat``)."""
+
+    @property
+    def defaults(self) -> GenerationConfig: ...
+
+    def checked_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None: ...
+
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        policy: GenerationConfig,
+    ) -> Prepared: ...
+
+    def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream: ...
 
 
 def new_session_id() -> str:
@@ -54,7 +73,7 @@ class AsyncSession:
 
     def __init__(
         self,
-        chat: AsyncChat,
+        chat: SessionHost,
         *,
         session_id: str | None = None,
         messages: Sequence[Mapping[str, Any]] = (),
@@ -311,12 +330,11 @@ class AsyncSession:
             None, self._chat.prepare, messages, run.spec.tools, run.spec.policy
         )
         run.raise_if_cancelled()
-        request = self._chat.engine.submit(
-            run.prepared.prompt_ids,
-            run.spec.policy,
-            skip_special_tokens=run.prepared.skip_special_tokens,
+        request = self._chat.submit(run.prepared, run.spec.policy)
+        run.request = request
+        run.bridge = AsyncBridge(
+            iter(request), loop, request.cancel, name=f"clika-bridge-{request.request_id}"
         )
-        run.bridge = EngineBridge(request, loop)
 
     async def _finish(self, run: TurnRun) -> TurnResult:
         report = run.report
