@@ -9,6 +9,7 @@ from clika_runtime.store.exports import exports_of, manifest_precision
 from clika_runtime.store.local_model import (
     DEFAULT_PRECISION,
     MANIFEST,
+    PRECISIONS,
     LocalModel,
     ModelError,
     Say,
@@ -49,7 +50,9 @@ def resolve(
     extra = puller()
     if extra is not None and (extra.can_pull(spec) or read_record(spec) is None):
         return extra.pull(spec, precision, pull=pull, say=say, progress=progress)
-    return _pulled_before(spec, precision)  # a runtime-only install, or a name the catalog no longer has
+    return _pulled_before(
+        spec, precision, extra is not None
+    )  # a runtime-only install, or a name the catalog no longer has
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -65,19 +68,17 @@ def _exported_folder(path: Path, precision: str | None) -> LocalModel:
     return LocalModel(path.name, path, own, in_place=True)
 
 
-def _pulled_before(name: str, precision: str) -> LocalModel:
-    """Without the export extra: a name pulled earlier (its record and an export at ``precision``)."""
+def _pulled_before(name: str, precision: str, can_pull: bool) -> LocalModel:
+    """A name pulled earlier: its record and an export at ``precision`` (all a runtime-only install has)."""
+    hint = "" if can_pull else f"; pulling it needs the export extra ({INSTALL_HINT})"
     record = read_record(name)
     if record is None:
         pulled = sorted(r.name for r in all_records())
         listed = f"pulled models: {', '.join(pulled)}" if pulled else "no model is pulled yet"
-        raise ModelError(
-            f"{name!r} is neither an existing path nor a pulled model ({listed}); "
-            f"pulling it needs the export extra ({INSTALL_HINT})"
-        )
+        raise ModelError(f"{name!r} is neither an existing path nor a pulled model ({listed}){hint}")
     folders = exports_of(record.source_sha256, precision)
     if not folders:
-        raise ModelError(
-            f"{name} is not pulled at {precision}; pulling it needs the export extra ({INSTALL_HINT})"
-        )
+        held = sorted({p for p in PRECISIONS if exports_of(record.source_sha256, p)})
+        have = f"it is pulled at {', '.join(held)}" if held else "none of its exports is left"
+        raise ModelError(f"{name} is not pulled at {precision} ({have}){hint}")
     return LocalModel(name, folders[0], precision)
