@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -27,11 +28,11 @@ class Served:
 class Seen:
     method: str
     path: str
-    headers: dict[str, str]
+    headers: Message
 
 
 class FileServer:
-    def __init__(self, route: Callable[[str, dict[str, str]], Served]) -> None:
+    def __init__(self, route: Callable[[str, Message], Served]) -> None:
         self.route = route
         self.requests: list[Seen] = []
         self._cuts: dict[str, int] = {}
@@ -71,7 +72,7 @@ class FileServer:
                 pass
 
             def _answer(self, send_body: bool) -> None:
-                headers = {k: v for k, v in self.headers.items()}
+                headers = self.headers  # case-insensitive, as HTTP header names are
                 server.requests.append(Seen(self.command, self.path, headers))
                 served = server.route(self.path, headers)
                 status, body, extra = served.status, served.body, dict(served.headers)

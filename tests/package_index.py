@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from email.message import Message
 from pathlib import Path
 
 from http_files import FileServer, Served
@@ -32,7 +33,7 @@ class PackageIndex(FileServer):
     def index_url(self) -> str:
         return f"{self.url}/simple"
 
-    def _serve(self, path: str, headers: dict[str, str]) -> Served:
+    def _serve(self, path: str, headers: Message) -> Served:
         parts = [p for p in path.split("/") if p]
         if len(parts) == 2 and parts[0] == "files" and (self.folder / parts[1]).is_file():
             return Served(body=(self.folder / parts[1]).read_bytes(), ranged=True, cut_key=parts[1])

