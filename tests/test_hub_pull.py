@@ -208,3 +208,15 @@ def test_load_takes_an_hf_spec(hub, tiny_gguf):
     hub.add("tiny-org/tiny-gguf", {"tiny.gguf": gguf.read_bytes()})
     model = modelverse.load("hf://tiny-org/tiny-gguf/tiny.gguf", threads=1)
     assert model.generate("hello", max_new_tokens=6, temperature=0.0) == _reply(resolve(gguf).folder)
+
+
+def test_offline_another_precision_is_exported_from_the_download(hub, tiny_llama_hf, monkeypatch):
+    hub.add("tiny-org/tiny-llama", {p.name: p.read_bytes() for p in tiny_llama_hf.iterdir() if p.is_file()})
+    spec = "hf://tiny-org/tiny-llama"
+    assert _run("pull", spec, "--precision", "fp32", "-q").exit_code == 0
+    asked = len(hub.requests)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = _run("pull", spec, "--precision", "int8", "-q")
+    assert result.exit_code == 0 and result.output.startswith(f"pulled {spec} (int8, "), result.output
+    assert len(hub.requests) == asked
+    assert _reply(resolve(spec, "int8", pull=False).folder) == _reply(resolve(tiny_llama_hf, "int8").folder)

@@ -32,7 +32,7 @@ from clika_runtime.store.local_model import (
     Say,
     checked_precision,
 )
-from clika_runtime.store.names import NameRecord, write_record
+from clika_runtime.store.names import NameRecord, read_record, write_record
 from clika_runtime.store.resolve import HUB_SCHEME
 
 
@@ -146,7 +146,9 @@ def _pull_catalog_name(name: str, precision: str, pull: bool, say: Say, progress
 
     assert item.sha256 is not None
     local = export_pulled(name, item.sha256, precision, pull, say, progress, fetch=fetch)
-    write_record(_catalog_record(item))
+    record = _catalog_record(item)
+    if read_record(name) != record:  # recorded once, for a runtime-only install's sake
+        write_record(record)
     return local
 
 

@@ -107,6 +107,7 @@ def _fetch_rest(
 ) -> None:
     have = partial.stat().st_size if partial.is_file() else 0
     if size is not None and have == size:
+        _count_resumed(bar, have)
         return  # complete already; the hash decides
     headers = {"Range": f"bytes={have}-"} if have else {}
     try:
@@ -114,12 +115,10 @@ def _fetch_rest(
             start = _resume_offset(response, have)
             if start == 0 and have:
                 out.truncate(0)  # the server sent the whole file
-            if start == 0 and have:
-                bar.update(-have)  # those bytes come again
             length = response.headers.get("Content-Length", "")
             if bar.total is None and length.isdigit():
                 bar.total = bar.n + start + int(length)  # the whole file when the caller knew no size
-            bar.update(start)
+            _count_resumed(bar, start)
             while chunk := response.read(_CHUNK):
                 out.write(chunk)
                 bar.update(len(chunk))
@@ -138,6 +137,15 @@ def _fetch_rest(
         raise DownloadError(
             f"the download of {label} stopped after {got} of {size} bytes; run again to resume it"
         )
+
+
+def _count_resumed(bar: tqdm, size: int) -> None:
+    """Bytes already on disk: shown as done, but not counted in the speed (nor the ETA)."""
+    if bar.disable:
+        return
+    bar.n += size
+    bar.initial += size
+    bar.refresh()
 
 
 def _resume_offset(response, have: int) -> int:
