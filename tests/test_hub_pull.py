@@ -108,6 +108,7 @@ def test_a_gguf_is_pulled_interrupted_resumed_verified_and_runs_offline(hub, tin
     assert removed.returncode == 0 and "removed the download of" in removed.stdout
     assert read_record(spec) is None and not folder.exists()
     assert [p for p in _cache_files(tmp_cache) if p.parts[0] in ("hub", "exports", "names")] == []
+    assert list((tmp_cache / "hub").iterdir()) == []  # no empty folders left behind either
 
 
 def test_a_safetensors_folder_is_pulled_resumed_and_matches_the_local_folder(hub, tiny_llama_hf, tmp_cache):

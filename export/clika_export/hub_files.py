@@ -43,6 +43,7 @@ from clika_export.resumable_download import Connection, DownloadError, download
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _GIT_SHA1 = re.compile(r"[0-9a-f]{40}")
+_TRUE = ("1", "ON", "YES", "TRUE")
 _CHUNK = 1 << 22
 
 
@@ -62,12 +63,8 @@ def endpoint() -> str:
 
 
 def is_offline() -> bool:
-    return constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in (
-        "1",
-        "ON",
-        "YES",
-        "TRUE",
-    )
+    """huggingface_hub's offline mode, or ``HF_HUB_OFFLINE`` set since it was imported."""
+    return constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE
 
 
 def list_repository(spec: HubSpec) -> Listing:
