@@ -22,6 +22,7 @@ from tokenizers import AddedToken, Tokenizer, processors
 from clika_export.checkpoint import CheckpointError
 from clika_export.readers.gguf_file import GGUFFile, GGUFMetadata
 from clika_export.tokenizer_gguf.byte_level import build_byte_level_bpe
+from clika_export.tokenizer_gguf.gemma4 import build_gemma4_bpe
 from clika_export.tokenizer_gguf.kind import KindTokenizer
 from clika_export.tokenizer_gguf.sentencepiece import build_sentencepiece
 from clika_export.tokenizer_gguf.vocabulary import (
@@ -31,6 +32,7 @@ from clika_export.tokenizer_gguf.vocabulary import (
     optional_id,
     read_vocabulary,
 )
+from clika_export.tokenizer_gguf.wordpiece import build_wordpiece
 
 MAX_TEMPLATE_CHARS = 1 << 20
 
@@ -47,8 +49,10 @@ _END_OF_GENERATION_TEXTS = (
 
 # tokenizer.ggml.model -> (builder, what it is)
 KINDS: dict[str, tuple[Callable[[GGUFMetadata, Vocabulary], KindTokenizer], str]] = {
+    "gemma4": (build_gemma4_bpe, "Gemma 4 BPE"),
     "gpt2": (build_byte_level_bpe, "byte-level BPE"),
     "llama": (build_sentencepiece, "SentencePiece"),
+    "bert": (build_wordpiece, "WordPiece"),
 }
 
 
@@ -90,8 +94,11 @@ def tokenizer_from_metadata(meta: GGUFMetadata) -> GGUFTokenizer:
 
     count = len(vocab)
     bos_id = optional_id(meta, "tokenizer.ggml.bos_token_id", count)
+    bos_id = built.bos_id if bos_id is None else bos_id
     eos_id = optional_id(meta, "tokenizer.ggml.eos_token_id", count)
-    add_bos = meta.boolean("tokenizer.ggml.add_bos_token", built.add_bos) and bos_id is not None
+    add_bos = (
+        built.force_bos or meta.boolean("tokenizer.ggml.add_bos_token", built.add_bos)
+    ) and bos_id is not None
     add_eos = meta.boolean("tokenizer.ggml.add_eos_token", False) and eos_id is not None
     add_sep = meta.boolean("tokenizer.ggml.add_sep_token", built.add_sep) and built.sep_id is not None
     after = [eos_id] if add_eos else []

@@ -1,8 +1,11 @@
 """Byte-level BPE (``tokenizer.ggml.model == "gpt2"``): GPT-2's byte alphabet, merges by rank.
 
-Tokens outside the byte alphabet (rare, e.g. a mislabelled control token) are
-respelled byte by byte, as transformers' GGUF loader does. Text is split into
-words as llama.cpp splits it for the file's ``tokenizer.ggml.pre``.
+Text is split into words as llama.cpp splits it for the file's
+``tokenizer.ggml.pre``. A token spelled outside the byte alphabet is either one
+matched whole on the raw text (a user-defined run of spaces in GPT-NeoX
+vocabularies, a control token), which keeps its spelling so the added token
+finds its id, or a mislabelled normal token, respelled byte by byte as
+transformers' GGUF loader does unless that spelling is another token's.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from clika_export.readers.gguf_file import GGUFMetadata
 from clika_export.tokenizer_gguf.kind import KindTokenizer
 from clika_export.tokenizer_gguf.merges import read_merges
 from clika_export.tokenizer_gguf.pre_split import pre_split_for, split_pre_tokenizer
-from clika_export.tokenizer_gguf.vocabulary import Vocabulary
+from clika_export.tokenizer_gguf.vocabulary import CONTROL, USER_DEFINED, Vocabulary
 
 
 @lru_cache(maxsize=1)
@@ -35,15 +38,9 @@ def byte_alphabet() -> dict[int, str]:
 
 def build_byte_level_bpe(meta: GGUFMetadata, vocab: Vocabulary) -> KindTokenizer:
     split = pre_split_for(meta)
-    spelling = byte_alphabet()
-    alphabet = set(spelling.values())
-    model_vocab = {
-        token if set(token) <= alphabet else "".join(spelling[b] for b in token.encode("utf-8")): index
-        for index, token in enumerate(vocab.tokens)
-    }
     try:
         bpe = models.BPE(
-            vocab=model_vocab,
+            vocab=_model_vocab(vocab),
             merges=read_merges(meta),
             dropout=None,
             unk_token=None,
@@ -62,3 +59,16 @@ def build_byte_level_bpe(meta: GGUFMetadata, vocab: Vocabulary) -> KindTokenizer
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*split_pre_tokenizer(split.regexes), byte_level])
     tokenizer.decoder = decoders.ByteLevel()
     return KindTokenizer(tokenizer, add_bos=split.add_bos)
+
+
+def _model_vocab(vocab: Vocabulary) -> dict[str, int]:
+    spelling = byte_alphabet()
+    alphabet = set(spelling.values())
+    ids = {token: index for index, token in enumerate(vocab.tokens) if set(token) <= alphabet}
+    for index, token in enumerate(vocab.tokens):
+        if set(token) <= alphabet:
+            continue
+        respelled = "".join(spelling[b] for b in token.encode("utf-8"))
+        whole = vocab.types[index] in (USER_DEFINED, CONTROL) or vocab.is_special(index)
+        ids[token if whole or respelled in ids else respelled] = index
+    return ids
