@@ -91,8 +91,8 @@ def test_checkpoint_carries_the_tokenizer(tiny_gguf):
             "tokenizer kind 't5'.*supported: .*'gpt2' .*'llama' \\(SentencePiece\\)",
         ),
         (
-            {"tokenizer.ggml.pre": ("chameleon", GGUFValueType.STRING)},
-            "pre-tokenizer 'chameleon'.*supported: .*qwen2",
+            {"tokenizer.ggml.pre": ("kimi-k2", GGUFValueType.STRING)},
+            "pre-tokenizer 'kimi-k2'.*supported: .*deepseek-llm.*qwen2",
         ),
         (
             {"tokenizer.ggml.merges": (["Ġ t", "a b c"], GGUFValueType.ARRAY)},
