@@ -107,6 +107,16 @@ def test_sentencepiece_without_space_prefix(tmp_path):
             "holds 'ab' twice",
         ),
         (
+            {
+                "tokens": (
+                    [*_spm_vocab()[0][:-2], "x" * 5000, "<tool>"],
+                    GGUFValueType.ARRAY,
+                    GGUFValueType.STRING,
+                )
+            },
+            "token 265 is 5000 characters long",
+        ),
+        (
             {"model": ("t5", GGUFValueType.STRING, None)},
             r"kind 't5'.*supported: 'bert' \(WordPiece\), 'gemma4' .*'gpt2' .*'llama' \(SentencePiece\)",
         ),

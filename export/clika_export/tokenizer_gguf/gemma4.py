@@ -2,9 +2,12 @@
 
 Unlike byte-level BPE, tokens are raw UTF-8 with spaces written ``▁``, and
 characters without a token fall back to ``<0xXX>`` byte tokens. llama.cpp splits
-the text only into runs of newlines and runs of everything else, and takes a
-run that is a whole token as is; no space is put in front. A prompt always
-starts with bos (llama.cpp overrides the file's ``add_bos_token`` here).
+the text only into runs of newlines and runs of everything else, and takes a run
+of newlines that is a whole token as is; no space is put in front. Here any run
+that is a whole token is taken as is (``ignore_merges``): for other runs the
+merges reach that token anyway, except a control token's text written out in a
+prompt whose specials are not parsed. A prompt always starts with bos (llama.cpp
+overrides the file's ``add_bos_token`` here).
 """
 
 from __future__ import annotations

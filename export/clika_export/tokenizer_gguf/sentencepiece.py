@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer, decoders, models, normalizers
 
+from clika_export.checkpoint import CheckpointError
 from clika_export.readers.gguf_file import GGUFMetadata
 from clika_export.tokenizer_gguf.kind import KindTokenizer
-from clika_export.tokenizer_gguf.vocabulary import UNKNOWN, Vocabulary, read_scores, unique_token_ids
+from clika_export.tokenizer_gguf.vocabulary import NORMAL, UNKNOWN, Vocabulary, read_scores, unique_token_ids
 
 SPACE = "\u2581"
+MAX_PIECE_CHARS = 1024
 
 
 def build_sentencepiece(meta: GGUFMetadata, vocab: Vocabulary) -> KindTokenizer:
@@ -27,7 +29,7 @@ def build_sentencepiece(meta: GGUFMetadata, vocab: Vocabulary) -> KindTokenizer:
     unknown = next(iter(vocab.ids_of_type(UNKNOWN)), None)
     bpe = models.BPE(
         vocab=ids,
-        merges=score_ranked_merges(vocab.tokens, ids, scores),
+        merges=score_ranked_merges(vocab, ids, scores),
         dropout=None,
         unk_token=vocab.tokens[unknown] if unknown is not None else None,
         fuse_unk=False,
@@ -41,14 +43,24 @@ def build_sentencepiece(meta: GGUFMetadata, vocab: Vocabulary) -> KindTokenizer:
     return KindTokenizer(tokenizer, add_bos=True)
 
 
-def score_ranked_merges(tokens: list[str], ids: dict[str, int], scores: list[float]) -> list[tuple[str, str]]:
+def score_ranked_merges(vocab: Vocabulary, ids: dict[str, int], scores: list[float]) -> list[tuple[str, str]]:
     """Every (left, right) with left, right and left+right all tokens, best-scored result first.
 
     Equal scores keep the lower id first (llama.cpp breaks such ties by position,
-    which no merge list can express; scores rarely tie).
+    which no merge list can express; scores rarely tie). Finding the splits costs
+    the square of a token's length, so an implausibly long normal token is
+    refused; a long special or user-defined one is matched whole and needs none.
     """
+    tokens = vocab.tokens
     ranked = []
     for merged_id, token in enumerate(tokens):
+        if len(token) > MAX_PIECE_CHARS:
+            if vocab.types[merged_id] == NORMAL:
+                raise CheckpointError(
+                    f"{vocab.source}: token {merged_id} is {len(token)} characters long "
+                    f"(a SentencePiece piece has at most {MAX_PIECE_CHARS})"
+                )
+            continue
         for cut in range(1, len(token)):
             if token[:cut] in ids and token[cut:] in ids:
                 ranked.append((-scores[merged_id], merged_id, cut))
