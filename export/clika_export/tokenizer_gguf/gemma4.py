@@ -4,9 +4,10 @@ Unlike byte-level BPE, tokens are raw UTF-8 with spaces written ``▁``, and
 characters without a token fall back to ``<0xXX>`` byte tokens. llama.cpp splits
 the text only into runs of newlines and runs of everything else, and takes a run
 of newlines that is a whole token as is; no space is put in front. Here any run
-that is a whole token is taken as is (``ignore_merges``): for other runs the
-merges reach that token anyway, except a control token's text written out in a
-prompt whose specials are not parsed. A prompt always starts with bos (llama.cpp
+that is a whole token is taken as is (``ignore_merges``), which can differ only
+where the merges would not reach that token (on llama.cpp's test cases they
+always do; a control token's text in a prompt whose specials are not parsed is
+one such place). A prompt always starts with bos (llama.cpp
 overrides the file's ``add_bos_token`` here).
 """
 
