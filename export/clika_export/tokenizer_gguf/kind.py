@@ -1,0 +1,24 @@
+"""What a tokenizer kind's builder hands back to the common assembly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+
+
+@dataclass(frozen=True)
+class KindTokenizer:
+    """The model, splitting and decoder of one kind, plus llama.cpp's defaults for what a prompt gets.
+
+    ``add_bos`` / ``add_sep`` are the defaults when the file has no ``add_bos_token`` /
+    ``add_sep_token`` (``force_bos``: whatever the file says); ``bos_id`` is the kind's bos
+    when the file names none, ``sep_id`` the token a WordPiece input ends with.
+    """
+
+    tokenizer: Tokenizer
+    add_bos: bool = False
+    force_bos: bool = False
+    bos_id: int | None = None
+    add_sep: bool = False
+    sep_id: int | None = None
