@@ -27,7 +27,8 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.kv_int8 import add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
-from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
+from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
+from clika_export.readers.regular_file import file_sha256
 from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
 from clika_runtime.engine.step_inputs import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
