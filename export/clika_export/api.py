@@ -24,7 +24,7 @@ from typing import Any
 from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.families import family_for
 from clika_export.graph.decoder import BuiltGraph
-from clika_export.graph.kv_int8 import add_int8_kv_graph, ensure_int8_kv_graph
+from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
 from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
@@ -101,7 +101,10 @@ def export(
             _write_folder(work, checkpoint, built, context, record, quality)
             add_paged_graph(work)  # the paged KV mode's graph, on the same weights
         with report.stage("calibrating the int8 KV cache"):
-            manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
+            try:
+                manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
+            except KVQuantError as exc:  # e.g. weights that make the keys non-finite
+                raise ExportError(f"the int8 KV cache could not be calibrated: {exc}") from None
             Manifest.read(work)  # the folder must read back as a complete model
         _publish(work, out, overwrite)
     except BaseException:
@@ -158,7 +161,20 @@ def _both(first: Callable[[int], None], second: Callable[[int], None] | None) ->
 
 
 def read_source(source: Path) -> Checkpoint:
-    """Read a Hugging Face folder or a GGUF file into a ``Checkpoint``."""
+    """Read a Hugging Face folder or a GGUF file into a ``Checkpoint``.
+
+    The checkpoint is untrusted input: whatever reading it raises beyond the
+    readers' own checks becomes a CheckpointError naming the source.
+    """
+    try:
+        return _read_source(source)
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(f"{source.name} could not be read ({type(exc).__name__}: {exc})") from None
+
+
+def _read_source(source: Path) -> Checkpoint:
     if is_hf_folder(source):
         return read_hf(source)
     if source.is_file() and source.suffix.lower() == ".gguf":
