@@ -30,6 +30,7 @@ from clika_export.progress import Progress
 from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
 from clika_export.readers.regular_file import file_sha256
 from clika_export.template_check import check_chat_template
+from clika_export.termination import terminated_as_exit
 from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
 from clika_runtime.engine.step_inputs import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
@@ -71,45 +72,48 @@ def export(
     family = family_for(checkpoint)
     context = resolve_context_window(checkpoint, context_window)
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    work.chmod(0o755)  # mkdtemp makes it private; the model folder is an ordinary one
-    try:
-        # The float reference runs alongside the build, on the tensors it reads.
-        sequences = check_sequences(checkpoint.architecture)
-        reference = StreamingReference(checkpoint.architecture, sequences) if verify else None
-        with report.steps("building graph", checkpoint.architecture.num_layers) as on_layer:
-            built = family.build(
-                checkpoint,
-                work,
-                context,
-                on_layer=_both(on_layer, reference.layer_done if reference else None),
-                on_tensor=reference.observe if reference else None,
-            )
-        expected = reference.logits() if reference else None
-        record = {"weights": "fp32", "matrices": built.matrices}
-        if precision != "fp32":
-            with report.stage(f"quantizing to {precision}"):
-                record = quantizer(work / built.model_file, checkpoint, precision, matrices=built.matrices)
-        quality: dict[str, Any] = {}
-        if expected is not None:
-            with report.stage("verifying against the float reference"):
-                result = check_graph(
-                    work / built.model_file, checkpoint.architecture, sequences, expected, threads=threads
+    with terminated_as_exit():  # SIGTERM unwinds through the cleanup below
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+        work.chmod(0o755)  # mkdtemp makes it private; the model folder is an ordinary one
+        try:
+            # The float reference runs alongside the build, on the tensors it reads.
+            sequences = check_sequences(checkpoint.architecture)
+            reference = StreamingReference(checkpoint.architecture, sequences) if verify else None
+            with report.steps("building graph", checkpoint.architecture.num_layers) as on_layer:
+                built = family.build(
+                    checkpoint,
+                    work,
+                    context,
+                    on_layer=_both(on_layer, reference.layer_done if reference else None),
+                    on_tensor=reference.observe if reference else None,
                 )
-                quality = {"reference_check": _judge(result, precision)}
-        with report.stage("writing the model folder"):
-            _write_folder(work, checkpoint, built, context, record, quality)
-            add_paged_graph(work)  # the paged KV mode's graph, on the same weights
-        with report.stage("calibrating the int8 KV cache"):
-            try:
-                manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
-            except KVQuantError as exc:  # e.g. weights that make the keys non-finite
-                raise ExportError(f"the int8 KV cache could not be calibrated: {exc}") from None
-            Manifest.read(work)  # the folder must read back as a complete model
-        _publish(work, out, overwrite)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+            expected = reference.logits() if reference else None
+            record = {"weights": "fp32", "matrices": built.matrices}
+            if precision != "fp32":
+                with report.stage(f"quantizing to {precision}"):
+                    record = quantizer(
+                        work / built.model_file, checkpoint, precision, matrices=built.matrices
+                    )
+            quality: dict[str, Any] = {}
+            if expected is not None:
+                with report.stage("verifying against the float reference"):
+                    result = check_graph(
+                        work / built.model_file, checkpoint.architecture, sequences, expected, threads=threads
+                    )
+                    quality = {"reference_check": _judge(result, precision)}
+            with report.stage("writing the model folder"):
+                _write_folder(work, checkpoint, built, context, record, quality)
+                add_paged_graph(work)  # the paged KV mode's graph, on the same weights
+            with report.stage("calibrating the int8 KV cache"):
+                try:
+                    manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
+                except KVQuantError as exc:  # e.g. weights that make the keys non-finite
+                    raise ExportError(f"the int8 KV cache could not be calibrated: {exc}") from None
+                Manifest.read(work)  # the folder must read back as a complete model
+            _publish(work, out, overwrite)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
     report.note(f"wrote {out} ({manifest.architecture.family}, {precision}, context {context})")
     return out
 
