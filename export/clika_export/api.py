@@ -43,6 +43,9 @@ GRAPH_REVISION = 2
 TOKENIZER_FILE = "tokenizer.json"
 TEMPLATE_FILE = "chat_template.jinja"
 KV_MODE = "continuous"
+# The context window of an export nobody asked a size for, and the largest one may ask for.
+DEFAULT_MAX_CONTEXT = 32768
+MAX_CONTEXT_WINDOW = 1 << 20
 
 
 class ExportError(RuntimeError):
@@ -199,13 +202,22 @@ def source_sha256(source: str | Path) -> str:
 
 
 def resolve_context_window(checkpoint: Checkpoint, requested: int | None) -> int:
+    """The context window to build: what the user asks for, else the model's, capped.
+
+    A checkpoint's claimed context sizes the rotary tables (and the runtime's KV
+    cache): GGUF metadata claiming 2^24 tokens made a 98 MB model an 8 GB export.
+    Unasked, the window is at most DEFAULT_MAX_CONTEXT; asked, at most
+    MAX_CONTEXT_WINDOW and the model's own.
+    """
     limit = checkpoint.architecture.max_position_embeddings
     if requested is None:
-        return limit
+        return min(limit, DEFAULT_MAX_CONTEXT)
     if not 1 <= requested <= limit:
         raise ExportError(
             f"context window {requested} is outside 1..{limit} (the model's max_position_embeddings)"
         )
+    if requested > MAX_CONTEXT_WINDOW:
+        raise ExportError(f"context window {requested} is too large: at most {MAX_CONTEXT_WINDOW} tokens")
     return requested
 
 

@@ -15,7 +15,8 @@ them over exactly instead of dequantizing and quantizing again.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,18 @@ _CONFIG_NAMES = {
     "num_heads": "num_attention_heads",
     "num_kv_heads": "num_key_value_heads",
 }
+
+
+_LAYER_PREFIX = re.compile(r"model\.layers\.(\d+)\.")
+
+
+def check_layers_exist(arch: Architecture, tensor_names: Iterable[str], source: str) -> None:
+    """The layer count must be the layers the weights hold (0..N-1), before anything is sized by it."""
+    held = {int(match.group(1)) for name in tensor_names if (match := _LAYER_PREFIX.match(name))}
+    if held != set(range(arch.num_layers)):
+        raise CheckpointError(
+            f"{source}: num_hidden_layers is {arch.num_layers}, but the weights hold {len(held)} layers"
+        )
 
 
 def check_architecture(arch: Architecture, source: str) -> None:

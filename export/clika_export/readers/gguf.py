@@ -22,7 +22,13 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 
-from clika_export.checkpoint import Checkpoint, CheckpointError, RawBlocks, check_architecture
+from clika_export.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    RawBlocks,
+    check_architecture,
+    check_layers_exist,
+)
 from clika_export.readers.gguf_file import GGUFFile, GGUFMetadata, TensorInfo
 from clika_export.readers.regular_file import file_sha256
 from clika_export.tokenizer_gguf import tokenizer_from_metadata
@@ -74,6 +80,7 @@ def read_gguf(path: str | Path) -> Checkpoint:
     tensors = _tensors_by_hf_name(gguf)
     arch = _architecture(meta, family, tokenizer.vocab_size, tensors)
     check_architecture(arch, path.name)
+    check_layers_exist(arch, tensors, path.name)
     _check_tensors(tensors, arch, path.name)
     permute = family in _PERMUTED_FAMILIES
     return Checkpoint(

@@ -20,7 +20,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from clika_export.checkpoint import Checkpoint, CheckpointError, check_architecture
+from clika_export.checkpoint import Checkpoint, CheckpointError, check_architecture, check_layers_exist
 from clika_export.readers.regular_file import file_sha256
 from clika_export.readers.safetensors_file import tensor_loaders
 from clika_runtime.manifest import Architecture
@@ -57,6 +57,7 @@ def read_hf(folder: str | Path) -> Checkpoint:
     tokenizer = Tokenizer.from_str(tokenizer_json)
     loaders = _weights(folder)
     arch = architecture(config, has_lm_head="lm_head.weight" in loaders)
+    check_layers_exist(arch, loaders, "config.json")
     bos_token = _token_text(tok_config.get("bos_token"))
     eos_token = _token_text(tok_config.get("eos_token"))
     bos_id = _first(config.get("bos_token_id"), generation.get("bos_token_id"), _id(tokenizer, bos_token))
