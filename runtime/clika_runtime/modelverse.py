@@ -105,7 +105,9 @@ def load(
     in chunks between the other requests' decode steps).
 
     ``kv_cache_mode``: "continuous" (the default) gives each active request
-    one slot of the whole context; "paged" keeps KV in fixed-size blocks
+    one slot of the whole context (memory committed as tokens are written and
+    given back when the model goes idle; ``kv_cache_bytes`` caps what the
+    running requests may reserve, default no cap); "paged" keeps KV in fixed-size blocks
     that grow with the tokens held, up to ``kv_cache_bytes`` (default 1 GiB),
     shares cached prefixes block by block between requests and preempts
     (then recomputes) a request when memory runs out. ``prefix_reuse``
@@ -414,6 +416,7 @@ class GenerativeModel:
             max_seq=self.max_seq,
             slack=options.max_step_tokens,
             prefix_reuse=options.prefix_reuse,
+            max_bytes=options.kv_cache_bytes,
         )
 
     @property
