@@ -23,7 +23,10 @@ import click
     ),
 )
 @click.option(
-    "--context", type=click.IntRange(min=1), default=None, help="Context window (default: the model's)."
+    "--context",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Context window (default: the model's, at most 32768).",
 )
 @click.option(
     "--threads",

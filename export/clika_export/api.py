@@ -24,10 +24,13 @@ from typing import Any
 from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.families import family_for
 from clika_export.graph.decoder import BuiltGraph
-from clika_export.graph.kv_int8 import add_int8_kv_graph, ensure_int8_kv_graph
+from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
-from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
+from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
+from clika_export.readers.regular_file import file_sha256
+from clika_export.template_check import check_chat_template
+from clika_export.termination import terminated_as_exit
 from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
 from clika_runtime.manifest import GraphSpec, KVSpec, Manifest, ManifestError, Provenance, TokenizerSpec
@@ -40,6 +43,9 @@ GRAPH_REVISION = 2
 TOKENIZER_FILE = "tokenizer.json"
 TEMPLATE_FILE = "chat_template.jinja"
 KV_MODE = "continuous"
+# The context window of an export nobody asked a size for, and the largest one may ask for.
+DEFAULT_MAX_CONTEXT = 32768
+MAX_CONTEXT_WINDOW = 1 << 20
 
 
 class ExportError(RuntimeError):
@@ -65,45 +71,52 @@ def export(
     report = Progress(progress)
     with report.stage(f"reading {source.name}"):
         checkpoint = read_source(source)
+        check_chat_template(checkpoint)
     family = family_for(checkpoint)
     context = resolve_context_window(checkpoint, context_window)
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    work.chmod(0o755)  # mkdtemp makes it private; the model folder is an ordinary one
-    try:
-        # The float reference runs alongside the build, on the tensors it reads.
-        sequences = check_sequences(checkpoint.architecture)
-        reference = StreamingReference(checkpoint.architecture, sequences) if verify else None
-        with report.steps("building graph", checkpoint.architecture.num_layers) as on_layer:
-            built = family.build(
-                checkpoint,
-                work,
-                context,
-                on_layer=_both(on_layer, reference.layer_done if reference else None),
-                on_tensor=reference.observe if reference else None,
-            )
-        expected = reference.logits() if reference else None
-        record = {"weights": "fp32", "matrices": built.matrices}
-        if precision != "fp32":
-            with report.stage(f"quantizing to {precision}"):
-                record = quantizer(work / built.model_file, checkpoint, precision, matrices=built.matrices)
-        quality: dict[str, Any] = {}
-        if expected is not None:
-            with report.stage("verifying against the float reference"):
-                result = check_graph(
-                    work / built.model_file, checkpoint.architecture, sequences, expected, threads=threads
+    with terminated_as_exit():  # SIGTERM unwinds through the cleanup below
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+        work.chmod(0o755)  # mkdtemp makes it private; the model folder is an ordinary one
+        try:
+            # The float reference runs alongside the build, on the tensors it reads.
+            sequences = check_sequences(checkpoint.architecture)
+            reference = StreamingReference(checkpoint.architecture, sequences) if verify else None
+            with report.steps("building graph", checkpoint.architecture.num_layers) as on_layer:
+                built = family.build(
+                    checkpoint,
+                    work,
+                    context,
+                    on_layer=_both(on_layer, reference.layer_done if reference else None),
+                    on_tensor=reference.observe if reference else None,
                 )
-                quality = {"reference_check": _judge(result, precision)}
-        with report.stage("writing the model folder"):
-            _write_folder(work, checkpoint, built, context, record, quality)
-            add_paged_graph(work)  # the paged KV mode's graph, on the same weights
-        with report.stage("calibrating the int8 KV cache"):
-            manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
-            Manifest.read(work)  # the folder must read back as a complete model
-        _publish(work, out, overwrite)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+            expected = reference.logits() if reference else None
+            record = {"weights": "fp32", "matrices": built.matrices}
+            if precision != "fp32":
+                with report.stage(f"quantizing to {precision}"):
+                    record = quantizer(
+                        work / built.model_file, checkpoint, precision, matrices=built.matrices
+                    )
+            quality: dict[str, Any] = {}
+            if expected is not None:
+                with report.stage("verifying against the float reference"):
+                    result = check_graph(
+                        work / built.model_file, checkpoint.architecture, sequences, expected, threads=threads
+                    )
+                    quality = {"reference_check": _judge(result, precision)}
+            with report.stage("writing the model folder"):
+                _write_folder(work, checkpoint, built, context, record, quality)
+                add_paged_graph(work)  # the paged KV mode's graph, on the same weights
+            with report.stage("calibrating the int8 KV cache"):
+                try:
+                    manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
+                except KVQuantError as exc:  # e.g. weights that make the keys non-finite
+                    raise ExportError(f"the int8 KV cache could not be calibrated: {exc}") from None
+                Manifest.read(work)  # the folder must read back as a complete model
+            _publish(work, out, overwrite)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
     report.note(f"wrote {out} ({manifest.architecture.family}, {precision}, context {context})")
     return out
 
@@ -155,7 +168,20 @@ def _both(first: Callable[[int], None], second: Callable[[int], None] | None) ->
 
 
 def read_source(source: Path) -> Checkpoint:
-    """Read a Hugging Face folder or a GGUF file into a ``Checkpoint``."""
+    """Read a Hugging Face folder or a GGUF file into a ``Checkpoint``.
+
+    The checkpoint is untrusted input: whatever reading it raises beyond the
+    readers' own checks becomes a CheckpointError naming the source.
+    """
+    try:
+        return _read_source(source)
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(f"{source.name} could not be read ({type(exc).__name__}: {exc})") from None
+
+
+def _read_source(source: Path) -> Checkpoint:
     if is_hf_folder(source):
         return read_hf(source)
     if source.is_file() and source.suffix.lower() == ".gguf":
@@ -176,13 +202,22 @@ def source_sha256(source: str | Path) -> str:
 
 
 def resolve_context_window(checkpoint: Checkpoint, requested: int | None) -> int:
+    """The context window to build: what the user asks for, else the model's, capped.
+
+    A checkpoint's claimed context sizes the rotary tables (and the runtime's KV
+    cache): GGUF metadata claiming 2^24 tokens made a 98 MB model an 8 GB export.
+    Unasked, the window is at most DEFAULT_MAX_CONTEXT; asked, at most
+    MAX_CONTEXT_WINDOW and the model's own.
+    """
     limit = checkpoint.architecture.max_position_embeddings
     if requested is None:
-        return limit
+        return min(limit, DEFAULT_MAX_CONTEXT)
     if not 1 <= requested <= limit:
         raise ExportError(
             f"context window {requested} is outside 1..{limit} (the model's max_position_embeddings)"
         )
+    if requested > MAX_CONTEXT_WINDOW:
+        raise ExportError(f"context window {requested} is too large: at most {MAX_CONTEXT_WINDOW} tokens")
     return requested
 
 

@@ -14,7 +14,9 @@ them over exactly instead of dequantizing and quantizing again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +27,54 @@ from clika_runtime.manifest import Architecture
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be exported: the message names the problem."""
+
+
+_COUNTS = (
+    "num_layers",
+    "hidden_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+)
+_CONFIG_NAMES = {
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+}
+
+
+_LAYER_PREFIX = re.compile(r"model\.layers\.(\d+)\.")
+
+
+def check_layers_exist(arch: Architecture, tensor_names: Iterable[str], source: str) -> None:
+    """The layer count must be the layers the weights hold (0..N-1), before anything is sized by it."""
+    held = {int(match.group(1)) for name in tensor_names if (match := _LAYER_PREFIX.match(name))}
+    if held != set(range(arch.num_layers)):
+        raise CheckpointError(
+            f"{source}: num_hidden_layers is {arch.num_layers}, but the weights hold {len(held)} layers"
+        )
+
+
+def check_architecture(arch: Architecture, source: str) -> None:
+    """Every reader's architecture must describe a buildable model: sizes >= 1, finite scales > 0."""
+    for name in _COUNTS:
+        if getattr(arch, name) < 1:
+            raise CheckpointError(
+                f"{source}: {_CONFIG_NAMES.get(name, name)} must be at least 1, got {getattr(arch, name)}"
+            )
+    if arch.num_heads % arch.num_kv_heads:
+        raise CheckpointError(
+            f"{source}: {arch.num_heads} attention heads do not divide into {arch.num_kv_heads} KV heads"
+        )
+    for name in ("rms_norm_eps", "rope_theta"):
+        value = getattr(arch, name)
+        if not math.isfinite(value) or value <= 0:
+            raise CheckpointError(f"{source}: {name} must be a finite number > 0, got {value}")
+    if arch.rope_scaling is not None and not isinstance(arch.rope_scaling, dict):
+        raise CheckpointError(f"{source}: rope_scaling must be an object, got {arch.rope_scaling!r}")
 
 
 @dataclass(frozen=True)
@@ -69,11 +119,21 @@ class Checkpoint:
             loader = self.tensor_loaders[name]
         except KeyError:
             raise CheckpointError(f"checkpoint has no tensor {name!r}") from None
-        return loader()
+        return self._load(name, loader)
 
     def raw(self, name: str) -> RawBlocks | None:
         loader = self.raw_loaders.get(name)
-        return loader() if loader else None
+        return self._load(name, loader) if loader else None
+
+    def _load(self, name: str, loader: Callable[[], Any]) -> Any:
+        try:
+            return loader()
+        except CheckpointError:
+            raise
+        except Exception as exc:  # tensors load lazily: the checkpoint's bytes are read only here
+            raise CheckpointError(
+                f"{self.source_name}: tensor {name} could not be read ({type(exc).__name__}: {exc})"
+            ) from None
 
     def has(self, name: str) -> bool:
         return name in self.tensor_loaders

@@ -111,7 +111,9 @@ def load(
     in chunks between the other requests' decode steps).
 
     ``kv_cache_mode``: "continuous" (the default) gives each active request
-    one slot of the whole context; "paged" keeps KV in fixed-size blocks
+    one slot of the whole context (memory committed as tokens are written and
+    given back when the model goes idle; ``kv_cache_bytes`` caps what the
+    running requests may reserve, default no cap); "paged" keeps KV in fixed-size blocks
     that grow with the tokens held, up to ``kv_cache_bytes`` (default 1 GiB),
     shares cached prefixes block by block between requests and preempts
     (then recomputes) a request when memory runs out. ``prefix_reuse``
@@ -156,7 +158,8 @@ def load(
         specials = {
             k: v for k, v in (("bos_token", tokenizer.bos_token), ("eos_token", tokenizer.eos_token)) if v
         }
-        template = ChatTemplate(opened.chat_template, special_tokens=specials)
+        # Probed now, so serving never waits on a render to describe the model.
+        template = ChatTemplate(opened.chat_template, special_tokens=specials).probe()
     model = GenerativeModel(_Loaded(opened, tokenizer, template, kv_cache_mode, options))
     if isinstance(assistant_model, (str, Path)):
         assistant_model = load(assistant_model, threads=threads, allow_spinning=allow_spinning)
@@ -424,6 +427,7 @@ class GenerativeModel:
             max_seq=self.max_seq,
             slack=options.max_step_tokens,
             prefix_reuse=options.prefix_reuse,
+            max_bytes=options.kv_cache_bytes,
         )
 
     @property

@@ -61,5 +61,6 @@ def cos_sin_caches(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``[positions, head_dim / 2]`` float32 cos and sin tables."""
     inv_freq = inverse_frequencies(head_dim, theta, scaling)
-    angles = np.outer(np.arange(positions, dtype=np.float32), inv_freq).astype(np.float32)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    angles = np.outer(np.arange(positions, dtype=np.float32), inv_freq)
+    cos = np.cos(angles)
+    return cos, np.sin(angles, out=angles)  # in place: two tables of memory, not five

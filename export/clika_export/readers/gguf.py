@@ -14,7 +14,6 @@ types, shapes and extents are all checked, and each problem raises
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -23,8 +22,15 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 
-from clika_export.checkpoint import Checkpoint, CheckpointError, RawBlocks
+from clika_export.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    RawBlocks,
+    check_architecture,
+    check_layers_exist,
+)
 from clika_export.readers.gguf_file import GGUFFile, GGUFMetadata, TensorInfo
+from clika_export.readers.regular_file import file_sha256
 from clika_export.tokenizer_gguf import tokenizer_from_metadata
 from clika_runtime.manifest import Architecture
 
@@ -73,6 +79,8 @@ def read_gguf(path: str | Path) -> Checkpoint:
     tokenizer = tokenizer_from_metadata(meta)
     tensors = _tensors_by_hf_name(gguf)
     arch = _architecture(meta, family, tokenizer.vocab_size, tensors)
+    check_architecture(arch, path.name)
+    check_layers_exist(arch, tensors, path.name)
     _check_tensors(tensors, arch, path.name)
     permute = family in _PERMUTED_FAMILIES
     return Checkpoint(
@@ -96,15 +104,6 @@ def read_gguf(path: str | Path) -> Checkpoint:
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,
     )
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, streamed."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # -- names ------------------------------------------------------------------------

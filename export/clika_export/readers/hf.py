@@ -20,7 +20,8 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from clika_export.checkpoint import Checkpoint, CheckpointError
+from clika_export.checkpoint import Checkpoint, CheckpointError, check_architecture, check_layers_exist
+from clika_export.readers.regular_file import file_sha256
 from clika_export.readers.safetensors_file import tensor_loaders
 from clika_runtime.manifest import Architecture
 
@@ -56,6 +57,7 @@ def read_hf(folder: str | Path) -> Checkpoint:
     tokenizer = Tokenizer.from_str(tokenizer_json)
     loaders = _weights(folder)
     arch = architecture(config, has_lm_head="lm_head.weight" in loaders)
+    check_layers_exist(arch, loaders, "config.json")
     bos_token = _token_text(tok_config.get("bos_token"))
     eos_token = _token_text(tok_config.get("eos_token"))
     bos_id = _first(config.get("bos_token_id"), generation.get("bos_token_id"), _id(tokenizer, bos_token))
@@ -69,6 +71,7 @@ def read_hf(folder: str | Path) -> Checkpoint:
             _id(tokenizer, _token_text(tok_config.get("pad_token"))),
             config.get("pad_token_id"),
             generation.get("pad_token_id"),
+            key="pad_token_id",
         ),
         add_bos_token=_add_bos(tok_config, tokenizer, bos_id),
         chat_template=_chat_template(folder, tok_config),
@@ -87,36 +90,50 @@ def architecture(config: dict[str, Any], *, has_lm_head: bool = True) -> Archite
     if not family:
         raise CheckpointError("config.json has no model_type")
     _refuse_unsupported(config, family)
-    try:
-        heads = int(config["num_attention_heads"])
-        hidden = int(config["hidden_size"])
-        rope = config.get("rope_parameters") or {}
-        scaling = config.get("rope_scaling") or {k: v for k, v in rope.items() if k != "rope_theta"}
-        if (scaling.get("rope_type") or scaling.get("type") or "default") == "default":
-            scaling = None
-        tied = bool(config.get("tie_word_embeddings", False))
-        if not tied and not has_lm_head:
-            raise CheckpointError(
-                "config.json says the embeddings are not tied, but there is no lm_head.weight"
-            )
-        return Architecture(
-            family=family,
-            num_layers=int(config["num_hidden_layers"]),
-            hidden_size=hidden,
-            num_heads=heads,
-            num_kv_heads=int(config.get("num_key_value_heads") or heads),
-            head_dim=int(config.get("head_dim") or hidden // heads),
-            intermediate_size=int(config["intermediate_size"]),
-            vocab_size=int(config["vocab_size"]),
-            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(config.get("rope_theta") or rope.get("rope_theta") or 10000.0),
-            max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
-            tie_word_embeddings=tied,
-            attention_bias=bool(config.get("attention_bias", family == "qwen2")),
-            rope_scaling=scaling,
+    heads = _config_number(config, "num_attention_heads", int)
+    hidden = _config_number(config, "hidden_size", int)
+    rope = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or {k: v for k, v in rope.items() if k != "rope_theta"}
+    if not isinstance(scaling, dict) or not isinstance(rope, dict):
+        raise CheckpointError(f"config.json: rope_scaling must be an object, got {scaling!r}")
+    if (scaling.get("rope_type") or scaling.get("type") or "default") == "default":
+        scaling = None
+    tied = bool(config.get("tie_word_embeddings", False))
+    if not tied and not has_lm_head:
+        raise CheckpointError("config.json says the embeddings are not tied, but there is no lm_head.weight")
+    arch = Architecture(
+        family=family,
+        num_layers=_config_number(config, "num_hidden_layers", int),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=_config_number(config, "num_key_value_heads", int, heads),
+        head_dim=_config_number(config, "head_dim", int, hidden // heads if heads > 0 else 0),
+        intermediate_size=_config_number(config, "intermediate_size", int),
+        vocab_size=_config_number(config, "vocab_size", int),
+        rms_norm_eps=_config_number(config, "rms_norm_eps", float, 1e-6),
+        rope_theta=_config_number(config, "rope_theta", float, rope.get("rope_theta") or 10000.0),
+        max_position_embeddings=_config_number(config, "max_position_embeddings", int, 2048),
+        tie_word_embeddings=tied,
+        attention_bias=bool(config.get("attention_bias", family == "qwen2")),
+        rope_scaling=scaling,
+    )
+    check_architecture(arch, "config.json")
+    return arch
+
+
+def _config_number(config: dict[str, Any], key: str, kind: type, default: Any = None) -> Any:
+    """``config[key]`` as an int or float; a missing/null key takes ``default``; anything else is refused."""
+    value = config.get(key)
+    if value is None:
+        value = default
+    if value is None:
+        raise CheckpointError(f"config.json is missing {key!r}")
+    exact = isinstance(value, int) or (kind is float and isinstance(value, float))
+    if isinstance(value, bool) or not exact:
+        raise CheckpointError(
+            f"config.json: {key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
         )
-    except KeyError as exc:
-        raise CheckpointError(f"config.json is missing {exc.args[0]!r}") from None
+    return kind(value)
 
 
 def _refuse_unsupported(config: dict[str, Any], family: str) -> None:
@@ -142,14 +159,6 @@ def folder_sha256(folder: str | Path) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _weights(folder: Path) -> dict:
     index = folder / INDEX_FILE
     if index.is_file():
@@ -163,7 +172,7 @@ def _weights(folder: Path) -> dict:
         raise CheckpointError(f"{folder.name} has no *.safetensors weights (.bin checkpoints are not read)")
     loaders: dict = {}
     for name in files:
-        if not (folder / name).is_file():
+        if not (folder / name).exists():
             raise CheckpointError(f"weight shard {name} named by {INDEX_FILE} is missing")
         loaders.update(tensor_loaders(folder / name))
     return loaders
@@ -210,8 +219,8 @@ def _eos_ids(
     ids: list[int] = []
     for value in (generation.get("eos_token_id"), config.get("eos_token_id"), _id(tokenizer, eos_token)):
         for token_id in value if isinstance(value, list) else [value]:
-            if token_id is not None and int(token_id) not in ids:
-                ids.append(int(token_id))
+            if token_id is not None and _token_id(token_id, "eos_token_id") not in ids:
+                ids.append(token_id)
     return tuple(ids)
 
 
@@ -239,13 +248,19 @@ def _token(tokenizer: Tokenizer, token_id: int | None) -> str | None:
     return tokenizer.id_to_token(token_id) if token_id is not None else None
 
 
-def _first(*values: Any) -> int | None:
+def _first(*values: Any, key: str = "bos_token_id") -> int | None:
     for value in values:
         if isinstance(value, list):
             value = value[0] if value else None
         if value is not None:
-            return int(value)
+            return _token_id(value, key)
     return None
+
+
+def _token_id(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError(f"{key} must be a token id (an integer >= 0), got {value!r}")
+    return value
 
 
 def _json(path: Path, *, required: bool = True) -> dict[str, Any]:

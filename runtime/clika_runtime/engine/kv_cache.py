@@ -33,6 +33,8 @@ from clika_runtime.step_graph import StepRow, pack_step
 
 # Capacity grows in these steps so a growing conversation rarely reallocates.
 CAPACITY_ALIGN = 256
+# Positions an idle cache keeps in each free slot but the last freed (a shared system prompt's worth).
+IDLE_KEEP_POSITIONS = 256
 
 
 def kv_buffer(shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -53,6 +55,27 @@ def kv_buffer(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     except OSError:  # a kernel without transparent huge pages
         pass
     return np.frombuffer(memory, dtype=dtype, count=count).reshape(shape)
+
+
+def release_positions(buf: np.ndarray, slot: int, start: int) -> None:
+    """Give the memory of ``buf[slot, :, start:]`` back to the system (it reads as zeros after).
+
+    ``buf`` is a ``kv_buffer`` ``[slots, heads, capacity, head_dim]``: each (slot, head) row
+    is contiguous, so whole pages past ``start`` in each row are dropped (MADV_DONTNEED).
+    """
+    memory = buf
+    while memory is not None and not isinstance(memory, mmap.mmap):
+        memory = memory.obj if isinstance(memory, memoryview) else getattr(memory, "base", None)
+    if memory is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return  # a plain NumPy buffer: its memory stays until the buffer goes
+    _, heads, capacity, head_dim = buf.shape
+    position = head_dim * buf.itemsize
+    for head in range(heads):
+        row = (slot * heads + head) * capacity * position
+        begin = -(-(row + start * position) // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (row + capacity * position) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > begin:
+            memory.madvise(mmap.MADV_DONTNEED, begin, end - begin)
 
 
 @dataclass(frozen=True)
@@ -158,10 +181,27 @@ class KVCacheManager(abc.ABC):
 
 
 class ContinuousKVCache(KVCacheManager):
-    """One slot per sequence; buffers grow (slots, capacity) on demand up to ``max_seq + slack``."""
+    """One slot per sequence; buffers grow (slots, capacity) on demand up to ``max_seq + slack``.
+
+    Memory follows the tokens held: buffer pages are committed as positions are
+    written, a slot taken by a new sequence drops what it held past the reused
+    prefix, and when the last running sequence ends every free slot but the
+    most recently freed one (a chat's next turn reuses it) gives back all but
+    its first ``IDLE_KEEP_POSITIONS``.
+    ``max_bytes`` caps the KV the running sequences may reserve (prompt plus
+    ``max_new_tokens`` each); a sequence that does not fit waits, except that
+    one sequence alone always runs. None: no cap.
+    """
 
     def __init__(
-        self, shape: CacheShape, *, num_slots: int, max_seq: int, slack: int = 0, prefix_reuse: bool = True
+        self,
+        shape: CacheShape,
+        *,
+        num_slots: int,
+        max_seq: int,
+        slack: int = 0,
+        prefix_reuse: bool = True,
+        max_bytes: int | None = None,
     ) -> None:
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
@@ -180,6 +220,9 @@ class ContinuousKVCache(KVCacheManager):
         self._seqs: dict[int, Sequence] = {}  # slot -> the sequence running in it
         self._free: list[int] = list(range(num_slots))  # least recently freed first
         self._held: dict[int, np.ndarray] = {}  # free slot -> token ids its KV still holds
+        self._written: dict[int, int] = {}  # slot -> leading positions whose memory may be committed
+        self._reserved: dict[int, int] = {}  # running slot -> positions its sequence may reach
+        self.max_bytes = max_bytes
         self._decode = DecodePacker()
 
     @property
@@ -218,10 +261,18 @@ class ContinuousKVCache(KVCacheManager):
         if self.capacity:
             self._reallocate(num_slots, self.capacity)
 
+    @property
+    def bytes_per_position(self) -> int:
+        """KV bytes of one token of one slot, over every layer (keys and values)."""
+        s = self.shape
+        return 2 * s.num_layers * s.num_kv_heads * s.head_dim * np.dtype(s.dtype).itemsize
+
     def allocate(self, seq: Sequence) -> Allocation | None:
         if not self._free:
             return None
         needed = min(self.max_seq, seq.num_prompt_tokens + seq.config.max_new_tokens) + self.slack
+        if self._over_budget(needed):
+            return None
         if needed > self.capacity:
             self._grow(needed)
         prompt = np.asarray(seq.token_ids, dtype=np.int64)
@@ -233,8 +284,10 @@ class ContinuousKVCache(KVCacheManager):
                 cached = shared
         self._free.remove(slot)
         self._held.pop(slot, None)
+        self._release(slot, cached)  # what the slot held past the reused prefix is stale
         self._owner[slot] = seq.request_id
         self._seqs[slot] = seq
+        self._reserved[slot] = needed
         return Allocation(slot=slot, cached_tokens=cached)
 
     def free(self, seq: Sequence) -> None:
@@ -242,9 +295,39 @@ class ContinuousKVCache(KVCacheManager):
         assert slot is not None and self._owner.get(slot) == seq.request_id, f"{seq} does not own its slot"
         del self._owner[slot]
         del self._seqs[slot]
+        del self._reserved[slot]
         self._free.append(slot)
+        self._written[slot] = max(self._written.get(slot, 0), seq.num_computed_tokens)
         if self.prefix_reuse and seq.num_computed_tokens:
             self._held[slot] = np.asarray(seq.token_ids[: seq.num_computed_tokens], dtype=np.int64)
+        if not self._owner:
+            self._release_idle()
+
+    def _over_budget(self, needed: int) -> bool:
+        if self.max_bytes is None or not self._owner:
+            return False  # no cap, or a sequence alone: it always runs
+        return (sum(self._reserved.values()) + needed) * self.bytes_per_position > self.max_bytes
+
+    def _release_idle(self) -> None:
+        """Nothing runs: every free slot but the last freed keeps at most IDLE_KEEP_POSITIONS.
+
+        The last freed slot keeps all it holds (a chat's next turn continues it); the
+        others keep a system prompt's worth of prefix (the next batch of a drafting
+        assistant, or requests sharing one, still find it) and give the rest back.
+        """
+        for slot in self._free[:-1]:
+            held = self._held.get(slot)
+            if held is not None and len(held) > IDLE_KEEP_POSITIONS:
+                self._held[slot] = held[:IDLE_KEEP_POSITIONS]
+            self._release(slot, 0 if held is None else len(self._held[slot]))
+
+    def _release(self, slot: int, keep: int) -> None:
+        """Drop the memory of ``slot``'s positions from ``keep`` on, in every layer."""
+        if self._written.get(slot, 0) <= keep:
+            return
+        for buf in (*self._keys, *self._values):
+            release_positions(buf, slot, keep)
+        self._written[slot] = keep
 
     def pack(self, plan: StepPlan, context_window: int | None) -> PackedStep:
         if plan.is_decode:
@@ -316,6 +399,7 @@ class ContinuousKVCache(KVCacheManager):
         for buffers in (self._keys, self._values):
             for buf in buffers:
                 buf[slot, :, :num_tokens] = buf[source, :, :num_tokens]
+        self._written[slot] = max(self._written.get(slot, 0), num_tokens)
 
     def _grow(self, needed: int) -> None:
         capacity = max(needed, 2 * self.capacity)
@@ -325,14 +409,16 @@ class ContinuousKVCache(KVCacheManager):
     def _reallocate(self, num_slots: int, capacity: int) -> None:
         s = self.shape
         full = (num_slots, s.num_kv_heads, capacity, s.head_dim)
-        # Only positions some slot holds are copied: the rest are zeros already, and
+        # Each slot's own held positions are copied: the rest are zeros already, and
         # copying them would commit memory for rows no sequence has reached.
-        used = self._positions_held()
+        held = {slot: self._positions_of(slot) for slot in range(self._num_slots)}
 
         def grown(old: np.ndarray | None) -> np.ndarray:
             new = kv_buffer(full, s.dtype)
             if old is not None:
-                new[: old.shape[0], :, :used] = old[:, :, :used]
+                for slot, used in held.items():
+                    if used and slot < old.shape[0]:
+                        new[slot, :, :used] = old[slot, :, :used]
             return new
 
         old_keys = self._keys or [None] * s.num_layers
@@ -342,11 +428,11 @@ class ContinuousKVCache(KVCacheManager):
         self._capacity = capacity
         self._version += 1
 
-    def _positions_held(self) -> int:
-        """The most leading positions any slot holds KV for (running or kept for a prefix)."""
-        running = [seq.num_computed_tokens for seq in self._seqs.values()]
-        kept = [len(tokens) for tokens in self._held.values()]
-        return min(max([0, *running, *kept]), self.capacity)
+    def _positions_of(self, slot: int) -> int:
+        """The leading positions ``slot`` holds KV for (running, or kept for a prefix)."""
+        seq = self._seqs.get(slot)
+        held = seq.num_computed_tokens if seq is not None else len(self._held.get(slot, ()))
+        return min(held, self.capacity)
 
     def check_integrity(self, live: Mapping[int, int]) -> None:
         assert {rid: slot for slot, rid in self._owner.items()} == dict(live), "slot owners drifted"
@@ -357,5 +443,6 @@ class ContinuousKVCache(KVCacheManager):
         assert not owned & free, f"slots both owned and free: {sorted(owned & free)}"
         assert owned | free == set(range(self._num_slots)), "a slot is neither owned nor free"
         assert set(self._held) <= free, "an owned slot still advertises held tokens"
+        assert set(self._reserved) == owned, "reservations and slot owners disagree"
         for buf in (*self._keys, *self._values):
             assert buf.shape[0] == self._num_slots and buf.shape[2] == self.capacity, "buffer shape drifted"

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 class EngineOptions:
     """Engine limits: ``max_active`` sequences decode together, ``max_queued`` wait beyond them,
     a step computes at most ``max_step_tokens`` tokens (a longer prompt runs in chunks).
-    ``kv_cache_bytes`` caps a paged KV cache (None: the runtime's default budget)."""
+    ``kv_cache_bytes`` caps a paged KV cache (None: the runtime's default budget) and what a
+    continuous cache's running sequences may reserve (None: no cap)."""
 
     max_active: int = 8
     max_queued: int = 256
