@@ -28,6 +28,7 @@ from clika_runtime.engine.types import (
 )
 from clika_runtime.modelverse import GenerativeModel
 from clika_runtime.server.errors import ApiError, bad_request
+from clika_runtime.server.prompt_bound import PromptBound
 from clika_runtime.server.protocol import NONE, REQUEST_FIELD, REQUIRED, ChatRequest, ToolChoice
 
 
@@ -141,6 +142,7 @@ class ModelBackend:
         self.created = int(time.time())
         self.engine = engine or model.create_engine(max_active=max_active, max_queued=max_queued)
         self._owns_engine = engine is None
+        self.prompt_bound = PromptBound(model.tokenizer, model.max_seq)
         self._owns_model = owns_model
 
     # -- what is served ------------------------------------------------------------------------
@@ -179,7 +181,7 @@ class ModelBackend:
         template = self.model.chat_template
         parser = reply_parser_for(template, prompt, offered)
         prefill = _call_opener(template, prompt, request.tool_choice, offered) if offered else ""
-        ids = self.model.tokenizer.encode(prompt + prefill)
+        ids = self.prompt_bound.encode(prompt + prefill, "messages")
         keep_special = keeps_special_tokens(template, offered)
         stream = self._submit(ids, config, request.max_tokens_given, skip_special_tokens=not keep_special)
         return ReplyRun(stream, parser, prefill)
@@ -190,7 +192,7 @@ class ModelBackend:
         """Submit raw text (no chat template) or token ids."""
         config = self._config(options)
         if isinstance(prompt, str):
-            ids = self.model.tokenizer.encode(prompt)
+            ids = self.prompt_bound.encode(prompt, "prompt")
         else:
             ids = list(prompt)
         return ReplyRun(self._submit(ids, config, max_tokens_given), None)
