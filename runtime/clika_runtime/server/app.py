@@ -2,6 +2,7 @@
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
 ``POST /v1/responses``, ``GET /v1/models`` (and ``/v1/models/{id}``), the
+Ollama routes under ``/api/`` (see :mod:`~clika_runtime.server.ollama_routes`),
 ``GET /health`` and ``GET /metrics``. Every refusal answers in the front end's
 error shape with its status: 400 malformed body or over-long prompt, 401
 missing or wrong API key, 404 unknown model or route, 408 a body that does not
@@ -32,7 +33,9 @@ from clika_runtime.server.errors import ApiError, error_payload
 from clika_runtime.server.intake import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, Intake
 from clika_runtime.server.metrics import CONTENT_TYPE, Metrics
 from clika_runtime.server.observe import Observe
+from clika_runtime.server.ollama_routes import ollama_routes
 from clika_runtime.server.openai_routes import openai_routes
+from clika_runtime.server.responses_routes import responses_routes
 from clika_runtime.server.served import Served
 from clika_runtime.server.streaming import Closing
 
@@ -60,6 +63,8 @@ def create_app(
         Route("/health", _health(served), methods=["GET"]),
         Route("/metrics", _metrics(served), methods=["GET"]),
         *openai_routes(served),
+        *responses_routes(served),
+        *ollama_routes(served),
     ]
     middleware = []
     if cors_origins:

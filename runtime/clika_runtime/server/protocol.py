@@ -60,15 +60,15 @@ def parse_chat(body: Any) -> ChatRequest:
     """Check a chat completions body (raises a 400 ApiError naming the bad field)."""
     body = _object(body)
     _refuse_unsupported(body)
-    tools = _tools(body.get("tools"))
+    tools = check_tools(body.get("tools"))
     return ChatRequest(
         model=_model(body),
-        messages=[_message(m, i) for i, m in enumerate(_list(body, "messages", required=True))],
+        messages=[check_message(m, i) for i, m in enumerate(_list(body, "messages", required=True))],
         stream=_bool(body, "stream"),
         include_usage=_include_usage(body),
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
-        options=_sampling(body, "max_completion_tokens", "max_tokens"),
+        options=sampling_options(body, "max_completion_tokens", "max_tokens"),
         max_tokens_given=body.get("max_completion_tokens", body.get("max_tokens")) is not None,
     )
 
@@ -86,7 +86,7 @@ def parse_completion(body: Any) -> CompletionRequest:
         prompts=_prompts(body.get("prompt")),
         stream=_bool(body, "stream"),
         include_usage=_include_usage(body),
-        options=_sampling(body, "max_tokens"),
+        options=sampling_options(body, "max_tokens"),
         max_tokens_given=body.get("max_tokens") is not None,
         echo=_bool(body, "echo"),
     )
@@ -153,8 +153,9 @@ def _list(body: Mapping[str, Any], name: str, *, required: bool = False) -> list
     return value
 
 
-def _message(message: Any, index: int) -> dict[str, Any]:
-    param = f"messages[{index}]"
+def check_message(message: Any, index: int, field: str = "messages") -> dict[str, Any]:
+    """One chat turn checked (``field``: the request field holding the turns, for the 400's param)."""
+    param = f"{field}[{index}]"
     if not isinstance(message, dict):
         raise bad_request(f"{param} must be an object with 'role' and 'content'", param)
     role = message.get("role")
@@ -213,7 +214,7 @@ def _content_text(content: Any, param: str) -> str:
     return "".join(texts)
 
 
-def _tools(value: Any) -> list[dict[str, Any]] | None:
+def check_tools(value: Any) -> list[dict[str, Any]] | None:
     if value is None:
         return None
     if not isinstance(value, list):
@@ -296,7 +297,7 @@ _PASSED = {
 }
 
 
-def _sampling(body: Mapping[str, Any], *token_fields: str) -> dict[str, Any]:
+def sampling_options(body: Mapping[str, Any], *token_fields: str) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for name in token_fields:
         if body.get(name) is not None:
