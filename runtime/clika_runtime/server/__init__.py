@@ -1,4 +1,4 @@
-"""An OpenAI-compatible HTTP server over one model (Starlette + uvicorn, the ``server`` extra).
+"""An HTTP server over one model speaking OpenAI's and Ollama's APIs (Starlette + uvicorn, the ``server`` extra).
 
 ::
 
@@ -94,12 +94,14 @@ def serve(
     on_ready: Any = None,
     cors_origins: Sequence[str] = (),
     read_timeout: float | None = None,
+    access_log: bool = True,
 ) -> None:
     """Serve ``model`` (a GenerativeModel, a ChatSession's engine, or a model folder) until Ctrl-C.
 
     ``api_key``: clients must send ``Authorization: Bearer <key>``.
     ``cors_origins``: the origins browsers may call from (``*``: any).
     ``read_timeout``: seconds a client has to send a whole request (default 30).
+    ``access_log``: one line per request on stderr.
     ``on_ready(url)`` is called once the socket listens.
     """
     require_server_stack()
@@ -113,7 +115,7 @@ def serve(
     )
     try:
         server, sock = _uvicorn_server(
-            backend, host, port, api_key, max_body_bytes, log_level, cors_origins, read_timeout
+            backend, host, port, api_key, max_body_bytes, log_level, cors_origins, read_timeout, access_log
         )
         if on_ready is not None:
             on_ready(_url(sock))
@@ -179,8 +181,12 @@ def start_server(
     log_level: str = "warning",
     cors_origins: Sequence[str] = (),
     read_timeout: float | None = None,
+    access_log: bool = False,
 ) -> RunningServer:
-    """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens."""
+    """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens.
+
+    The options are :func:`serve`'s; the access log is off unless asked for.
+    """
     require_server_stack()
     backend = build_backend(
         model,
@@ -192,7 +198,7 @@ def start_server(
     )
     try:
         server, sock = _uvicorn_server(
-            backend, host, port, api_key, max_body_bytes, log_level, cors_origins, read_timeout
+            backend, host, port, api_key, max_body_bytes, log_level, cors_origins, read_timeout, access_log
         )
         running = RunningServer(backend, server, sock)
         running.wait_started()
@@ -211,6 +217,7 @@ def _uvicorn_server(
     log_level: str,
     cors_origins: Sequence[str],
     read_timeout: float | None,
+    access_log: bool,
 ) -> tuple[Any, socket.socket]:
     from clika_runtime.server.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, create_app
     from clika_runtime.server.lifecycle import configure_logging, uvicorn_server
@@ -226,7 +233,7 @@ def _uvicorn_server(
         cors_origins=cors_origins,
         closing=closing,
     )
-    configure_logging(log_level)
+    configure_logging(log_level, access_log)
     # Bound here (not by uvicorn) so port 0 yields its real port before serving starts.
     sock = socket.create_server((host, port), family=_family(host), reuse_port=False)
     return uvicorn_server(app, closing, log_level=log_level, read_timeout=timeout), sock

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 from typing import Any
 
 import uvicorn
@@ -39,16 +40,27 @@ def uvicorn_server(app: Any, closing: Closing, *, log_level: str, read_timeout: 
     return _ClosingServer(config, closing)
 
 
-def configure_logging(log_level: str) -> None:
-    """Send the server's own log (faults, the access log) to stderr at ``log_level``, once."""
+def configure_logging(log_level: str, access_log: bool) -> None:
+    """Send the server's own log (faults; with ``access_log`` one line per request) to stderr, once."""
     logger = logging.getLogger("clika_runtime.server")
     logger.setLevel(log_level.upper())
-    if not any(getattr(handler, "_clika_server", False) for handler in logger.handlers):
-        handler = logging.StreamHandler()
+    logging.getLogger("clika_runtime.server.access").setLevel(logging.INFO if access_log else logging.WARNING)
+    if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
-        handler._clika_server = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
-        logger.propagate = True
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is now (a handler that kept an old one would write to a closed file)."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: ANN201
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # noqa: ANN001
+        pass
 
 
 class _ClosingServer(uvicorn.Server):
