@@ -9,6 +9,7 @@ last committed transcript, whole).
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 import sqlite3
 import subprocess
@@ -132,6 +133,70 @@ def test_sqlite_store_refuses_a_newer_schema_and_other_databases(tmp_path):
 
     with pytest.raises(ValueError, match="InMemoryStore"):
         SQLiteStore(":memory:")
+
+
+def _foreign_database(path: Path, *, application_id: int = 0) -> None:
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE notes (body TEXT)")
+    raw.execute("INSERT INTO notes VALUES ('keep me')")
+    raw.execute(f"PRAGMA application_id = {application_id}")
+    raw.commit()
+    raw.close()
+
+
+@pytest.mark.parametrize("application_id", [0, 0x12345678])
+def test_a_foreign_database_is_refused_before_anything_is_written(tmp_path, application_id):
+    foreign = tmp_path / "foreign.db"
+    _foreign_database(foreign, application_id=application_id)
+    before = foreign.read_bytes()
+    with pytest.raises(StoreError, match="another application"):
+        SQLiteStore(foreign)
+    # Not switched to WAL, no journal left behind, not a byte changed.
+    assert foreign.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign.db"]
+    raw = sqlite3.connect(foreign)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    raw.close()
+
+
+@pytest.mark.parametrize("stored", ["{not json", '{"role": "user"}', "[1, 2]"])
+def test_a_row_that_is_not_a_transcript_is_a_store_error(tmp_path, stored):
+    path = tmp_path / "conversations.db"
+    with SQLiteStore(path) as store:
+        store.save_now("ada", TRANSCRIPT)
+        store.save_now("bob", TRANSCRIPT)
+    raw = sqlite3.connect(path)
+    raw.execute("UPDATE conversations SET messages = ? WHERE id = 'ada'", (stored,))
+    raw.commit()
+    raw.close()
+    with SQLiteStore(path) as store:
+        with pytest.raises(StoreError, match="'ada' is not a readable transcript"):
+            store.get_now("ada")
+        assert store.get_now("bob") == TRANSCRIPT
+
+
+def test_a_corrupt_page_is_a_store_error(tmp_path):
+    path = tmp_path / "conversations.db"
+    with SQLiteStore(path) as store:
+        for index in range(60):
+            store.save_now(f"c{index}", [{"role": "user", "content": "x" * 3000}])
+    pristine = path.read_bytes()
+    page_size = 4096
+    noise = random.Random(0)
+    failures = 0
+    for page in range(1, len(pristine) // page_size):  # each page but the header's, one at a time
+        data = bytearray(pristine)
+        for offset in range(page * page_size, (page + 1) * page_size, 7):
+            data[offset] = noise.randrange(256)
+        path.write_bytes(bytes(data))
+        try:
+            with SQLiteStore(path) as store:
+                store.list_now()
+                for index in range(60):
+                    store.get_now(f"c{index}")
+        except StoreError:
+            failures += 1
+    assert failures > 0  # the corruption was seen, and always as a StoreError
 
 
 def test_a_closed_sqlite_store_says_so(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -170,3 +171,23 @@ def test_source_digest_changes_with_the_weights(tiny, tmp_path) -> None:
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
     assert folder_sha256(target) != before
+
+
+def _special_entry(folder: Path, kind: str) -> None:
+    entry = folder / "extra.safetensors"
+    if kind == "fifo":
+        os.mkfifo(entry)
+    else:
+        entry.symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_weights_entry_that_is_not_a_regular_file_is_refused(tiny, tmp_path, kind) -> None:
+    # Opening a FIFO blocks until a writer comes and /dev/zero never ends: both
+    # must be refused before a byte is read, by hashing and by reading alike.
+    folder = _copy(tiny[1], tmp_path)
+    _special_entry(folder, kind)
+    with pytest.raises(CheckpointError, match="extra.safetensors is not a regular file"):
+        folder_sha256(folder)
+    with pytest.raises(CheckpointError, match="extra.safetensors is not a regular file"):
+        read_hf(folder)

@@ -107,3 +107,50 @@ def test_kv_modes(tiny_llama_model: Path) -> None:
         assert {i.name for i in opened.session.get_inputs()} == set(graph.inputs)
     with pytest.raises(ManifestError, match="no 'ring' graph"):
         open_model_folder(tiny_llama_model, kv_mode="ring")
+
+
+def _rename_in_manifest(folder: Path, edit) -> None:
+    data = json.loads((folder / "manifest.json").read_text())
+    edit(data)
+    (folder / "manifest.json").write_text(json.dumps(data))
+
+
+_ESCAPES = ["../../../../../../etc/passwd", "/etc/passwd", "sub/../../outside.jinja", "a\x00b"]
+
+
+@pytest.mark.parametrize("name", _ESCAPES)
+@pytest.mark.parametrize("field", ["chat_template_file", "tokenizer", "graph"])
+def test_manifest_file_names_stay_inside_the_folder(
+    tiny_llama_model: Path, tmp_path: Path, field: str, name: str
+) -> None:
+    folder = _copy(tiny_llama_model, tmp_path)
+    (tmp_path / "outside.jinja").write_text("{{ 'leaked' }}")
+
+    def edit(data: dict) -> None:
+        if field == "chat_template_file":
+            data["chat_template_file"] = name
+        elif field == "tokenizer":
+            data["tokenizer"]["file"] = name
+        else:
+            data["graphs"]["continuous"]["file"] = name
+
+    _rename_in_manifest(folder, edit)
+    with pytest.raises(ManifestError, match="outside the model folder|not a plain file name"):
+        open_model_folder(folder)
+
+
+def test_manifest_file_that_links_out_of_the_folder(tiny_llama_model: Path, tmp_path: Path) -> None:
+    folder = _copy(tiny_llama_model, tmp_path)
+    (tmp_path / "outside.jinja").write_text("{{ 'leaked' }}")
+    (folder / "chat_template.jinja").unlink()
+    (folder / "chat_template.jinja").symlink_to(tmp_path / "outside.jinja")
+    with pytest.raises(ManifestError, match="outside the model folder"):
+        open_model_folder(folder)
+
+
+@pytest.mark.parametrize("name", [7, ["model.onnx"], ""])
+def test_manifest_file_name_that_is_not_a_string(tiny_llama_model: Path, tmp_path: Path, name) -> None:
+    folder = _copy(tiny_llama_model, tmp_path)
+    _rename_in_manifest(folder, lambda data: data["tokenizer"].__setitem__("file", name))
+    with pytest.raises(ManifestError, match="tokenizer.file"):
+        open_model_folder(folder)

@@ -2,17 +2,22 @@
 
 A tiny random llama runs through the real paged graph with room for only a
 few requests' KV at once, so admission waits, cached blocks are evicted and
-running requests are preempted and recomputed, while a second thread cancels
-random requests (waiting or running). Afterwards every block must be free or
-cached, the pool's bookkeeping must hold, and every reply that was not
-cancelled must equal the same request decoded by a continuous engine.
+running requests are preempted and recomputed, and some requests are cancelled
+while they wait and others right after their first token. Afterwards every
+block must be free or cached, the pool's bookkeeping must hold, and every
+reply that was not cancelled must equal the same request decoded by a
+continuous engine.
+
+Nothing depends on thread timing: the engine holds after its first step until
+every request is queued, and running requests are cancelled from the engine's
+own thread when their first token comes, so each run schedules exactly the
+same steps.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +55,43 @@ def workload(seed: int = 0, drafting: bool = False) -> list[tuple[list[int], Gen
     return requests
 
 
+def submit_in_a_fixed_order(model, requests):
+    """Submit every request and cancel a fifth of them, the same way on every run.
+
+    The first request is submitted alone; the engine's first step (of it alone)
+    holds in the stage observer until all other requests are queued and the
+    waiting ones to cancel are cancelled; the others to cancel
+    are cancelled by the observer itself when their first token arrives (on the
+    engine thread, so the cancel is taken before the next step).
+    """
+    chosen = random.Random(1).sample(range(1, REQUESTS), REQUESTS // 5)
+    while_waiting = set(chosen[: len(chosen) // 2])
+    # After the first token: requests that have more than one token to make.
+    after_first = {i + 1 for i in chosen[len(chosen) // 2 :] if requests[i][1].max_new_tokens > 1}
+    held, queued = threading.Event(), threading.Event()
+    engine = model.engine
+
+    def observe(event) -> None:
+        if event.stage == "step" and not queued.is_set():
+            held.set()
+            queued.wait()
+        elif event.stage == "prefill" and event.request_id in after_first:
+            engine.cancel(event.request_id)
+
+    model.set_stage_observer(observe)
+    streams = [engine.submit(*requests[0], request_id=1)]
+    held.wait()
+    streams += [
+        engine.submit(prompt, config, request_id=index + 1)
+        for index, (prompt, config) in enumerate(requests)
+        if index
+    ]
+    for index in while_waiting:
+        streams[index].cancel()
+    queued.set()
+    return streams
+
+
 @pytest.mark.parametrize("drafting", [False, True], ids=["plain", "drafting"])
 def test_300_requests_leave_every_block_free_or_cached(tiny: Path, drafting: bool):
     requests = workload(drafting=drafting)
@@ -67,19 +109,8 @@ def test_300_requests_leave_every_block_free_or_cached(tiny: Path, drafting: boo
         kv_cache_bytes=budget_blocks * block_bytes,
     )
     engine = model.engine
-    streams = [engine.submit(prompt, config) for prompt, config in requests]
-    chosen = random.Random(1).sample(range(REQUESTS), REQUESTS // 5)
-
-    def cancel_some() -> None:
-        pace = random.Random(2)
-        for index in chosen:
-            time.sleep(pace.random() * 0.01)
-            streams[index].cancel()
-
-    canceller = threading.Thread(target=cancel_some)
-    canceller.start()
+    streams = submit_in_a_fixed_order(model, requests)
     replies = [[t for d in s for t in d.token_ids] for s in streams]
-    canceller.join()
     engine.check_integrity()
     cache = engine.cache
     pool = cache.pool

@@ -27,7 +27,9 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.kv_int8 import add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
-from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
+from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
+from clika_export.readers.regular_file import file_sha256
+from clika_export.template_check import check_chat_template
 from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
 from clika_runtime.engine.step_inputs import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
@@ -65,6 +67,7 @@ def export(
     report = Progress(progress)
     with report.stage(f"reading {source.name}"):
         checkpoint = read_source(source)
+        check_chat_template(checkpoint)
     family = family_for(checkpoint)
     context = resolve_context_window(checkpoint, context_window)
     out.parent.mkdir(parents=True, exist_ok=True)

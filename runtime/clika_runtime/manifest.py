@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 FORMAT_NAME = "clika-model"
@@ -156,7 +156,7 @@ class Manifest:
                 )
             graphs = {
                 mode: GraphSpec(
-                    file=g["file"],
+                    file=folder_file_name(g["file"], f"graphs.{mode}.file"),
                     inputs=tuple(g["inputs"]),
                     outputs=tuple(g["outputs"]),
                     kv=_build(KVSpec, g["kv"]),
@@ -166,6 +166,8 @@ class Manifest:
             }
             tok = dict(data["tokenizer"])
             tok["eos_token_ids"] = tuple(tok["eos_token_ids"])
+            tok["file"] = folder_file_name(tok["file"], "tokenizer.file")
+            template_file = data.get("chat_template_file")
             return cls(
                 architecture=_build(Architecture, data["architecture"]),
                 context_window=int(data["context_window"]),
@@ -174,7 +176,9 @@ class Manifest:
                 precision=dict(data["precision"]),
                 provenance=_build(Provenance, data["provenance"]),
                 generation_defaults=dict(data.get("generation_defaults", {})),
-                chat_template_file=data.get("chat_template_file"),
+                chat_template_file=None
+                if template_file is None
+                else folder_file_name(template_file, "chat_template_file"),
                 quality=dict(data.get("quality", {})),
             )
         except KeyError as exc:
@@ -199,9 +203,26 @@ class Manifest:
         named = [self.tokenizer.file, *(g.file for g in self.graphs.values())]
         if self.chat_template_file:
             named.append(self.chat_template_file)
+        root = folder.resolve()
         for name in named:
+            if not (folder / name).resolve().is_relative_to(root):
+                raise ManifestError(f"{name} named by the manifest links outside the model folder")
             if not (folder / name).is_file():
                 raise ManifestError(f"model folder is incomplete: {name} named by the manifest is missing")
+
+
+def folder_file_name(name: Any, field_name: str) -> str:
+    """A file name the manifest gives, checked to name a file inside the folder.
+
+    The manifest is untrusted: a name that climbs out (``..``), is absolute or
+    is not a plain relative path would let a folder read any file on the machine.
+    """
+    if not isinstance(name, str) or not name or "\x00" in name or "\\" in name:
+        raise ManifestError(f"manifest {field_name} is not a plain file name: {name!r}")
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts:
+        raise ManifestError(f"manifest {field_name} {name!r} points outside the model folder")
+    return name
 
 
 def _build(kind: type, data: dict[str, Any]) -> Any:

@@ -149,7 +149,8 @@ def load(
         specials = {
             k: v for k, v in (("bos_token", tokenizer.bos_token), ("eos_token", tokenizer.eos_token)) if v
         }
-        template = ChatTemplate(opened.chat_template, special_tokens=specials)
+        # Probed now, so serving never waits on a render to describe the model.
+        template = ChatTemplate(opened.chat_template, special_tokens=specials).probe()
     model = GenerativeModel(_Loaded(opened, tokenizer, template, kv_cache_mode, options))
     if isinstance(assistant_model, (str, Path)):
         assistant_model = load(assistant_model, threads=threads, allow_spinning=allow_spinning)

@@ -14,7 +14,6 @@ types, shapes and extents are all checked, and each problem raises
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from gguf.quants import dequantize
 
 from clika_export.checkpoint import Checkpoint, CheckpointError, RawBlocks
 from clika_export.readers.gguf_file import GGUFFile, GGUFMetadata, TensorInfo
+from clika_export.readers.regular_file import file_sha256
 from clika_export.tokenizer_gguf import tokenizer_from_metadata
 from clika_runtime.manifest import Architecture
 
@@ -96,15 +96,6 @@ def read_gguf(path: str | Path) -> Checkpoint:
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,
     )
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, streamed."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # -- names ------------------------------------------------------------------------

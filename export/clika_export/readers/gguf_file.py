@@ -23,6 +23,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from clika_export.checkpoint import CheckpointError
+from clika_export.readers.regular_file import open_regular
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -89,7 +90,7 @@ class GGUFFile:
         self.name = self.path.name
         if not self.path.is_file():
             raise CheckpointError(f"{self.name}: no such GGUF file")
-        with open(self.path, "rb") as handle:
+        with open_regular(self.path) as handle:
             self.size = self.path.stat().st_size
             if self.size < 4 or handle.read(4) != MAGIC:
                 raise CheckpointError(f"{self.name}: not a GGUF file (it does not start with {MAGIC!r})")

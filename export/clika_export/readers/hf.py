@@ -21,6 +21,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from clika_export.checkpoint import Checkpoint, CheckpointError
+from clika_export.readers.regular_file import file_sha256
 from clika_export.readers.safetensors_file import tensor_loaders
 from clika_runtime.manifest import Architecture
 
@@ -142,14 +143,6 @@ def folder_sha256(folder: str | Path) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _weights(folder: Path) -> dict:
     index = folder / INDEX_FILE
     if index.is_file():
@@ -163,7 +156,7 @@ def _weights(folder: Path) -> dict:
         raise CheckpointError(f"{folder.name} has no *.safetensors weights (.bin checkpoints are not read)")
     loaders: dict = {}
     for name in files:
-        if not (folder / name).is_file():
+        if not (folder / name).exists():
             raise CheckpointError(f"weight shard {name} named by {INDEX_FILE} is missing")
         loaders.update(tensor_loaders(folder / name))
     return loaders

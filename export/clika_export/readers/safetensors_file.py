@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from clika_export.checkpoint import CheckpointError
+from clika_export.readers.regular_file import open_regular
 
 _NUMPY_TYPES = {
     "F64": np.float64,
@@ -33,7 +34,7 @@ _MAX_HEADER = 100 * 1024 * 1024
 
 def read_header(path: Path) -> tuple[dict[str, dict], int]:
     """The tensor table of a safetensors file and where its data starts."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         raw = f.read(8)
         if len(raw) != 8:
             raise CheckpointError(f"{path.name} is not a safetensors file (too short)")

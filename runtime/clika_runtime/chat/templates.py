@@ -1,11 +1,12 @@
 """Chat templates: a checkpoint's Jinja template rendered the way Hugging Face renders it.
 
-Templates are untrusted code, so they run in jinja2's ImmutableSandboxedEnvironment
-with exactly the environment ``transformers`` gives them (``trim_blocks``,
-``lstrip_blocks``, the ``loopcontrols`` extension, ``raise_exception``,
-``strftime_now``, a ``tojson`` that does not escape HTML and takes ``indent``,
-``ensure_ascii``, ``separators``, ``sort_keys``), so a template renders the
-same text here as in ``apply_chat_template``.
+Templates are untrusted code: they compile and render in a separate render
+process with a time, output and memory limit
+(:mod:`~clika_runtime.chat.template_sandbox`), inside jinja2's
+ImmutableSandboxedEnvironment with exactly the environment ``transformers``
+gives them (:mod:`~clika_runtime.chat.template_environment`), so a template
+renders the same text here as in ``apply_chat_template`` and a hostile one
+ends in a :class:`TemplateError` (:class:`TemplateLimitError` past a limit).
 
 At load :class:`ChatTemplate` probes what the template can do, from its source
 text and by rendering small probe conversations: the tool-call format its model
@@ -16,18 +17,9 @@ block joins the system turn), and how its reasoning channel behaves.
 from __future__ import annotations
 
 import json
-import traceback
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from functools import cached_property
 from typing import Any
-
-import jinja2
-import jinja2.ext
-import jinja2.meta
-import jinja2.nodes
-import jinja2.utils
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from clika_runtime.chat.reasoning import (
     THINK_END,
@@ -35,6 +27,13 @@ from clika_runtime.chat.reasoning import (
     ReasoningProfile,
     effort_levels_in,
     prompt_opens_reasoning,
+)
+from clika_runtime.chat.template_errors import TemplateError, TemplateLimitError
+from clika_runtime.chat.template_sandbox import (
+    DEFAULT_LIMITS,
+    RenderLimits,
+    compile_template,
+    render_template,
 )
 from clika_runtime.chat.tool_formats import FORMATS, ToolCallFormat, detect_format, get_format
 from clika_runtime.chat.tool_stream import parse_tool_calls
@@ -49,105 +48,6 @@ _PROBE_CALL_ID = "probe0001"  # 9 alphanumerics: Mistral templates check call id
 # Strict formats first: hermes also reads bare call objects, so it would claim llama 3's.
 _READ_BACK_ORDER = ("mistral", "qwen_xml", "pythonic", "llama3_json", "hermes")
 _PROBE_PARAMETERS = {"type": "object", "properties": {"x": {"type": "string", "description": "probe"}}}
-
-
-class TemplateError(ValueError):
-    """A chat template that does not compile or fails while rendering.
-
-    ``lineno`` is the template line (None when unknown) and ``reason`` what went wrong.
-    """
-
-    def __init__(self, reason: str, lineno: int | None = None, name: str = "chat template") -> None:
-        where = f"{name} line {lineno}" if lineno else name
-        super().__init__(f"{where}: {reason}")
-        self.reason = reason
-        self.lineno = lineno
-
-
-class _GenerationTag(jinja2.ext.Extension):
-    """``{% generation %}...{% endgeneration %}`` (training masks in HF) renders its body."""
-
-    tags = {"generation"}
-
-    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
-
-    def _render(self, caller: Any) -> str:
-        return caller()
-
-
-class _TemplateNamespace(jinja2.utils.Namespace):
-    """``namespace()`` refusing underscore attributes, as transformers' does."""
-
-    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 (jinja's own signature trick)
-        self, args = args[0], args[1:]
-        attrs = dict(*args, **kwargs)
-        for name in attrs:
-            _TemplateNamespace._check_name(name)
-        jinja2.utils.Namespace.__init__(self, attrs)
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        _TemplateNamespace._check_name(name)
-        jinja2.utils.Namespace.__setitem__(self, name, value)
-
-    @staticmethod
-    def _check_name(name: Any) -> None:
-        if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(f"a chat template may not set the attribute {name!r}")
-
-
-class _TemplateDict:
-    """``dict(...)`` without exposing the dict type itself to the template."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return dict(*args, **kwargs)
-
-    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return dict.fromkeys(*args, **kwargs)
-
-
-def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _tojson(
-    value: Any,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-def _strftime_now(format: str) -> str:
-    return datetime.now().strftime(format)
-
-
-def make_environment() -> ImmutableSandboxedEnvironment:
-    """The sandboxed environment templates run in (the one ``transformers`` builds)."""
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    env.globals["dict"] = _TemplateDict()
-    env.globals["namespace"] = _TemplateNamespace
-    return env
-
-
-def _template_lineno(exc: BaseException) -> int | None:
-    """The template line a render error came from (jinja maps template frames to '<template>')."""
-    lineno = getattr(exc, "lineno", None)
-    for frame, frame_lineno in traceback.walk_tb(exc.__traceback__):
-        if frame.f_code.co_filename == "<template>":
-            lineno = frame_lineno
-    return lineno
 
 
 def plain_data(value: Any) -> Any:
@@ -237,7 +137,12 @@ class ChatTemplate:
 
     ``special_tokens`` are the variables transformers passes from the
     tokenizer (``bos_token``, ``eos_token``, ...). ``tool_call_format`` pins a
-    registered format instead of probing one.
+    registered format instead of probing one. ``limits`` bound every compile
+    and render (time, output length, memory).
+
+    ``render`` and the probed properties block while the render process works
+    (thread-safe, GIL released): an event loop calls them off the loop, or
+    calls ``probe`` once at load so the properties are known before serving.
     """
 
     def __init__(
@@ -247,18 +152,14 @@ class ChatTemplate:
         special_tokens: Mapping[str, str] | None = None,
         tool_call_format: str | None = None,
         name: str = "chat template",
+        limits: RenderLimits = DEFAULT_LIMITS,
     ) -> None:
-        if not isinstance(source, str) or not source.strip():
-            raise TemplateError("the template is empty", name=name)
         self.source = source
         self.name = name
+        self.limits = limits
         self.special_tokens = dict(special_tokens or {})
-        env = make_environment()
-        try:
-            self.variables = frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
-            self._template = env.from_string(source)
-        except jinja2.exceptions.TemplateSyntaxError as exc:
-            raise TemplateError(exc.message or "syntax error", exc.lineno, name) from None
+        self.variables = compile_template(source, name=name, limits=limits)
+        self._limit_reached = False  # once a probe hits a limit, the other probes are not tried
         self._pinned_format = get_format(tool_call_format) if tool_call_format else None
 
     # -- what the template can do -------------------------------------------------------------
@@ -375,6 +276,11 @@ class ChatTemplate:
         """True when the model produces a reasoning channel (in any mode but "never")."""
         return self.reasoning.supports_thinking
 
+    def probe(self) -> ChatTemplate:
+        """Run every probe now (at load), so later reads of the probed properties render nothing."""
+        _ = (self.format, self.renders_tools, self.renders_tool_calls, self.accepts_system, self.reasoning)
+        return self
+
     # -- rendering ------------------------------------------------------------------------------
 
     def render(
@@ -423,12 +329,7 @@ class ChatTemplate:
         return prompt_opens_reasoning(prompt)
 
     def _render(self, context: dict[str, Any]) -> str:
-        try:
-            return self._template.render(**context)
-        except jinja2.exceptions.TemplateError as exc:
-            raise TemplateError(exc.message or type(exc).__name__, _template_lineno(exc), self.name) from None
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError) as exc:
-            raise TemplateError(f"{type(exc).__name__}: {exc}", _template_lineno(exc), self.name) from None
+        return render_template(self.source, context, name=self.name, limits=self.limits)
 
     def _probe(self, messages: list[dict[str, Any]], tools: Any = None, **variables: Any) -> str:
         """A probe render; a template that refuses the probe yields '' (the feature is absent)."""
@@ -440,8 +341,13 @@ class ChatTemplate:
             "documents": None,
             "add_generation_prompt": True,
         }
+        if self._limit_reached:
+            return ""
         try:
             return self._render(context)
+        except TemplateLimitError:
+            self._limit_reached = True  # each probe would wait out the same limit
+            return ""
         except TemplateError:
             return ""
 

@@ -10,7 +10,8 @@ another's transaction.
 The schema is versioned with ``PRAGMA user_version`` and the file is marked
 with an ``application_id``, so a file from a newer runtime, or a database that
 is not a conversation store, is refused with a message saying so instead of
-being misread.
+being misread, before anything is written to it. A damaged file (a corrupt page,
+a row that is not a transcript) raises ``StoreError``.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the conversation store {self.path}: {exc}") from None
         try:
+            self._inspect()
             self._configure()
             self._migrate()
         except BaseException:
@@ -90,8 +92,8 @@ class SQLiteStore:
     def get_now(self, conversation_id: str) -> list[dict[str, Any]] | None:
         """``get`` on the calling thread."""
         key = checked_id(conversation_id)
-        row = self._query("SELECT messages FROM conversations WHERE id = ?", (key,)).fetchone()
-        return None if row is None else decode_messages(row[0])
+        rows = self._query("SELECT messages FROM conversations WHERE id = ?", (key,))
+        return None if not rows else self._transcript(key, rows[0][0])
 
     def save_now(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
         """``save`` on the calling thread: one transaction, durable once it returns."""
@@ -109,7 +111,7 @@ class SQLiteStore:
     def list_now(self) -> list[str]:
         """``list`` on the calling thread."""
         rows = self._query("SELECT id FROM conversations ORDER BY updated_at DESC, rowid DESC", ())
-        return [row[0] for row in rows.fetchall()]
+        return [row[0] for row in rows]
 
     def delete_now(self, conversation_id: str) -> bool:
         """``delete`` on the calling thread."""
@@ -142,12 +144,24 @@ class SQLiteStore:
             raise StoreError(f"the conversation store {self.path} is closed")
         return self._conn
 
-    def _query(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        # Rows are fetched here: SQLite reads (and finds corrupt) later pages while stepping.
         with self._lock:
             try:
-                return self._connection().execute(sql, params)
+                return self._connection().execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 raise StoreError(f"conversation store {self.path}: {exc}") from None
+
+    def _transcript(self, key: str, text: Any) -> list[dict[str, Any]]:
+        try:
+            messages = decode_messages(text)
+        except (TypeError, ValueError):  # not JSON (JSONDecodeError is a ValueError)
+            messages = None
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise StoreError(
+                f"conversation store {self.path}: {key!r} is not a readable transcript (a damaged row?)"
+            )
+        return messages
 
     def _transaction(self, work: Callable[[sqlite3.Connection], sqlite3.Cursor]) -> sqlite3.Cursor:
         """Run ``work`` in one write transaction: all of it is committed, or none of it."""
@@ -164,6 +178,23 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise StoreError(f"conversation store {self.path}: {exc}") from None
             return cursor
+
+    def _inspect(self) -> None:
+        """Refuse a file that is not a SQLite database or belongs to another application.
+
+        Runs before anything is written (WAL mode changes the file), so a database
+        opened by mistake is left exactly as it was.
+        """
+        conn = self._connection()
+        try:
+            version = self._checked_version(conn)
+            tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a SQLite database: {exc}") from None
+        if version == 0 and tables:
+            raise StoreError(
+                f"{self.path} already holds tables of another application, not a conversation store"
+            )
 
     def _configure(self) -> None:
         conn = self._connection()
