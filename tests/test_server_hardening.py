@@ -451,3 +451,36 @@ def test_echo_puts_the_prompt_before_the_reply(server, tiny_model):
         )
     )
     assert "".join(c.choices[0].text for c in chunks) == echoed.choices[0].text
+
+
+# -- a hostile chat template --------------------------------------------------------------------
+
+LOOPING_TEMPLATE = (
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+)
+
+
+def test_a_looping_template_is_cut_off_and_the_server_keeps_serving(tiny_llama_model, tmp_path):
+    import shutil
+
+    from clika_runtime import modelverse
+
+    folder = tmp_path / "looping"
+    shutil.copytree(tiny_llama_model, folder)
+    (folder / "chat_template.jinja").write_text(LOOPING_TEMPLATE)
+    model = modelverse.load(folder, threads=1)  # its probes are cut at the first limit
+    try:
+        with (
+            start_server(model, model_id=MODEL) as running,
+            httpx.Client(base_url=running.base_url, timeout=120) as http,
+        ):
+            for _ in range(2):  # the second render runs in a fresh render process
+                refused = http.post("/v1/chat/completions", json=chat_body())
+                assert refused.status_code == 400 and "longer than" in openai_error(refused)["message"]
+            assert http.get("/health").json()["status"] == "ok"
+            assert http.get("/v1/models").json()["data"][0]["id"] == MODEL
+            raw = http.post("/v1/completions", json={"model": MODEL, "prompt": "hello", "max_tokens": 3})
+            assert raw.status_code == 200 and raw.json()["usage"]["completion_tokens"] == 3
+    finally:
+        model.close()
