@@ -307,42 +307,78 @@ class EngineBrake:
             self.release.wait(60)
 
 
-def test_shutdown_ends_open_streams_with_an_error_event_and_done(tiny_llama_model):
+def test_shutdown_ends_every_open_stream_with_its_protocols_farewell(tiny_llama_model):
     from clika_runtime import modelverse
 
     model = modelverse.load(tiny_llama_model, threads=1)
-    running = start_server(model, model_id=MODEL)
+    running = start_server(model, model_id=MODEL, max_active=8)
     brake = EngineBrake()
+    # The brake holds the engine after its first step, which only the first request takes part in
+    # (the others are sent once it holds); that one ignores end-of-sequence ids, so no reply can
+    # end on its own before the stop.
+    long = {"max_tokens": 50, "ignore_eos": True}
+    opened = []
     try:
-        running.backend.engine.observer = brake
+        engine = running.backend.engine
+        engine.observer = brake
+        submitted = Gate(engine.submit)  # counts the requests that reach the engine
+        submitted.opened.set()
+        engine.submit = submitted
         client = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=60)
-        chat = client.chat.completions.create(**chat_body(max_tokens=50), stream=True)
-        raw = httpx.stream(
-            "POST",
-            running.url + "/completions",
-            json={"model": MODEL, "prompt": "hi", "max_tokens": 50, "stream": True},
-            timeout=60,
+        chat = client.chat.completions.create(
+            **chat_body(max_tokens=50), extra_body={"ignore_eos": True}, stream=True
         )
-        completion = raw.__enter__()
-        first = next(iter(chat))  # the chat stream is open (its first chunk arrived) ...
+        first = next(iter(chat))  # the chat stream is open (its first chunk arrived)
         assert first.choices[0].delta.role == "assistant"
-        assert brake.held.wait(60)  # ... and the engine is held mid-decode: neither stream can finish
+        assert brake.held.wait(60)  # the engine is held after its first step: nothing can finish now
+        streams = {
+            "completion": ("/v1/completions", {"model": MODEL, "prompt": "hi", "stream": True, **long}),
+            "responses": (
+                "/v1/responses",
+                {"model": MODEL, "input": "hi", "stream": True, "max_output_tokens": 50},
+            ),
+            "ollama": ("/api/chat", {"model": MODEL, "messages": HELLO_TURN, "options": {"num_predict": 50}}),
+        }
+        lines = {}
+        for name, (path, body) in streams.items():
+            context = httpx.stream("POST", running.base_url + path, json=body, timeout=60)
+            opened.append(context)
+            lines[name] = context.__enter__().iter_lines()  # the headers arrived: the stream is open
+        whole: list[httpx.Response] = []
+        waiting = threading.Thread(
+            target=lambda: whole.append(
+                httpx.post(running.url + "/chat/completions", json=chat_body(**long), timeout=60)
+            )
+        )
+        waiting.start()
+        submitted.wait_entered(5)  # all five requests reached the engine
         stopping = threading.Thread(target=running.stop)
         stopping.start()
         with pytest.raises(openai.APIError) as ended:
             for _ in chat:
                 pass
         assert "shutting down" in str(ended.value)
-        lines = [line for line in completion.iter_lines() if line]
-        raw.__exit__(None, None, None)
-        assert lines[-1] == "data: [DONE]"
-        assert json.loads(lines[-2].removeprefix("data: "))["error"]["code"] == "server_shutting_down"
+        read = {name: [line for line in stream if line] for name, stream in lines.items()}
+        waiting.join(60)
     finally:
         brake.release.set()
+        for context in opened:
+            context.__exit__(None, None, None)
         running.stop()
         model.close()
     stopping.join(60)
     assert not stopping.is_alive()
+    completion = read["completion"]
+    assert completion[-1] == "data: [DONE]"
+    assert json.loads(completion[-2].removeprefix("data: "))["error"]["code"] == "server_shutting_down"
+    responses = read["responses"]
+    assert responses[-2] == "event: error"
+    assert json.loads(responses[-1].removeprefix("data: "))["code"] == "server_shutting_down"
+    assert "shutting down" in json.loads(read["ollama"][-1])["error"]
+    assert whole[0].status_code == 503 and openai_error(whole[0])["code"] == "server_shutting_down"
+
+
+HELLO_TURN = [{"role": "user", "content": "hello"}]
 
 
 # -- CORS, metrics, the access log --------------------------------------------------------------
