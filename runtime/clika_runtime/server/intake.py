@@ -3,22 +3,23 @@
 A body is read in full (or refused) before anything looks at it: at most
 ``max_body_bytes`` (413), within ``read_timeout`` seconds (408, so a client
 that sends half a body cannot hold a handler forever), and parsed on a worker
-thread with :func:`~clika_runtime.server.json_input.load_json`'s limits, so a
+thread (a few at a time, see :mod:`~clika_runtime.server.preparing`) with
+:func:`~clika_runtime.server.json_input.load_json`'s limits, so a
 multi-megabyte body never stops the event loop.
 """
 
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from clika_runtime.server.errors import ApiError
 from clika_runtime.server.json_input import load_json
+from clika_runtime.server.preparing import Preparing
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 30.0
@@ -31,6 +32,7 @@ class Intake:
     api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    preparing: Preparing = field(default_factory=Preparing)
 
     def authorize(self, request: Request) -> None:
         """401 unless the request carries ``Authorization: Bearer <api_key>`` (when a key is set)."""
@@ -50,7 +52,7 @@ class Intake:
     async def json(self, request: Request) -> Any:
         """The body as checked JSON (413 too large, 408 too slow, 400 not acceptable JSON)."""
         body = await self.body(request)
-        return await run_in_threadpool(load_json, bytes(body))
+        return await self.preparing.run(load_json, bytes(body))
 
     async def body(self, request: Request) -> bytearray:
         length = request.headers.get("content-length", "")

@@ -20,6 +20,10 @@ from clika_runtime.server.errors import bad_request
 # Deeper than any real request (tool schemas nest a few levels); far below Python's recursion limit.
 MAX_DEPTH = 64
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# How a surrogate can get into parsed JSON: a \uD800-\uDFFF escape, or its raw (invalid UTF-8) bytes
+# (lead byte 0xED), which json's decoder lets through. A body with neither needs no scan of its
+# strings; plain substring tests keep that check to a millisecond for megabytes.
+_SURROGATE_HINTS = (b"\\ud", b"\\uD", b"\xed")
 
 
 def load_json(data: bytes | str, what: str = "the request body", param: str | None = None) -> Any:
@@ -32,17 +36,22 @@ def load_json(data: bytes | str, what: str = "the request body", param: str | No
         raise bad_request(f"{what} is not valid UTF-8: {exc}", param) from None
     except ValueError as exc:  # JSONDecodeError, and integers past Python's digit limit
         raise bad_request(f"{what} is not valid JSON: {exc}", param) from None
-    check_value(value, what, param)
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    check_value(value, what, param, surrogates=any(hint in raw for hint in _SURROGATE_HINTS))
     return value
 
 
-def check_value(value: Any, what: str, param: str | None = None) -> None:
-    """400 when ``value`` nests deeper than MAX_DEPTH or holds a lone surrogate (in a key or a string)."""
+def check_value(value: Any, what: str, param: str | None = None, *, surrogates: bool = True) -> None:
+    """400 when ``value`` nests deeper than MAX_DEPTH or holds a lone surrogate (in a key or a string).
+
+    ``surrogates=False`` skips the string scan (the source had no way to spell one).
+    """
     pending: list[tuple[Any, int, str]] = [(value, 0, "")]
     while pending:
         item, depth, path = pending.pop()
         if isinstance(item, str):
-            _check_text(item, what, path, param)
+            if surrogates:
+                _check_text(item, what, path, param)
             continue
         if not isinstance(item, (dict, list)):
             continue
@@ -50,7 +59,8 @@ def check_value(value: Any, what: str, param: str | None = None) -> None:
             raise bad_request(f"{what} nests deeper than {MAX_DEPTH} levels (at {path or 'the top'})", param)
         if isinstance(item, dict):
             for key, child in item.items():
-                _check_text(key, what, path, param)
+                if surrogates:
+                    _check_text(key, what, path, param)
                 pending.append((child, depth + 1, f"{path}.{key}" if path else str(key)))
         else:
             pending.extend((child, depth + 1, f"{path}[{i}]") for i, child in enumerate(item))

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from functools import cached_property
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -78,11 +77,11 @@ class _Ollama:
 
     async def chat(self, request: Request) -> Response:
         self.served.intake.authorize(request)
-        parsed = await run_in_threadpool(parse_ollama_chat, await self.served.intake.json(request))
+        parsed = await self.served.prepare(parse_ollama_chat, await self.served.intake.json(request))
         name = self._check_model(parsed.model)
         if not parsed.messages:
             return JSONResponse({**loaded(name), "message": {"role": "assistant", "content": ""}})
-        run = await run_in_threadpool(self.backend.start_chat, parsed)
+        run = await self.served.prepare(self.backend.start_chat, parsed)
         if parsed.stream:
             return self._stream(_lines(self.served, run, lambda e: chat_line(name, e)), run, request)
         [reply] = await gather([run], request, self.served.closing, self.served.metrics.record_reply)
@@ -90,11 +89,11 @@ class _Ollama:
 
     async def generate(self, request: Request) -> Response:
         self.served.intake.authorize(request)
-        parsed = await run_in_threadpool(parse_ollama_generate, await self.served.intake.json(request))
+        parsed = await self.served.prepare(parse_ollama_generate, await self.served.intake.json(request))
         name = self._check_model(parsed.model)
         if not parsed.prompt:
             return JSONResponse({**loaded(name), "response": ""})
-        run = await run_in_threadpool(self._start_generate, parsed)
+        run = await self.served.prepare(self._start_generate, parsed)
         if parsed.stream:
             return self._stream(_lines(self.served, run, lambda e: generate_line(name, e)), run, request)
         [reply] = await gather([run], request, self.served.closing, self.served.metrics.record_reply)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -66,9 +65,9 @@ class _OpenAI:
 
     async def chat_completions(self, request: Request) -> Response:
         self.served.intake.authorize(request)
-        parsed = await run_in_threadpool(parse_chat, await self.served.intake.json(request))
+        parsed = await self.served.prepare(parse_chat, await self.served.intake.json(request))
         self.backend.check_model(parsed.model)
-        run = await run_in_threadpool(self.backend.start_chat, parsed)
+        run = await self.served.prepare(self.backend.start_chat, parsed)
         reply_id = new_id("chatcmpl")
         if parsed.stream:
             chunks = ChatChunks(reply_id, self.backend.model_id, run.created, parsed.include_usage)
@@ -78,10 +77,10 @@ class _OpenAI:
 
     async def completions(self, request: Request) -> Response:
         self.served.intake.authorize(request)
-        parsed = await run_in_threadpool(parse_completion, await self.served.intake.json(request))
+        parsed = await self.served.prepare(parse_completion, await self.served.intake.json(request))
         self.backend.check_model(parsed.model)
-        runs = await run_in_threadpool(self._start_completions, parsed)
-        echoes = [await run_in_threadpool(self._echo, parsed, prompt) for prompt in parsed.prompts]
+        runs = await self.served.prepare(self._start_completions, parsed)
+        echoes = [await self.served.prepare(self._echo, parsed, prompt) for prompt in parsed.prompts]
         reply_id = new_id("cmpl")
         if parsed.stream:
             chunks = CompletionChunks(reply_id, self.backend.model_id, runs[0].created, parsed.include_usage)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -24,9 +23,9 @@ from clika_runtime.server.streaming import SHUTDOWN_MESSAGE, EventStream, gather
 def responses_routes(served: Served) -> list[Route]:
     async def create(request: Request) -> Response:
         served.intake.authorize(request)
-        parsed = await run_in_threadpool(parse_responses, await served.intake.json(request))
+        parsed = await served.prepare(parse_responses, await served.intake.json(request))
         served.backend.check_model(parsed.chat.model)
-        run = await run_in_threadpool(served.backend.start_chat, parsed.chat)
+        run = await served.prepare(served.backend.start_chat, parsed.chat)
         response = ResponseObject(served.backend.model_id, run.created, parsed.echoed)
         if parsed.chat.stream:
             events = ResponseEvents(response)

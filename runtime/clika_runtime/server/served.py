@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
@@ -11,6 +12,8 @@ from clika_runtime.server.backend import ModelBackend
 from clika_runtime.server.intake import Intake
 from clika_runtime.server.metrics import Metrics
 from clika_runtime.server.streaming import Closing
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -20,6 +23,10 @@ class Served:
     closing: Closing
     metrics: Metrics
     _card: dict[str, Any] | None = None
+
+    async def prepare(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` on a preparation thread (parsing, rendering, tokenizing, submitting)."""
+        return await self.intake.preparing.run(function, *args)
 
     async def card(self) -> dict[str, Any]:
         """What the model can do, probed once on a worker thread (the probes render its chat template)."""
