@@ -169,3 +169,39 @@ def test_ollama_client_on_smollm2(smollm2_fp32):
     assert "Paris" in reply.message.content and reply.done_reason == "stop"
     assert streamed == reply.message.content == generated.response
     assert shown.details.family == "llama" and shown.modelinfo["llama.context_length"] == model.max_seq
+
+
+@pytest.mark.slow
+def test_ollama_tool_call_round_trip_on_qwen(qwen05_gguf, weather_tool):
+    from clika_export.api import cached_export
+
+    model = modelverse.load(cached_export(qwen05_gguf, "int4", progress=False))
+    question = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
+    options = {"temperature": 0, "num_predict": 64}
+    try:
+        with start_server(model, model_id="qwen") as running:
+            client = ollama.Client(host=running.base_url, timeout=300)
+            called = client.chat(model="qwen", messages=question, tools=[weather_tool], options=options)
+            streamed = list(
+                client.chat(
+                    model="qwen", messages=question, tools=[weather_tool], options=options, stream=True
+                )
+            )
+            history = [
+                {
+                    "role": "system",
+                    "content": "When a tool result arrives, answer the question with it in one sentence.",
+                },
+                *question,
+                called.message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_name": "get_weather", "content": "18 degrees Celsius, light rain"},
+            ]
+            answer = client.chat(model="qwen", messages=history, options=options)
+            assert "tools" in client.show("qwen").capabilities
+    finally:
+        model.close()
+    [call] = called.message.tool_calls
+    assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+    [streamed_call] = [c for chunk in streamed for c in chunk.message.tool_calls or ()]
+    assert streamed_call.function.arguments == {"city": "Paris"} and streamed[-1].done
+    assert answer.done_reason == "stop" and "18" in answer.message.content

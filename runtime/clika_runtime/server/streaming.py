@@ -70,8 +70,12 @@ async def gather(
 
 async def collect(run: ReplyRun, record: Callable[[GenerationReport], None]) -> Reply:
     reply = Reply()
-    async for event in run_events(run):
-        reply.add(event)
+    try:
+        async for event in run_events(run):
+            reply.add(event)
+    except RuntimeError as exc:  # the engine failed this reply: a server fault, named and logged once
+        ident = log_fault("generation", exc)
+        raise ApiError(500, f"{exc} ({ident})", code="generation_failed") from None
     if reply.finished is not None:
         record(reply.finished.report)
     return reply
