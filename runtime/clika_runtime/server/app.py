@@ -11,8 +11,8 @@ of the server's own is a 500 naming the id of its one log line. A client that
 disconnects cancels its request's decode at the next engine step, streamed or
 not.
 
-Middleware, outermost first: CORS (when origins are given), the access log
-and metrics, the error boundary.
+Middleware, outermost first: the access log and metrics (every request, CORS
+preflights too), CORS (when origins are given), the error boundary.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def create_app(
         *responses_routes(served),
         *ollama_routes(served),
     ]
-    middleware = []
+    middleware = [Middleware(Observe, metrics=served.metrics, routes=[route.path for route in routes])]
     if cors_origins:
         middleware.append(
             Middleware(
@@ -77,10 +77,7 @@ def create_app(
                 expose_headers=["x-error-id"],
             )
         )
-    middleware += [
-        Middleware(Observe, metrics=served.metrics, routes=[route.path for route in routes]),
-        Middleware(ErrorBoundary),
-    ]
+    middleware.append(Middleware(ErrorBoundary))
     app = Starlette(
         routes=routes,
         middleware=middleware,

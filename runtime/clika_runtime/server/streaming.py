@@ -100,6 +100,8 @@ async def guarded(
     except Exception as exc:
         ident = log_fault(where, exc)
         yield failure(f"{exc} ({ident})" if isinstance(exc, RuntimeError) else f"internal error {ident}")
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]  # the inner stream's own cleanup runs now
 
 
 class EventStream(StreamingResponse):
