@@ -205,3 +205,26 @@ def test_ollama_tool_call_round_trip_on_qwen(qwen05_gguf, weather_tool):
     [streamed_call] = [c for chunk in streamed for c in chunk.message.tool_calls or ()]
     assert streamed_call.function.arguments == {"city": "Paris"} and streamed[-1].done
     assert answer.done_reason == "stop" and "18" in answer.message.content
+
+
+def test_reasoning_travels_as_thinking(tiny_llama_model, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_llama_model, folder)
+    shutil.copy(Path(__file__).parent / "templates" / "always_thinking.jinja", folder / "chat_template.jinja")
+    model = modelverse.load(folder, threads=1)
+    options = {"temperature": 0, "num_predict": 12}
+    try:
+        with start_server(model, model_id=MODEL) as running:
+            client = ollama.Client(host=running.base_url, timeout=60)
+            whole = client.chat(model=MODEL, messages=HELLO, options=options)
+            streamed = list(client.chat(model=MODEL, messages=HELLO, options=options, stream=True))
+            generated = client.generate(model=MODEL, prompt="hello", options=options)
+            shown = client.show(MODEL)
+    finally:
+        model.close()
+    assert whole.message.thinking and whole.message.content == ""
+    assert "".join(chunk.message.thinking or "" for chunk in streamed) == whole.message.thinking
+    assert generated.thinking == whole.message.thinking and "thinking" in shown.capabilities

@@ -168,3 +168,29 @@ def test_a_function_call_and_its_output_on_qwen(qwen_client):
         max_output_tokens=64,
     )
     assert answer.status == "completed" and "18" in answer.output_text, answer.output
+
+
+@pytest.fixture(scope="module")
+def thinking_client(tiny_llama_model, tmp_path_factory):
+    """The tiny model under a template whose prompt opens a reasoning block (all its noise is reasoning)."""
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path_factory.mktemp("thinking") / "model"
+    shutil.copytree(tiny_llama_model, folder)
+    shutil.copy(Path(__file__).parent / "templates" / "always_thinking.jinja", folder / "chat_template.jinja")
+    model = modelverse.load(folder, threads=1)
+    with start_server(model, model_id=MODEL) as running:
+        yield openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=60)
+    model.close()
+
+
+def test_reasoning_is_its_own_output_item_whole_and_streamed(thinking_client):
+    fields = {"model": MODEL, "input": "hello", "max_output_tokens": 12, "temperature": 0}
+    whole = thinking_client.responses.create(**fields)
+    [reasoning, message] = whole.output
+    assert reasoning.type == "reasoning" and reasoning.content[0].text and message.content[0].text == ""
+    events = list(thinking_client.responses.create(**fields, stream=True))
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert deltas == reasoning.content[0].text
+    assert events[2].type == "response.output_item.added" and events[2].item.type == "reasoning"
