@@ -12,7 +12,7 @@
         print(server.url)  # http://127.0.0.1:<port>/v1
 
 Every request shares ONE engine, so concurrent requests decode together.
-The server binds 127.0.0.1 unless told otherwise. Starlette and uvicorn are
+The server binds 127.0.0.1 unless told otherwise. Starlette, uvicorn and prometheus_client are
 imported only when a server is built, so the runtime runs without them.
 """
 
@@ -242,11 +242,12 @@ def _uvicorn_server(
 def require_server_stack() -> None:
     """Fail before loading anything when the ``server`` extra is missing."""
     try:
+        import prometheus_client  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            f"the server needs starlette and uvicorn: pip install 'clika-runtime[server]' ({exc})"
+            f"the server needs starlette, uvicorn and prometheus_client: pip install 'clika-runtime[server]' ({exc})"
         ) from None
 
 
