@@ -12,7 +12,7 @@
         print(server.url)  # http://127.0.0.1:<port>/v1
 
 Every request shares ONE engine, so concurrent requests decode together.
-The server binds 127.0.0.1 unless told otherwise. Starlette, uvicorn and prometheus_client are
+The server binds 127.0.0.1 unless told otherwise. Starlette and uvicorn are
 imported only when a server is built, so the runtime runs without them.
 """
 

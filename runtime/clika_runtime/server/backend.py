@@ -132,6 +132,7 @@ class ModelBackend:
         default_max_tokens: int = 1024,
     ) -> None:
         self.model = model
+        self.prompt_bound = PromptBound(model.tokenizer, model.max_seq)
         self.model_id = model_id
         self.default_max_tokens = default_max_tokens
         # A model served with an assistant drafts for every greedy request that does not say
@@ -142,7 +143,6 @@ class ModelBackend:
         self.created = int(time.time())
         self.engine = engine or model.create_engine(max_active=max_active, max_queued=max_queued)
         self._owns_engine = engine is None
-        self.prompt_bound = PromptBound(model.tokenizer, model.max_seq)
         self._owns_model = owns_model
 
     # -- what is served ------------------------------------------------------------------------
