@@ -125,8 +125,7 @@ def serve(
     assistant: str | None,
     engine: EngineChoice,
 ) -> None:
-    """Serve MODEL over HTTP: OpenAI's API (/v1/chat/completions, /v1/completions, /v1/responses,
-    /v1/models) and Ollama's (/api/chat, /api/generate, /api/tags ...), /health and /metrics."""
+    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     from clika_runtime.server import require_server_stack
     from clika_runtime.server import serve as run_server
 
