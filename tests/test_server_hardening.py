@@ -520,3 +520,64 @@ def test_a_looping_template_is_cut_off_and_the_server_keeps_serving(tiny_llama_m
             assert raw.status_code == 200 and raw.json()["usage"]["completion_tokens"] == 3
     finally:
         model.close()
+
+
+# -- malformed fields across every front end ----------------------------------------------------
+
+ODD_VALUES = [
+    None, True, -1, 1.5, 10**30, "", "a\ud800", [], [1], {}, {"a": 1}, [{}], [{"role": "user"}],
+    [{"role": "user", "content": None}], [{"role": "user", "content": [{"type": "text"}]}],
+    [{"role": "assistant", "tool_calls": "x"}], [{"role": "assistant", "tool_calls": [{"function": "f"}]}],
+    [{"role": "tool", "content": "x"}], [{"type": "function_call"}], {"num_predict": "x", "stop": [1]},
+    {"temperature": "hot", "seed": -5}, [{"type": "function", "function": {"name": ""}}],
+]  # fmt: skip
+FIELDS = {
+    "/v1/chat/completions": (
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        [
+            "messages",
+            "tools",
+            "tool_choice",
+            "stop",
+            "max_tokens",
+            "temperature",
+            "seed",
+            "stream_options",
+            "n",
+        ],
+    ),
+    "/v1/completions": (
+        {"model": MODEL, "prompt": "hi", "max_tokens": 2},
+        ["prompt", "max_tokens", "echo", "stop"],
+    ),
+    "/v1/responses": (
+        {"model": MODEL, "input": "hi", "max_output_tokens": 2},
+        ["input", "instructions", "tools", "tool_choice", "text", "reasoning"],
+    ),
+    "/api/chat": (
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "options": {"num_predict": 2},
+            "stream": False,
+        },
+        ["messages", "options", "tools", "think", "format"],
+    ),
+    "/api/generate": (
+        {"model": MODEL, "prompt": "hi", "options": {"num_predict": 2}, "stream": False},
+        ["prompt", "system", "raw", "options", "context"],
+    ),
+}
+
+
+def test_no_malformed_field_gives_a_5xx_on_any_front_end(http):
+    answered = 0
+    for path, (base, names) in FIELDS.items():
+        for name in names:
+            for value in ODD_VALUES:
+                response = post_raw(http, path, json.dumps({**base, name: value}).encode())
+                assert response.status_code < 500, (path, name, value, response.text)
+                if response.status_code >= 400:
+                    assert set(response.json()) == {"error"}  # the front end's own error shape
+                answered += 1
+    assert answered == sum(len(names) for _, names in FIELDS.values()) * len(ODD_VALUES)
