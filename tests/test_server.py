@@ -238,3 +238,52 @@ def test_503_when_the_queue_is_full(model):
         wait_idle(small)
         reply = busy.chat.completions.create(model=MODEL, messages=ask("Hi"), max_tokens=4)
         assert reply.usage.completion_tokens >= 1  # the slot was given back
+
+
+def test_health_answers_while_eight_large_bodies_are_tokenized(server, model):
+    """3.9 MB bodies fit this model's byte bound (32,768 tokens x 256 bytes), so each is really tokenized."""
+    from clika_runtime.server.prompt_bound import MAX_TOKENIZING
+
+    tokenizer = model.tokenizer
+    real_encode = tokenizer.encode
+    entered = threading.Semaphore(0)
+    opened = threading.Event()
+
+    def gated_encode(text, **options):
+        entered.release()
+        assert opened.wait(300), "the test never opened the gate"
+        return real_encode(text, **options)
+
+    body = json.dumps({"model": MODEL, "messages": ask("word " * 780_000), "max_tokens": 4}).encode()
+    assert 3_800_000 < len(body) < 4 * 1024 * 1024
+    results: list[httpx.Response] = []
+
+    def send() -> None:
+        with httpx.Client(timeout=600) as http:
+            results.append(
+                http.post(
+                    server.url + "/chat/completions",
+                    content=body,
+                    headers={"content-type": "application/json"},
+                )
+            )
+
+    tokenizer.encode = gated_encode
+    senders = [threading.Thread(target=send) for _ in range(8)]
+    try:
+        for sender in senders:
+            sender.start()
+        for _ in range(MAX_TOKENIZING):  # that many tokenizations are under way (held at their start) ...
+            assert entered.acquire(timeout=300)
+        health = httpx.get(server.base_url + "/health", timeout=60)  # ... and the event loop answers
+    finally:
+        opened.set()
+        for sender in senders:
+            sender.join(600)
+        del tokenizer.encode
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert len(results) == 8
+    for response in results:  # each was tokenized in full, then refused by its length
+        assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+        assert "tokens" in response.json()["error"]["message"]
+    wait_idle(server)

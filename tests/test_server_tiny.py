@@ -331,6 +331,8 @@ def test_clika_serve_command_serves_a_model_folder_and_stops_on_ctrl_c(tiny_llam
         "1",
         "--assistant",
         str(tiny_llama_model),
+        "--cors-origins",
+        "http://a.example, http://b.example",
     ]  # drafting for itself
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
@@ -339,8 +341,13 @@ def test_clika_serve_command_serves_a_model_folder_and_stops_on_ctrl_c(tiny_llam
             model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4
         )
         assert reply.usage.completion_tokens == 4 and url.startswith("http://127.0.0.1:")
+        preflight = {"Origin": "http://b.example", "Access-Control-Request-Method": "POST"}
+        allowed = httpx.options(url + "/chat/completions", headers=preflight)
+        assert allowed.headers["access-control-allow-origin"] == "http://b.example"
         process.send_signal(2)  # Ctrl-C
         assert process.wait(timeout=30) == 0
+        log = process.stderr.read()
+        assert '"POST /v1/chat/completions" 200' in log  # one access-log line per request
     finally:
         process.kill()
         process.wait()

@@ -1,4 +1,4 @@
-"""An OpenAI-compatible HTTP server over one model (Starlette + uvicorn, the ``server`` extra).
+"""An HTTP server over one model speaking OpenAI's and Ollama's APIs (Starlette + uvicorn, the ``server`` extra).
 
 ::
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,10 +93,16 @@ def serve(
     default_max_tokens: int = 1024,
     log_level: str = "info",
     on_ready: Any = None,
+    cors_origins: Sequence[str] = (),
+    read_timeout: float | None = None,
+    access_log: bool = True,
 ) -> None:
     """Serve ``model`` (a GenerativeModel, a ChatSession's engine, or a model folder) until Ctrl-C.
 
     ``api_key``: clients must send ``Authorization: Bearer <key>``.
+    ``cors_origins``: the origins browsers may call from (``*``: any).
+    ``read_timeout``: seconds a client has to send a whole request (default 30).
+    ``access_log``: one line per request on stderr.
     ``on_ready(url)`` is called once the socket listens.
     """
     require_server_stack()
@@ -108,7 +115,9 @@ def serve(
         default_max_tokens=default_max_tokens,
     )
     try:
-        server, sock = _uvicorn_server(backend, host, port, api_key, max_body_bytes, log_level)
+        server, sock = _uvicorn_server(
+            backend, host, port, api_key, max_body_bytes, log_level, cors_origins, read_timeout, access_log
+        )
         if on_ready is not None:
             on_ready(_url(sock))
         server.run(sockets=[sock])
@@ -171,8 +180,14 @@ def start_server(
     engine: Engine | None = None,
     default_max_tokens: int = 1024,
     log_level: str = "warning",
+    cors_origins: Sequence[str] = (),
+    read_timeout: float | None = None,
+    access_log: bool = False,
 ) -> RunningServer:
-    """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens."""
+    """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens.
+
+    The options are :func:`serve`'s; the access log is off unless asked for.
+    """
     require_server_stack()
     backend = build_backend(
         model,
@@ -183,7 +198,9 @@ def start_server(
         default_max_tokens=default_max_tokens,
     )
     try:
-        server, sock = _uvicorn_server(backend, host, port, api_key, max_body_bytes, log_level)
+        server, sock = _uvicorn_server(
+            backend, host, port, api_key, max_body_bytes, log_level, cors_origins, read_timeout, access_log
+        )
         running = RunningServer(backend, server, sock)
         running.wait_started()
     except BaseException:
@@ -199,28 +216,39 @@ def _uvicorn_server(
     api_key: str | None,
     max_body_bytes: int | None,
     log_level: str,
+    cors_origins: Sequence[str],
+    read_timeout: float | None,
+    access_log: bool,
 ) -> tuple[Any, socket.socket]:
-    import uvicorn
+    from clika_runtime.server.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, create_app
+    from clika_runtime.server.lifecycle import configure_logging, uvicorn_server
+    from clika_runtime.server.streaming import Closing
 
-    from clika_runtime.server.app import DEFAULT_MAX_BODY_BYTES, create_app
-
-    app = create_app(backend, api_key=api_key, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+    closing = Closing()
+    timeout = read_timeout or DEFAULT_READ_TIMEOUT
+    app = create_app(
+        backend,
+        api_key=api_key,
+        max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+        read_timeout=timeout,
+        cors_origins=cors_origins,
+        closing=closing,
+    )
+    configure_logging(log_level, access_log)
     # Bound here (not by uvicorn) so port 0 yields its real port before serving starts.
     sock = socket.create_server((host, port), family=_family(host), reuse_port=False)
-    config = uvicorn.Config(
-        app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5, access_log=log_level == "debug"
-    )
-    return uvicorn.Server(config), sock
+    return uvicorn_server(app, closing, log_level=log_level, read_timeout=timeout), sock
 
 
 def require_server_stack() -> None:
     """Fail before loading anything when the ``server`` extra is missing."""
     try:
+        import prometheus_client  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            f"the server needs starlette and uvicorn: pip install 'clika-runtime[server]' ({exc})"
+            f"the server needs starlette, uvicorn and prometheus_client: pip install 'clika-runtime[server]' ({exc})"
         ) from None
 
 

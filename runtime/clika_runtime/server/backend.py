@@ -34,6 +34,7 @@ from clika_runtime.engine.engine import Engine, RequestStream
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.modelverse import GenerativeModel
 from clika_runtime.server.errors import ApiError, bad_request
+from clika_runtime.server.prompt_bound import PromptBound
 from clika_runtime.server.protocol import NONE, REQUEST_FIELD, REQUIRED, ChatRequest, ToolChoice
 
 # The reply's events are the chat layer's one vocabulary (re-exported: the server's shapes read them).
@@ -93,6 +94,7 @@ class ModelBackend:
         default_max_tokens: int = 1024,
     ) -> None:
         self.model = model
+        self.prompt_bound = PromptBound(model.tokenizer, model.max_seq)
         self.model_id = model_id
         self.default_max_tokens = default_max_tokens
         self.created = int(time.time())
@@ -144,7 +146,7 @@ class ModelBackend:
         template = self.model.chat_template
         parser = reply_parser_for(template, prompt, offered)
         prefill = _call_opener(template, prompt, request.tool_choice, offered) if offered else ""
-        ids = self.model.tokenizer.encode(prompt + prefill)
+        ids = self.prompt_bound.encode(prompt + prefill, "messages")
         keep_special = keeps_special_tokens(template, offered)
         stream = self._submit(ids, config, request.max_tokens_given, skip_special_tokens=not keep_special)
         return ReplyRun(stream, parser, prefill)
@@ -155,7 +157,7 @@ class ModelBackend:
         """Submit raw text (no chat template) or token ids."""
         config = self._config(options)
         if isinstance(prompt, str):
-            ids = self.model.tokenizer.encode(prompt)
+            ids = self.prompt_bound.encode(prompt, "prompt")
         else:
             ids = list(prompt)
         return ReplyRun(self._submit(ids, config, max_tokens_given), None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 # OpenAI's error types by status (clients branch on the status; the type is for people reading logs).
@@ -10,6 +11,7 @@ _TYPES = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
@@ -42,3 +44,23 @@ def error_body(status: int, message: str, *, param: str | None = None, code: str
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
+
+
+def ollama_path(path: str) -> bool:
+    """True for the Ollama front end's routes, whose errors are ``{"error": "message"}``."""
+    return path == "/api" or path.startswith("/api/")
+
+
+def error_payload(
+    path: str, status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """The error body in the shape of the front end serving ``path``."""
+    if ollama_path(path):
+        return {"error": message}
+    return error_body(status, message, param=param, code=code)
+
+
+def error_json(
+    path: str, status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> bytes:
+    return json.dumps(error_payload(path, status, message, param=param, code=code)).encode()

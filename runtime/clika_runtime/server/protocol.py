@@ -3,7 +3,7 @@
 Sampling fields become :class:`~clika_runtime.engine.types.GenerationConfig`
 overrides (``max_tokens`` / ``max_completion_tokens`` -> ``max_new_tokens``);
 fields this server cannot honour (``n`` > 1, ``logprobs``, a JSON response
-format, ``echo``, ``suffix``) are refused rather than silently ignored, so a
+format, ``suffix``) are refused rather than silently ignored, so a
 client never reads an answer that does not mean what it asked for.
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clika_runtime.server.errors import bad_request
+from clika_runtime.server.json_input import load_json
 
 AUTO, NONE, REQUIRED = "auto", "none", "required"
 MAX_STOP_STRINGS = 4
@@ -52,21 +53,22 @@ class CompletionRequest:
     include_usage: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     max_tokens_given: bool = False
+    echo: bool = False  # the reply's text starts with the prompt's
 
 
 def parse_chat(body: Any) -> ChatRequest:
     """Check a chat completions body (raises a 400 ApiError naming the bad field)."""
     body = _object(body)
     _refuse_unsupported(body)
-    tools = _tools(body.get("tools"))
+    tools = check_tools(body.get("tools"))
     return ChatRequest(
         model=_model(body),
-        messages=[_message(m, i) for i, m in enumerate(_list(body, "messages", required=True))],
+        messages=[check_message(m, i) for i, m in enumerate(_list(body, "messages", required=True))],
         stream=_bool(body, "stream"),
         include_usage=_include_usage(body),
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
-        options=_sampling(body, "max_completion_tokens", "max_tokens"),
+        options=sampling_options(body, "max_completion_tokens", "max_tokens"),
         max_tokens_given=body.get("max_completion_tokens", body.get("max_tokens")) is not None,
     )
 
@@ -75,9 +77,6 @@ def parse_completion(body: Any) -> CompletionRequest:
     """Check a (legacy) completions body."""
     body = _object(body)
     _refuse_unsupported(body)
-    for name in ("echo",):
-        if body.get(name):
-            raise bad_request(f"'{name}' is not supported by this server", name)
     if body.get("suffix"):
         raise bad_request("'suffix' (fill-in-the-middle) is not supported by this server", "suffix")
     if body.get("best_of") not in (None, 1):
@@ -87,8 +86,9 @@ def parse_completion(body: Any) -> CompletionRequest:
         prompts=_prompts(body.get("prompt")),
         stream=_bool(body, "stream"),
         include_usage=_include_usage(body),
-        options=_sampling(body, "max_tokens"),
+        options=sampling_options(body, "max_tokens"),
         max_tokens_given=body.get("max_tokens") is not None,
+        echo=_bool(body, "echo"),
     )
     if request.stream and len(request.prompts) != 1:
         raise bad_request("a streamed completion takes exactly one prompt", "prompt")
@@ -153,8 +153,9 @@ def _list(body: Mapping[str, Any], name: str, *, required: bool = False) -> list
     return value
 
 
-def _message(message: Any, index: int) -> dict[str, Any]:
-    param = f"messages[{index}]"
+def check_message(message: Any, index: int, field: str = "messages") -> dict[str, Any]:
+    """One chat turn checked (``field``: the request field holding the turns, for the 400's param)."""
+    param = f"{field}[{index}]"
     if not isinstance(message, dict):
         raise bad_request(f"{param} must be an object with 'role' and 'content'", param)
     role = message.get("role")
@@ -168,7 +169,29 @@ def _message(message: Any, index: int) -> dict[str, Any]:
     turn["content"] = _content_text(content, f"{param}.content")
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
         raise bad_request(f"{param}.tool_call_id is required for a tool message", f"{param}.tool_call_id")
+    if turn.get("tool_calls") is not None:
+        turn["tool_calls"] = _tool_calls(turn["tool_calls"], f"{param}.tool_calls")
     return turn
+
+
+def _tool_calls(calls: Any, param: str) -> list[Any]:
+    """An assistant turn's calls, with ``arguments`` strings read as bounded JSON (templates need objects)."""
+    if not isinstance(calls, list):
+        raise bad_request(f"{param} must be an array of tool calls", param)
+    checked = []
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad_request(
+                f"{param}[{index}] must be {{'type': 'function', 'function': {{'name': ...}}}}", param
+            )
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            where = f"{param}[{index}].function.arguments"
+            parsed = load_json(arguments, where, where) if arguments.strip() else {}
+            call = {**call, "function": {**function, "arguments": parsed}}
+        checked.append(call)
+    return checked
 
 
 def _content_text(content: Any, param: str) -> str:
@@ -191,7 +214,7 @@ def _content_text(content: Any, param: str) -> str:
     return "".join(texts)
 
 
-def _tools(value: Any) -> list[dict[str, Any]] | None:
+def check_tools(value: Any) -> list[dict[str, Any]] | None:
     if value is None:
         return None
     if not isinstance(value, list):
@@ -274,7 +297,7 @@ _PASSED = {
 }
 
 
-def _sampling(body: Mapping[str, Any], *token_fields: str) -> dict[str, Any]:
+def sampling_options(body: Mapping[str, Any], *token_fields: str) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for name in token_fields:
         if body.get(name) is not None:

@@ -58,7 +58,9 @@ class Tokenizer:
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; with ``add_special_tokens`` BOS leads when the model wants it."""
-        ids = self.inner.encode(text, add_special_tokens=False).ids
+        # encode_batch releases the GIL while it runs (encode holds it): a long prompt tokenized on
+        # a worker thread then leaves the other threads (an event loop, the engine) running.
+        ids = self.inner.encode_batch([text], add_special_tokens=False)[0].ids
         if add_special_tokens and self.add_bos_token and self.bos_token_id is not None:
             if not ids or ids[0] != self.bos_token_id:
                 ids.insert(0, self.bos_token_id)

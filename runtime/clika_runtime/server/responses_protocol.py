@@ -1,0 +1,202 @@
+"""``/v1/responses`` request bodies in (the stateless subset), a checked chat request out.
+
+``input`` is a string (one user turn) or a list of items: messages (content
+a string or ``input_text`` / ``output_text`` parts), ``function_call`` items
+and their ``function_call_output``; ``instructions`` become the system turn.
+Function tools arrive in the Responses shape (``name`` at the top level) and
+leave in the chat shape. What needs stored state or other machinery is a 400
+naming the field: ``previous_response_id``, ``conversation``, ``background``,
+hosted tools, non-text formats and inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from clika_runtime.server.errors import bad_request
+from clika_runtime.server.protocol import (
+    AUTO,
+    NONE,
+    REQUIRED,
+    ChatRequest,
+    ToolChoice,
+    check_message,
+    check_tools,
+    sampling_options,
+)
+
+_TEXT_PARTS = ("input_text", "output_text", "text")
+_STATEFUL = ("previous_response_id", "conversation", "prompt")
+
+
+@dataclass(frozen=True)
+class ResponsesRequest:
+    """The checked body: the chat request it runs as, and the fields the response echoes."""
+
+    chat: ChatRequest
+    echoed: dict[str, Any]
+
+
+def parse_responses(body: Any) -> ResponsesRequest:
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    _refuse_unsupported(body)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' is required: the id of the served model (see /v1/models)", "model")
+    tools = check_tools(_chat_tools(body.get("tools")))
+    messages = _instructions(body.get("instructions")) + _input_messages(body.get("input"))
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise bad_request(f"'stream' must be true or false, got {stream!r}", "stream")
+    options = sampling_options({k: v for k, v in body.items() if k != "stop"}, "max_output_tokens")
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, Mapping) and reasoning.get("effort") is not None:
+        options["reasoning_effort"] = reasoning["effort"]
+    chat = ChatRequest(
+        model=model,
+        messages=[check_message(message, index, "input") for index, message in enumerate(messages)],
+        stream=bool(stream),
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        options=options,
+        max_tokens_given=body.get("max_output_tokens") is not None,
+    )
+    echoed = {
+        "instructions": body.get("instructions"),
+        "tools": body.get("tools") or [],
+        "tool_choice": body.get("tool_choice") or (AUTO if tools else NONE),
+        "temperature": body.get("temperature"),
+        "top_p": body.get("top_p"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "metadata": body.get("metadata") or {},
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "reasoning": {"effort": options.get("reasoning_effort"), "summary": None},
+        "user": body.get("user"),
+    }
+    return ResponsesRequest(chat, echoed)
+
+
+def _refuse_unsupported(body: Mapping[str, Any]) -> None:
+    for name in _STATEFUL:
+        if body.get(name) is not None:
+            raise bad_request(
+                f"'{name}' needs stored responses; this server is stateless: send the whole conversation "
+                "in 'input'",
+                name,
+            )
+    if body.get("background"):
+        raise bad_request("'background' responses are not supported by this server", "background")
+    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), Mapping) else None
+    if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
+        raise bad_request("'text.format' other than {'type': 'text'} is not supported by this server", "text")
+    if body.get("include"):
+        raise bad_request("'include' is not supported by this server", "include")
+    if body.get("top_logprobs"):
+        raise bad_request("'top_logprobs' are not supported by this server", "top_logprobs")
+
+
+def _instructions(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, str):
+        raise bad_request("'instructions' must be a string", "instructions")
+    return [{"role": "system", "content": value}]
+
+
+def _input_messages(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise bad_request("'input' must be a string or a non-empty array of input items", "input")
+    messages: list[dict[str, Any]] = []
+    for index, item in enumerate(value):
+        param = f"input[{index}]"
+        if not isinstance(item, dict):
+            raise bad_request(f"{param} must be an object", param)
+        kind = item.get("type", "message")
+        if kind == "message":
+            messages.append({**item, "content": _text(item.get("content"), f"{param}.content")})
+            messages[-1].pop("type", None)
+        elif kind == "function_call":
+            _call_into(messages, item, param)
+        elif kind == "function_call_output":
+            output = item.get("output")
+            if not isinstance(output, str) or not isinstance(item.get("call_id"), str):
+                raise bad_request(f"{param} needs a string 'call_id' and 'output'", param)
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+        elif kind == "reasoning":
+            continue  # a past reply's reasoning: chat templates leave earlier turns' reasoning out
+        else:
+            raise bad_request(
+                f"{param} is a {kind!r} item; this server reads messages and function calls", param
+            )
+    return messages
+
+
+def _call_into(messages: list[dict[str, Any]], item: Mapping[str, Any], param: str) -> None:
+    """A ``function_call`` item joins the assistant turn before it (or opens one)."""
+    name, arguments, call_id = item.get("name"), item.get("arguments", "{}"), item.get("call_id")
+    if not isinstance(name, str) or not isinstance(arguments, str) or not isinstance(call_id, str):
+        raise bad_request(f"{param} needs string 'call_id', 'name' and 'arguments'", param)
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    if messages and messages[-1]["role"] == "assistant":
+        messages[-1]["tool_calls"] = [*(messages[-1].get("tool_calls") or []), call]
+    else:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def _text(content: Any, param: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request(f"{param} must be a string or an array of content parts", param)
+    texts = []
+    for index, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
+            raise bad_request(
+                f"{param}[{index}] is a {kind or type(part).__name__} part; this model reads text parts only",
+                f"{param}[{index}]",
+            )
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _chat_tools(value: Any) -> list[dict[str, Any]] | None:
+    """Responses function tools (``{"type": "function", "name": ...}``) in the chat shape."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise bad_request("'tools' must be an array of tool definitions", "tools")
+    tools = []
+    for index, tool in enumerate(value):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
+            raise bad_request(
+                f"tools[{index}] is a {kind!r} tool; this server runs function tools only", "tools"
+            )
+        function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
+    if value is None:
+        return ToolChoice(AUTO if tools else NONE)
+    if value in (AUTO, NONE, REQUIRED):
+        if value != NONE and not tools:
+            raise bad_request(f"tool_choice {value!r} needs 'tools'", "tool_choice")
+        return ToolChoice(value)
+    if isinstance(value, dict) and value.get("type") == "function":
+        name = value.get("name")
+        if name not in [tool["function"]["name"] for tool in tools or ()]:
+            raise bad_request(
+                f"tool_choice names {name!r}, which is not among the tools offered", "tool_choice"
+            )
+        return ToolChoice(REQUIRED, name)
+    raise bad_request(
+        "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}", "tool_choice"
+    )
