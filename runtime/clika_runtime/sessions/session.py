@@ -25,10 +25,14 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from clika_runtime.chat.history import checked_messages
+from clika_runtime.chat.tool_loop import LoopHooks
+from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.engine.types import GenerationConfig
 from clika_runtime.sessions.bridge import EngineBridge
 from clika_runtime.sessions.results import Event, TurnResult
 from clika_runtime.sessions.store import ConversationStore, checked_id
+from clika_runtime.sessions.tool_run import RunResult, run_on_session
 from clika_runtime.sessions.turn import TurnHandle, TurnRun, TurnSpec, TurnStream
 
 if TYPE_CHECKING:
@@ -67,7 +71,7 @@ class AsyncSession:
             raise ValueError(f"cancel must be an asyncio.Event, got {type(cancel).__name__}")
         self._chat = chat
         self._id = checked_id(session_id) if session_id is not None else new_session_id()
-        self._history: list[dict[str, Any]] = [dict(m) for m in copy.deepcopy(list(messages))]
+        self._history = checked_messages(messages)
         self._store = store
         self._cancel = cancel
         self._tools = chat.checked_tools(tools)
@@ -90,6 +94,18 @@ class AsyncSession:
     def messages(self) -> list[dict[str, Any]]:
         """A copy of the conversation so far, in the message shape."""
         return copy.deepcopy(self._history)
+
+    @messages.setter
+    def messages(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the conversation (a running turn is cancelled first); the next turn, or
+        :meth:`respond`, runs on from the new history."""
+        self._history = checked_messages(messages)
+        self._interrupt("the conversation was replaced")
+
+    @property
+    def cancel_event(self) -> asyncio.Event | None:
+        """The cancel event every turn of this session honours (None: none)."""
+        return self._cancel
 
     @property
     def options(self) -> dict[str, Any]:
@@ -174,6 +190,25 @@ class AsyncSession:
         if not self._history:
             raise ValueError("the conversation is empty: send a user turn first")
         return await self._complete(self._spec((), config, tools, cancel, overrides, False))
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        toolkit: Toolkit,
+        max_turns: int | None = None,
+        hooks: LoopHooks | None = None,
+        cancel: asyncio.Event | None = None,
+        **turn_options: Any,
+    ) -> RunResult:
+        """Add a user turn and run the model with ``toolkit``'s tools until it answers without a
+        call (or ``max_turns`` model calls have run): every call is executed (the calls of one
+        reply concurrently) and its output added as a tool turn. ``hooks`` audit, veto or
+        rewrite model and tool calls; a fired cancel event (the session's or ``cancel``) raises
+        RunCancelled. Keyword arguments are each model turn's options (as for :meth:`send`)."""
+        return await run_on_session(
+            self, prompt, toolkit, max_turns=max_turns, hooks=hooks, cancel=cancel, turn_options=turn_options
+        )
 
     def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None:
         """Append a tool's answer as a tool turn (a running turn is cancelled first);
