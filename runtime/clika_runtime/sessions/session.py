@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.history import checked_messages
@@ -199,16 +199,39 @@ class AsyncSession:
         max_turns: int | None = None,
         hooks: LoopHooks | None = None,
         cancel: asyncio.Event | None = None,
+        on_event: Callable[[Event], Any] | None = None,
         **turn_options: Any,
     ) -> RunResult:
         """Add a user turn and run the model with ``toolkit``'s tools until it answers without a
         call (or ``max_turns`` model calls have run): every call is executed (the calls of one
         reply concurrently) and its output added as a tool turn. ``hooks`` audit, veto or
         rewrite model and tool calls; a fired cancel event (the session's or ``cancel``) raises
-        RunCancelled. Keyword arguments are each model turn's options (as for :meth:`send`)."""
+        RunCancelled. ``on_event`` (a function or coroutine function) receives each model turn's
+        streamed text, thinking and tool_use events as they are made. Keyword arguments are each
+        model turn's options (as for :meth:`send`)."""
         return await run_on_session(
-            self, prompt, toolkit, max_turns=max_turns, hooks=hooks, cancel=cancel, turn_options=turn_options
+            self,
+            prompt,
+            toolkit,
+            max_turns=max_turns,
+            hooks=hooks,
+            cancel=cancel,
+            on_event=on_event,
+            turn_options=turn_options,
         )
+
+    def respond_stream(
+        self,
+        *,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        cancel: asyncio.Event | None = None,
+        **overrides: Any,
+    ) -> TurnStream:
+        """:meth:`respond`, streamed as :meth:`stream`'s events."""
+        if not self._history:
+            raise ValueError("the conversation is empty: send a user turn first")
+        return self._open(self._spec((), config, tools, cancel, overrides, True))
 
     def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None:
         """Append a tool's answer as a tool turn (a running turn is cancelled first);

@@ -11,13 +11,15 @@ cancel=event)`` gives a :class:`ToolConversation`, the shape agent clients know
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.tool_loop import LoopCancelled, LoopHooks, LoopResult, ModelTurn, run_tool_loop
 from clika_runtime.chat.toolkit import Toolkit, ToolOutput
-from clika_runtime.sessions.results import RunCancelled, TurnResult
+from clika_runtime.sessions.results import Event, RunCancelled, TurnResult
+from clika_runtime.sessions.turn import TurnStream
 
 if TYPE_CHECKING:
     from clika_runtime.sessions.session import AsyncSession
@@ -119,20 +121,38 @@ class SessionConversation:
         session: AsyncSession,
         cancel: asyncio.Event | None,
         turn_options: Mapping[str, Any],
+        on_event: Callable[[Event], Any] | None = None,
     ) -> None:
         self._session = session
         self._cancel = cancel
         self._options = dict(turn_options)
+        self._on_event = on_event
 
     @property
     def messages(self) -> list[dict[str, Any]]:
         return self._session.messages
 
     async def ask(self, prompt: str, tools: list[dict[str, Any]]) -> ModelTurn:
-        return model_turn(await self._session.send(prompt, tools=tools, cancel=self._cancel, **self._options))
+        options = {"tools": tools, "cancel": self._cancel, **self._options}
+        if self._on_event is None:
+            return model_turn(await self._session.send(prompt, **options))
+        return await self._streamed(self._session.stream(prompt, **options))
 
     async def resume(self, tools: list[dict[str, Any]]) -> ModelTurn:
-        return model_turn(await self._session.respond(tools=tools, cancel=self._cancel, **self._options))
+        options = {"tools": tools, "cancel": self._cancel, **self._options}
+        if self._on_event is None:
+            return model_turn(await self._session.respond(**options))
+        return await self._streamed(self._session.respond_stream(**options))
+
+    async def _streamed(self, stream: TurnStream) -> ModelTurn:
+        async with stream:
+            async for event in stream:
+                if event.type not in ("result", "error"):
+                    outcome = self._on_event(event)  # type: ignore[misc]
+                    if inspect.isawaitable(outcome):
+                        await outcome
+        assert stream.result is not None
+        return model_turn(stream.result)
 
     def add_tool_output(self, output: ToolOutput) -> None:
         self._session.add_tool_result(output.call.id, output.content, name=output.call.name)
@@ -153,9 +173,10 @@ async def run_on_session(
     hooks: LoopHooks | None,
     cancel: asyncio.Event | None,
     turn_options: Mapping[str, Any],
+    on_event: Callable[[Event], Any] | None = None,
 ) -> RunResult:
     """Run the loop on ``session``; a fired cancel event raises RunCancelled."""
-    driver = SessionConversation(session, cancel, turn_options)
+    driver = SessionConversation(session, cancel, turn_options, on_event)
     try:
         loop = await run_tool_loop(driver, prompt, toolkit, max_turns=max_turns, hooks=hooks)
     except LoopCancelled as error:

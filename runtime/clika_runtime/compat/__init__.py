@@ -1,0 +1,6 @@
+"""Other SDKs' shapes over the local runtime, one module per SDK, each a thin adapter over the
+sessions and the tool loop (no engine of its own): code written for that SDK runs on a local
+model by changing its import.
+
+* :mod:`~clika_runtime.compat.chucky`: the Chucky client (prompt / stream / sessions, ``@tool``).
+"""
