@@ -21,7 +21,16 @@ from clika_runtime.compat.chucky import (
 )
 
 SHORT = {"temperature": 0.0, "max_new_tokens": 8}
-RESULT_KEYS = {"type", "subtype", "result", "session_id", "total_cost_usd", "duration_ms", "num_turns", "usage"}
+RESULT_KEYS = {
+    "type",
+    "subtype",
+    "result",
+    "session_id",
+    "total_cost_usd",
+    "duration_ms",
+    "num_turns",
+    "usage",
+}
 
 
 def test_prompt_returns_a_result_message_with_usage(tiny_model):
@@ -55,7 +64,10 @@ def test_a_session_keeps_its_conversation_across_turns(tiny_model):
         assert get_assistant_text(turn[0]) == turn[1]["result"]
         assert turn[1]["session_id"] == session_id
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
-    assert [m["content"] for m in messages if m["role"] == "user"] == ["Hello, I am Alice", "What is my name?"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == [
+        "Hello, I am Alice",
+        "What is my name?",
+    ]
 
 
 def test_the_legacy_stream_yields_text_pieces_then_result_and_done(tiny_model):
