@@ -30,6 +30,7 @@ from clika_runtime.chat.tool_loop import LoopHooks
 from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.engine.types import GenerationConfig
 from clika_runtime.sessions.bridge import EngineBridge
+from clika_runtime.sessions.prefill import prefill_partial_turn
 from clika_runtime.sessions.results import Event, TurnResult
 from clika_runtime.sessions.store import ConversationStore, checked_id
 from clika_runtime.sessions.tool_run import RunResult, run_on_session
@@ -232,6 +233,15 @@ class AsyncSession:
         if not self._history:
             raise ValueError("the conversation is empty: send a user turn first")
         return self._open(self._spec((), config, tools, cancel, overrides, True))
+
+    async def prefill(self, partial_text: str, *, tools: Sequence[Mapping[str, Any]] | None = None) -> int:
+        """Compute ahead of time the KV of a user turn that begins with ``partial_text`` (see
+        :mod:`clika_runtime.sessions.prefill`): a later :meth:`send` of a text starting the same
+        way reuses it. Returns how many prompt tokens are now computed."""
+        if not isinstance(partial_text, str):
+            raise ValueError(f"partial_text must be a string, got {type(partial_text).__name__}")
+        spec = self._spec((), None, tools, None, {}, False)
+        return await prefill_partial_turn(self._chat, self._history, partial_text, spec.tools, spec.policy)
 
     def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None:
         """Append a tool's answer as a tool turn (a running turn is cancelled first);
