@@ -37,11 +37,12 @@ import onnxruntime as ort
 
 from clika_runtime import modelverse
 from clika_runtime.chat.templates import ChatTemplate
-from clika_runtime.engine.paged_inputs import PagedRow, pack_paged_step
-from clika_runtime.engine.step_inputs import pack_step
-from clika_runtime.engine.types import GenerationConfig, StageEvent
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import Manifest
 from clika_runtime.model_folder import session_options
+from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
+from clika_runtime.step_graph import pack_step
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"

@@ -14,11 +14,12 @@ import time
 import pytest
 
 from clika_runtime.chat.reply import ReplyParser
+from clika_runtime.chat.reply_events import ReplyReader
 from clika_runtime.chat.tool_formats import get_format
 from clika_runtime.chat.tools import ToolCall, normalize_tools
 from clika_runtime.engine.types import GenerationConfig
 from clika_runtime.sessions import AsyncChat, Event, RunCancelled, SQLiteStore, TurnResult
-from clika_runtime.sessions.turn import Prepared, TurnRun, TurnSpec
+from clika_runtime.sessions.turn import Prepared, TurnRun, TurnSpec, public_events
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 8}
 
@@ -380,10 +381,10 @@ def test_a_replys_pieces_become_thinking_text_and_tool_use_events_in_order():
     async def scenario():
         run_ = TurnRun(TurnSpec((), GenerationConfig(), tools), asyncio.get_running_loop())
         run_.prepared = Prepared("prompt", [1], parser, skip_special_tokens=False)
-        events = []
+        reader, events = ReplyReader(parser), []
         for piece in pieces:
-            events += run_._events_of(parser.feed(piece), parser)
-        events += run_._events_of(parser.finish(), parser)
+            events += public_events(reader.feed(piece))
+        events += public_events(reader.finish(reasoning_first=True))
         return events, run_.reply_message()
 
     events, reply = run(scenario())

@@ -11,8 +11,8 @@ import pytest
 from pacing import paced_steps
 
 from clika_runtime import modelverse
+from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.session import ChatSession
-from clika_runtime.engine.types import ChatOutcome
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 12}
 
@@ -126,7 +126,7 @@ def test_card_describes_the_model(tiny_model):
             tiny_model.max_seq,
             "never",
         )
-        assert chat.engine is not tiny_model.engine
+        assert chat.engine is tiny_model.engine  # a session is a conversation on the model's engine
 
 
 # -- a real tool-calling model --------------------------------------------------------------

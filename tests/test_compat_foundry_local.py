@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from clika_runtime.compat.foundry_local import Item, Request, RequestOptions, Session
-from clika_runtime.engine.types import StageEvent
+from clika_runtime.engine.stages import StageEvent
 from clika_runtime.sessions import RunCancelled
 
 GREEDY = RequestOptions(temperature=0.0, max_output_tokens=6)

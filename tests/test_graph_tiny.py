@@ -18,8 +18,8 @@ import torch
 
 from clika_export.api import export
 from clika_export.verify import FP32_TOLERANCE, StepRunner, relative_error
-from clika_runtime.engine.step_inputs import STEP_INPUTS, pack_step
 from clika_runtime.manifest import Manifest
+from clika_runtime.step_graph import STEP_INPUTS, pack_step
 
 
 def _reference(model: torch.nn.Module, tokens: list[int]) -> np.ndarray:
@@ -180,8 +180,8 @@ def test_a_flat_grid_graph_fed_the_flat_layout_gives_the_same_logits(
     """Folders exported before token_cell (flat grid_index, token_index) get the same results."""
     import onnxruntime as ort
 
-    from clika_runtime.engine.step_inputs import GridLayout, grid_layout
     from clika_runtime.model_folder import session_options
+    from clika_runtime.step_graph import GridLayout, grid_layout
 
     _, out, manifest = exported
     flat_out = make_flat_grid_folder(out, tmp_path / "flat")

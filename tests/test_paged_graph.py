@@ -19,9 +19,9 @@ import pytest
 from clika_export.api import export
 from clika_export.graph.paged_graph import PagedGraphError, derive_paged_graph
 from clika_export.verify import StepRunner
-from clika_runtime.engine.paged_inputs import PAGED_STEP_INPUTS, PagedRow, pack_paged_step
 from clika_runtime.manifest import Manifest
 from clika_runtime.model_folder import session_options
+from clika_runtime.paged_step_graph import PAGED_STEP_INPUTS, PagedRow, pack_paged_step
 
 
 @pytest.fixture(scope="module", params=[("llama", False), ("qwen2", True)])

@@ -1,6 +1,6 @@
 """Prefix reuse in both KV modes: copied slot prefixes, and chat turns reused up to the first new token.
 
-The continuous-mode checks drive the scheduler with a cache-writing executor
+The continuous-mode checks step the engine core over a cache-writing executor
 (tests/engine_fakes.py, as tests/test_scheduler.py uses); the chat checks run a tiny random llama
 through the real graphs and compare each reply with the same prompt computed
 from scratch (prefix reuse off).
@@ -12,12 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_fakes import CacheWritingExecutor, alone, prompt_of
+from engine_fakes import CacheWritingExecutor, Collected, alone, engine_core, prompt_of, run_all
 
 from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
-from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.types import GenerationConfig, Request, Sequence
 
 _ids = iter(range(1, 10**9))
@@ -29,25 +28,20 @@ def seq_of(prompt, max_new=6) -> Sequence:
 
 def test_continuous_copies_a_running_slots_prefix_into_a_new_slot():
     cache = ContinuousKVCache(CacheShape(1, 1, 1), num_slots=3, max_seq=256)
-    sched = Scheduler(cache, max_seq=256, max_active=3, max_step_tokens=64)
     ex = CacheWritingExecutor(cache)
+    core = engine_core(cache, ex, max_seq=256, max_active=3, max_step_tokens=64)
     system = prompt_of(30, 1)
     a = seq_of(system + prompt_of(5, 2), max_new=20)
-    sched.add(a)
-    plan = sched.schedule()
-    sched.update(plan, ex.run(plan))
+    core.add(a, Collected())
+    core.step()
     b = seq_of(system + prompt_of(7, 3), max_new=6)
-    sched.add(b)
-    plan = sched.schedule()
+    core.add(b, Collected())
+    plan = core.step()
     assert b.slot != a.slot and b.num_cached_tokens == 30
     assert [r.start for r in plan.rows if r.seq is b] == [30]
     keys = cache.buffers()[0][0]
     np.testing.assert_array_equal(keys[b.slot, 0, :30, 0], system)
-    sched.update(plan, ex.run(plan))
-    while sched.has_work:
-        plan = sched.schedule()
-        sched.update(plan, ex.run(plan))
-        sched.check_integrity()
+    run_all(core)
     assert a.completion_ids == alone(a.request.prompt_ids, 20)
     assert b.completion_ids == alone(b.request.prompt_ids, 6)
 

@@ -1,4 +1,5 @@
-"""Scheduler and continuous KV cache, driven by a small deterministic executor.
+"""Scheduler and continuous KV cache, driven through the engine core's ``step()`` by a small
+deterministic executor.
 
 The executor here stands in for the graph only in these bookkeeping tests: it
 writes each computed token into the real cache buffer at its slot and
@@ -13,9 +14,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_fakes import CacheWritingExecutor, alone, prompt_of
+from engine_fakes import (
+    VOCAB,
+    CacheWritingExecutor,
+    OracleDrafter,
+    add,
+    alone,
+    engine_core,
+    prompt_of,
+    run_all,
+)
 
+from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.types import (
     GenerationConfig,
@@ -32,10 +44,16 @@ def make(max_active=4, max_step_tokens=16, max_seq=512, max_queued=64, prefix_re
     cache = ContinuousKVCache(
         CacheShape(1, 1, 1), num_slots=max_active, max_seq=max_seq, prefix_reuse=prefix_reuse
     )
-    sched = Scheduler(
-        cache, max_seq=max_seq, max_active=max_active, max_queued=max_queued, max_step_tokens=max_step_tokens
+    ex = CacheWritingExecutor(cache)
+    core = engine_core(
+        cache,
+        ex,
+        max_seq=max_seq,
+        max_active=max_active,
+        max_queued=max_queued,
+        max_step_tokens=max_step_tokens,
     )
-    return sched, CacheWritingExecutor(cache)
+    return core, ex
 
 
 _ids = iter(range(1, 10**9))
@@ -45,24 +63,10 @@ def seq_of(prompt, max_new=8, **config) -> Sequence:
     return Sequence(Request(next(_ids), tuple(prompt), GenerationConfig(max_new_tokens=max_new, **config)))
 
 
-def run_all(sched: Scheduler, ex: CacheWritingExecutor, limit: int = 10_000) -> int:
-    steps = 0
-    while sched.has_work:
-        plan = sched.schedule()
-        assert plan is not None
-        sched.update(plan, ex.run(plan))
-        sched.check_integrity()
-        steps += 1
-        assert steps < limit
-    return steps
-
-
 def test_many_requests_with_chunks_match_each_alone():
-    sched, ex = make(max_active=4, max_step_tokens=16)
-    seqs = [seq_of(prompt_of(n, i), max_new=5 + i % 4) for i, n in enumerate([3, 40, 1, 17, 64, 9, 2, 33])]
-    for s in seqs:
-        sched.add(s)
-    run_all(sched, ex)
+    core, ex = make(max_active=4, max_step_tokens=16)
+    seqs = [add(core, prompt_of(n, i), max_new=5 + i % 4) for i, n in enumerate([3, 40, 1, 17, 64, 9, 2, 33])]
+    run_all(core)
     for s in seqs:
         assert s.status == SequenceStatus.FINISHED_LENGTH
         assert s.completion_ids == alone(list(s.request.prompt_ids), s.config.max_new_tokens)
@@ -70,44 +74,38 @@ def test_many_requests_with_chunks_match_each_alone():
 
 
 def test_long_prompt_is_chunked_and_decode_rows_keep_running():
-    sched, ex = make(max_active=2, max_step_tokens=8)
-    talker = seq_of(prompt_of(2, 1), max_new=30)
-    sched.add(talker)
+    core, ex = make(max_active=2, max_step_tokens=8)
+    talker = add(core, prompt_of(2, 1), max_new=30)
     for _ in range(3):  # the talker is decoding before the long prompt arrives
-        plan = sched.schedule()
-        sched.update(plan, ex.run(plan))
-    long = seq_of(prompt_of(100, 2), max_new=3)
-    sched.add(long)
+        core.step()
+    long = add(core, prompt_of(100, 2), max_new=3)
     before = talker.num_completion_tokens
     prefill_steps = 0
     while long.num_computed_tokens < long.num_prompt_tokens:
-        plan = sched.schedule()
+        plan = core.step()
         assert plan.num_tokens <= 8
         assert any(r.seq is talker and r.num_new == 1 for r in plan.rows), "decode row skipped"
-        sched.update(plan, ex.run(plan))
         prefill_steps += 1
     assert prefill_steps >= 100 // 7
     assert talker.num_completion_tokens == before + prefill_steps
-    run_all(sched, ex)
+    run_all(core)
     assert long.completion_ids == alone(list(long.request.prompt_ids), 3)
     assert talker.completion_ids == alone(list(talker.request.prompt_ids), 30)
 
 
 def test_admission_waits_for_a_slot_without_error():
-    sched, ex = make(max_active=2, max_step_tokens=64)
-    seqs = [seq_of(prompt_of(4, i), max_new=3) for i in range(5)]
-    for s in seqs:
-        sched.add(s)
-    plan = sched.schedule()
+    core, ex = make(max_active=2, max_step_tokens=64)
+    seqs = [add(core, prompt_of(4, i), max_new=3) for i in range(5)]
+    plan = core.step()
     assert {r.seq.request_id for r in plan.rows} == {seqs[0].request_id, seqs[1].request_id}
     assert [s.status for s in seqs[2:]] == [SequenceStatus.WAITING] * 3
-    sched.update(plan, ex.run(plan))
-    run_all(sched, ex)
+    run_all(core)
     assert all(s.completion_ids == alone(list(s.request.prompt_ids), 3) for s in seqs)
 
 
 def test_queue_full_refuses_only_the_new_request():
-    sched, _ = make(max_active=1, max_queued=2)
+    core, _ = make(max_active=1, max_queued=2)
+    sched = core.scheduler
     a, b, c, d = seq_of([1, 2]), seq_of([3, 4]), seq_of([5, 6]), seq_of([7, 8])
     for s in (a, b, c):  # a takes the free slot at the next step; b and c wait
         sched.add(s)
@@ -129,17 +127,15 @@ def test_stop_id_and_context_window_end_sequences():
     prompt = prompt_of(5, 3)
     expected = alone(prompt, 50)
     stop = expected[3]
-    sched, ex = make()
-    stopped = seq_of(prompt, max_new=50, stop_token_ids=(stop,))
-    sched.add(stopped)
-    run_all(sched, ex)
+    core, _ = make()
+    stopped = add(core, prompt, max_new=50, stop_token_ids=(stop,))
+    run_all(core)
     assert stopped.status == SequenceStatus.FINISHED_STOPPED
     assert stopped.completion_ids == expected[: expected.index(stop) + 1]
 
-    sched, ex = make(max_seq=12)
-    full = seq_of(prompt, max_new=50)
-    sched.add(full)
-    run_all(sched, ex)
+    core, _ = make(max_seq=12)
+    full = add(core, prompt, max_new=50)
+    run_all(core)
     assert full.status == SequenceStatus.FINISHED_LENGTH and full.num_tokens == 12
 
 
@@ -148,99 +144,83 @@ def test_eos_ends_unless_ignored():
     prompt = prompt_of(6, 5)
     expected = alone(prompt, 10)
     eos = expected[2]
-    sched, ex = make()
-    s1 = Sequence(Request(1001, tuple(prompt), GenerationConfig(max_new_tokens=10), frozenset({eos})))
-    s2 = Sequence(
-        Request(1002, tuple(prompt), GenerationConfig(max_new_tokens=10, ignore_eos=True), frozenset({eos}))
-    )
-    sched.add(s1)
-    sched.add(s2)
-    run_all(sched, ex)
+    core, _ = make()
+    s1 = add(core, prompt, max_new=10, eos=frozenset({eos}))
+    s2 = add(core, prompt, max_new=10, eos=frozenset({eos}), ignore_eos=True)
+    run_all(core)
     assert s1.completion_ids == expected[:3] and s1.status == SequenceStatus.FINISHED_STOPPED
     assert s2.completion_ids == expected and s2.status == SequenceStatus.FINISHED_LENGTH
 
 
 def test_cancel_frees_the_slot_and_leaves_others_unchanged():
-    sched, ex = make(max_active=2, max_step_tokens=32)
-    a, b, c = (seq_of(prompt_of(6, i), max_new=12) for i in range(3))
-    for s in (a, b, c):
-        sched.add(s)
+    core, _ = make(max_active=2, max_step_tokens=32)
+    sched = core.scheduler
+    a, b, c = (add(core, prompt_of(6, i), max_new=12) for i in range(3))
     for _ in range(4):
-        plan = sched.schedule()
-        sched.update(plan, ex.run(plan))
+        core.step()
     assert c.status == SequenceStatus.WAITING
-    assert sched.cancel(a.request_id) is a
+    core.cancel(a.request_id)
     assert a.status == SequenceStatus.FINISHED_CANCELLED and a.slot not in {b.slot}
-    sched.check_integrity()
-    plan = sched.schedule()
+    core.check_integrity()
+    plan = core.step()
     assert any(r.seq is c for r in plan.rows), "the freed slot admits the waiting request"
-    sched.update(plan, ex.run(plan))
-    run_all(sched, ex)
+    run_all(core)
     assert b.completion_ids == alone(list(b.request.prompt_ids), 12)
     assert c.completion_ids == alone(list(c.request.prompt_ids), 12)
     assert sched.cancel(a.request_id) is None  # already gone
-    waiting = seq_of([1, 2, 3])
-    sched.add(waiting)
-    assert sched.cancel(waiting.request_id) is waiting
-    assert waiting.status == SequenceStatus.FINISHED_CANCELLED and not sched.has_work
+    waiting = add(core, [1, 2, 3])
+    core.cancel(waiting.request_id)
+    assert waiting.status == SequenceStatus.FINISHED_CANCELLED and not core.has_work
+    core.check_integrity()
 
 
 def test_freed_slot_serves_a_shared_prefix():
-    sched, ex = make(max_active=2, max_step_tokens=64)
-    first = seq_of(prompt_of(30, 9), max_new=4)
-    sched.add(first)
-    run_all(sched, ex)
+    core, _ = make(max_active=2, max_step_tokens=64)
+    first = add(core, prompt_of(30, 9), max_new=4)
+    run_all(core)
     follow_prompt = list(first.token_ids[:-1]) + prompt_of(5, 11)  # the next turn of a chat
-    follow = seq_of(follow_prompt, max_new=6)
-    sched.add(follow)
-    plan = sched.schedule()
+    follow = add(core, follow_prompt, max_new=6)
+    plan = core.step()
     assert follow.num_cached_tokens == first.num_computed_tokens == 33
     assert plan.rows[0].start == 33 and plan.rows[0].slot == first.slot
-    sched.update(plan, ex.run(plan))
-    run_all(sched, ex)
+    run_all(core)
     assert follow.completion_ids == alone(follow_prompt, 6)
     # A prompt that diverges at once takes the other (empty) slot and computes everything.
-    other = seq_of(prompt_of(10, 50), max_new=2)
-    sched.add(other)
-    sched.schedule()
+    other = add(core, prompt_of(10, 50), max_new=2)
+    core.step()
     assert other.num_cached_tokens == 0 and other.slot != follow.slot
 
 
 def test_identical_prompt_recomputes_its_last_token():
-    sched, ex = make(max_active=1)
+    core, _ = make(max_active=1)
     prompt = prompt_of(20, 4)
-    a = seq_of(prompt, max_new=3)
-    sched.add(a)
-    run_all(sched, ex)
-    b = seq_of(prompt, max_new=3)
-    sched.add(b)
-    plan = sched.schedule()
+    a = add(core, prompt, max_new=3)
+    run_all(core)
+    b = add(core, prompt, max_new=3)
+    plan = core.step()
     assert b.num_cached_tokens == 19 and plan.rows[0].num_new == 1 and plan.rows[0].sample
-    sched.update(plan, ex.run(plan))
-    run_all(sched, ex)
+    run_all(core)
     assert b.completion_ids == a.completion_ids
 
 
 def test_prefix_reuse_off_computes_everything():
-    sched, ex = make(max_active=1, prefix_reuse=False)
+    core, _ = make(max_active=1, prefix_reuse=False)
     prompt = prompt_of(20, 4)
-    sched.add(seq_of(prompt, max_new=2))
-    run_all(sched, ex)
-    b = seq_of(prompt, max_new=2)
-    sched.add(b)
-    sched.schedule()
+    add(core, prompt, max_new=2)
+    run_all(core)
+    b = add(core, prompt, max_new=2)
+    core.step()
     assert b.num_cached_tokens == 0
 
 
 def test_cache_grows_and_keeps_content():
-    sched, ex = make(max_active=1, max_seq=2048, max_step_tokens=512)
-    short = seq_of(prompt_of(10, 1), max_new=4)
-    sched.add(short)
-    run_all(sched, ex)
+    core, _ = make(max_active=1, max_seq=2048, max_step_tokens=512)
+    sched = core.scheduler
+    short = add(core, prompt_of(10, 1), max_new=4)
+    run_all(core)
     cap = sched.cache.capacity
-    long = seq_of(list(short.token_ids[:-1]) + prompt_of(600, 2), max_new=4)
-    sched.add(long)
-    run_all(sched, ex)
+    long = add(core, list(short.token_ids[:-1]) + prompt_of(600, 2), max_new=4)
+    run_all(core)
     assert sched.cache.capacity > cap and long.num_cached_tokens == 13
     assert long.completion_ids == alone(list(long.request.prompt_ids), 4)
     sched.cache.ensure_slots(3)
@@ -249,24 +229,49 @@ def test_cache_grows_and_keeps_content():
 
 
 def test_step_rows_are_packed_in_slot_order():
-    sched, ex = make(max_active=3, max_step_tokens=64)
+    core, ex = make(max_active=3, max_step_tokens=64)
     for i in range(3):
-        sched.add(seq_of(prompt_of(3 + i, i), max_new=5))
-    run_all(sched, ex)
+        add(core, prompt_of(3 + i, i), max_new=5)
+    run_all(core)
     for plan in ex.plans:
         slots = [r.slot for r in plan.rows]
         assert slots == sorted(slots)
 
 
 def test_integrity_check_catches_drift():
-    sched, ex = make()
-    s = seq_of([1, 2, 3])
-    sched.add(s)
-    plan = sched.schedule()
-    sched.update(plan, ex.run(plan))
+    core, _ = make()
+    s = add(core, [1, 2, 3])
+    core.step()
     s.num_computed_tokens = s.num_tokens + 1
     with pytest.raises(AssertionError, match="computed"):
-        sched.check_integrity()
+        core.check_integrity()
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_drafts_kept_or_refused_take_one_update_path_and_replies_match_alone(wrong):
+    cache = ContinuousKVCache(CacheShape(1, 1, 1), num_slots=2, max_seq=512)
+    ex = CacheWritingExecutor(cache)
+    drafter = OracleDrafter(wrong)
+    core = EngineCore(
+        ex,
+        cache,
+        None,
+        max_seq=512,
+        vocab_size=VOCAB,
+        options=EngineOptions(max_active=2, max_step_tokens=64),
+        drafters={"assistant": drafter},
+    )
+    drafting = add(core, prompt_of(5, 1), max_new=20, num_assistant_tokens=4)
+    plain = add(core, prompt_of(7, 2), max_new=9)  # decodes in the same steps, never drafts
+    steps = run_all(core)
+    assert drafting.completion_ids == alone(list(drafting.request.prompt_ids), 20)
+    assert plain.completion_ids == alone(list(plain.request.prompt_ids), 9)
+    assert drafter.calls > 0 and drafting.num_draft_tokens > 0 and plain.num_draft_tokens == 0
+    if wrong:
+        assert drafting.num_accepted_draft_tokens == 0 and steps >= 20
+    else:
+        assert drafting.num_accepted_draft_tokens == drafting.num_draft_tokens and steps < 20
+    assert drafting.num_computed_tokens == drafting.num_tokens - 1  # the last pick is never computed
 
 
 def test_bad_limits_are_refused():

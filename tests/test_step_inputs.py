@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clika_runtime.engine.step_inputs import (
+from clika_runtime.engine.decode_packer import DecodePacker
+from clika_runtime.step_graph import (
     STEP_INPUTS,
-    DecodePacker,
     FlatGridFeeds,
     GridLayout,
     StepRow,

@@ -26,7 +26,6 @@ from clika_cli.common import (
     say,
 )
 from clika_cli.models import DEFAULT_MODEL
-from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
 
 if TYPE_CHECKING:
     from clika_runtime.chat.session import ChatSession
@@ -70,8 +69,6 @@ def chat(
         overrides["seed"] = seed
     if prompt_lookup:
         overrides["prompt_lookup_num_tokens"] = prompt_lookup
-    if assistant is not None:
-        overrides["num_assistant_tokens"] = DEFAULT_ASSISTANT_TOKENS
     say(dim("/help lists the commands; Ctrl-D or /exit leaves."))
     repl = ChatRepl(loaded, system=system, budget=max_tokens, overrides=overrides)
     try:

@@ -13,7 +13,7 @@ import click
 
 from clika_cli.models import PRECISIONS, LocalModel, ModelError, human_size, resolve
 from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
-from clika_runtime.engine.types import MAX_DRAFT_TOKENS
+from clika_runtime.engine.config import MAX_DRAFT_TOKENS
 
 if TYPE_CHECKING:
     from clika_runtime.modelverse import GenerativeModel

@@ -22,7 +22,6 @@ from clika_cli.common import (
     say,
 )
 from clika_cli.models import DEFAULT_MODEL
-from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
 
 
 @click.command()
@@ -55,8 +54,6 @@ def generate(
         pulled_note(local)
     loaded = load_model(local, engine, quiet=quiet, assistant=assistant)
     options = {"max_new_tokens": max_tokens, "prompt_lookup_num_tokens": prompt_lookup}
-    if assistant is not None:
-        options["num_assistant_tokens"] = DEFAULT_ASSISTANT_TOKENS
     options.update({k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None})
     try:
         if system is None:  # a model without a chat template reads the prompt as raw text

@@ -30,8 +30,8 @@ from clika_export.progress import Progress
 from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
 from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
-from clika_runtime.engine.step_inputs import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 from clika_runtime.manifest import GraphSpec, KVSpec, Manifest, ManifestError, Provenance, TokenizerSpec
+from clika_runtime.step_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 
 TOOL = "clika_export"
 # Bumped whenever the graph a given checkpoint exports to changes, so cached exports are redone.

@@ -22,7 +22,9 @@ import onnxruntime as ort
 
 from clika_export.checkpoint import Checkpoint
 from clika_export.graph.rope import inverse_frequencies
-from clika_runtime.engine.step_inputs import (
+from clika_runtime.manifest import Architecture
+from clika_runtime.model_folder import session_options
+from clika_runtime.step_graph import (
     LOGITS,
     PAST_KEY,
     PAST_VALUE,
@@ -30,8 +32,6 @@ from clika_runtime.engine.step_inputs import (
     PRESENT_VALUE,
     pack_step,
 )
-from clika_runtime.manifest import Architecture
-from clika_runtime.model_folder import session_options
 
 # fp32 graphs must match the float reference this closely (max|diff| / max|ref| per logits row).
 FP32_TOLERANCE = 1e-3

@@ -15,7 +15,7 @@ Graph contract (``GraphSpec``), one ORT call = one engine step for a batch
   ``(row, col)`` of packed token ``t``; folders exported before these took
   ``grid_index`` flat (``[B * S]``) and ``token_index[t] = row * S + col``
   instead of ``token_cell``, and the runtime still feeds them
-  (``clika_runtime.engine.step_inputs.GridLayout``);
+  (``clika_runtime.step_graph.GridLayout``);
 * each row ``b`` has ``query_seqlens[b]`` new tokens (0 = idle row) after
   ``past_len[b]`` cached ones; ``seqlens_k[b] = past_len[b] + query_seqlens[b] - 1``
   (0 for an idle row); ``total_sequence_length`` is the step's largest
@@ -24,7 +24,7 @@ Graph contract (``GraphSpec``), one ORT call = one engine step for a batch
 * ``logits_index`` picks which packed positions get logits (each row's last
   token when decoding, every position for perplexity or speculative checks).
 
-``clika_runtime.engine.step_inputs.pack_step`` builds these arrays and documents
+``clika_runtime.step_graph.pack_step`` builds these arrays and documents
 each row kind and the capacity rule (an active row needs ``past_len + S <= capacity``).
 
 ``precision["matrices"]`` maps each weight initializer (``model.layers.3.attn.qkv.weight``,

@@ -10,10 +10,12 @@
         print(piece, end="", flush=True)
     replies = model.generate_batch(["Hi!", "What is 2+2?"])  # decoded together
 
-Every request runs on the model's engine (built on the first request, reused
-after): ``generate`` joins ``stream_generate``'s pieces, which drain the
+Every request runs on the model's ONE engine (built on the first request,
+reused after): ``generate`` joins ``stream_generate``'s pieces, which drain the
 engine's stream for the request; ``generate_batch`` submits every prompt before
-reading any reply so they decode together.
+reading any reply so they decode together; ``chat``, every ``chat_session()``,
+every ``AsyncChat`` and the server submit their turns to the same engine, so
+they share its KV cache, its prefix cache, its limits and its stage observer.
 """
 
 from __future__ import annotations
@@ -25,25 +27,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clika_runtime.chat.model import reasoning_mode, supports_tools
+from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.prepare import refuse_media
+from clika_runtime.chat.render import render_prompt
 from clika_runtime.chat.session import ChatSession
-from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
+from clika_runtime.chat.templates import ChatTemplate
 from clika_runtime.chat.tools import ToolCall
-from clika_runtime.engine.assistant import AssistantDrafter
+from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS, AssistantDrafter
+from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
+from clika_runtime.engine.drafting import ASSISTANT
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
 from clika_runtime.engine.paged_cache import PagedKVCache
-from clika_runtime.engine.paged_inputs import PAGED_LAYOUT
-from clika_runtime.engine.types import (
-    ChatOutcome,
-    GenerationConfig,
-    GenerationReport,
-    StageEvent,
-    StageObserver,
-    config_from_checkpoint,
-)
+from clika_runtime.engine.report import GenerationReport
+from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.model_folder import ModelFolder, open_model_folder
+from clika_runtime.paged_step_graph import PAGED_LAYOUT
+from clika_runtime.store.load_target import folder_to_load
 from clika_runtime.text.tokenizer import Tokenizer
 
 __all__ = [
@@ -96,7 +98,11 @@ def load(
     kv_cache_dtype: str = "float32",
     assistant_model: GenerativeModel | str | Path | None = None,
 ) -> GenerativeModel:
-    """Open an exported model folder.
+    """Open an exported model folder, or the model a catalog name, ``hf://`` spec or checkpoint names.
+
+    A name, spec or checkpoint resolves through the model store
+    (``clika_runtime.store``): exported at int4 once, on first use, when the
+    export extra is installed (``ModelError`` naming what to install otherwise).
 
     ``threads`` sets ONNX Runtime's intra-op threads (None: one per core);
     ``max_active`` how many requests decode together (None: one, grown by
@@ -131,6 +137,7 @@ def load(
         kv_cache_bytes=kv_cache_bytes,
     )
     mode = kv_cache_mode or "continuous"
+    folder = folder_to_load(folder)
     opened = open_model_folder(
         folder, kv_mode=mode, kv_dtype=kv_cache_dtype, threads=threads, allow_spinning=allow_spinning
     )
@@ -177,9 +184,9 @@ class GenerativeModel:
         self._engine: Engine | None = None
         self._engine_lock = threading.Lock()
         self._observer: StageObserver | None = None
+        self._report_lock = threading.Lock()  # several threads may generate at once
         self._report: GenerationReport | ChatOutcome | None = None
         self._reports: list[ChatOutcome] = []
-        self._chat: ChatSession | None = None
         self._assistant: GenerativeModel | None = None
         self._owned_assistant: GenerativeModel | None = None  # loaded by ``load``: closed with this model
 
@@ -187,7 +194,10 @@ class GenerativeModel:
 
     @property
     def defaults(self) -> GenerationConfig:
-        """The checkpoint's decode defaults."""
+        """The checkpoint's decode defaults; with an assistant attached, greedy requests draft with it
+        (``num_assistant_tokens``, as llama.cpp does with ``-md``; 0 opts a request out)."""
+        if self._assistant is not None and not self._defaults.num_assistant_tokens:
+            return self._defaults.overlay({"num_assistant_tokens": DEFAULT_ASSISTANT_TOKENS})
         return self._defaults
 
     @property
@@ -270,7 +280,7 @@ class GenerativeModel:
     @property
     def supports_tools(self) -> bool:
         """True when the chat template takes tool definitions."""
-        return self._handle.template is not None and self._handle.template.supports_tools
+        return supports_tools(self._handle.template)
 
     @property
     def template_renders_tools(self) -> bool:
@@ -285,7 +295,7 @@ class GenerativeModel:
     @property
     def reasoning_mode(self) -> str:
         """How the reasoning channel behaves ("never", "always", "toggleable", "opt_in", "adaptive")."""
-        return self._handle.template.reasoning_mode if self._handle.template is not None else "never"
+        return reasoning_mode(self._handle.template)
 
     @property
     def supports_thinking(self) -> bool:
@@ -316,13 +326,14 @@ class GenerativeModel:
         It must share this model's vocabulary and have a context window at least
         this one's (refused otherwise, naming the mismatch). A greedy request's
         ``num_assistant_tokens`` then drafts that many tokens a step with it
-        (fewer after refused guesses); its report carries the tally. Set it
-        before the first generation.
+        (fewer after refused guesses; the model's ``defaults`` draft
+        ``DEFAULT_ASSISTANT_TOKENS``, ``num_assistant_tokens=0`` opts out); its
+        report carries the tally. Set it before the first generation.
         """
         if model is not None:
             _check_assistant(self, model)
         with self._engine_lock:
-            if self._engine is not None or self._chat is not None:
+            if self._engine is not None:
                 raise ValueError(
                     "set the assistant before the first generation: this model's engine is running"
                 )
@@ -385,7 +396,7 @@ class GenerativeModel:
             eos_token_ids=self.eos_token_ids,
             options=options,
             observer=observer,
-            assistant=assistant,
+            drafters=None if assistant is None else {ASSISTANT: assistant},
         )
 
     def _new_cache(self, options: EngineOptions) -> KVCacheManager:
@@ -417,21 +428,23 @@ class GenerativeModel:
 
     @property
     def engine(self) -> Engine:
-        """The model's own engine (built on first use)."""
+        """The model's engine, shared by every front end (built on first use with the load's limits)."""
         with self._engine_lock:
             if self._engine is None:
                 self._engine = self.create_engine(observer=self._observer)
             return self._engine
 
+    def raise_limits(self, *, max_active: int | None = None, max_queued: int | None = None) -> None:
+        """Let the model's engine decode ``max_active`` requests together and queue ``max_queued``
+        beyond them, when those exceed its limits (the load sets them; nothing here lowers them)."""
+        self.engine.raise_limits(max_active=max_active, max_queued=max_queued)
+
     def close(self) -> None:
-        """Stop the model's engines (a later request builds new ones)."""
+        """Stop the model's engine (a later request builds a new one)."""
         with self._engine_lock:
             engine, self._engine = self._engine, None
-            chat, self._chat = self._chat, None
         if engine is not None:
             engine.close()
-        if chat is not None:
-            chat.close()
         if self._owned_assistant is not None:
             self._owned_assistant.close()
 
@@ -448,18 +461,9 @@ class GenerativeModel:
     ) -> str:
         """The prompt text the chat template renders for ``messages`` (``tools`` offered; a policy's
         ``enable_thinking`` / ``reasoning_effort`` fold into the template's variables)."""
-        policy = GenerationConfig.resolve(self._defaults, config, overrides)
-        template = self._handle.template
-        if template is None:
-            if tools:
-                raise ValueError("this model has no chat template, so it takes no tool definitions")
-            return plain_conversation_text(messages)
-        return template.render(
-            messages,
-            add_generation_prompt=add_generation_prompt,
-            tools=tools,
-            enable_thinking=policy.enable_thinking,
-            reasoning_effort=policy.reasoning_effort,
+        policy = GenerationConfig.resolve(self.defaults, config, overrides)
+        return render_prompt(
+            self._handle.template, messages, policy, add_generation_prompt=add_generation_prompt, tools=tools
         )
 
     def conversation_text(self, messages: Sequence[Mapping[str, Any]]) -> str:
@@ -481,7 +485,7 @@ class GenerativeModel:
     # -- generation ---------------------------------------------------------------------
 
     def _config(self, config: Any, overrides: Mapping[str, Any]) -> GenerationConfig:
-        return GenerationConfig.resolve(self._defaults, config, overrides)
+        return GenerationConfig.resolve(self.defaults, config, overrides)
 
     def _submit(
         self,
@@ -557,8 +561,9 @@ class GenerativeModel:
         pieces = stream.texts() if decode else stream.token_batches()
         return _StreamedReply(stream, pieces, self._set_report)
 
-    def _set_report(self, report: GenerationReport | None) -> None:
-        self._report = report
+    def _set_report(self, report: GenerationReport | ChatOutcome | None) -> None:
+        with self._report_lock:
+            self._report = report
 
     def generate_batch(
         self,
@@ -584,10 +589,10 @@ class GenerativeModel:
             self._reports = []
             return []
         engine = self.engine
-        # Default: every prompt at once (never below the load's own max_active).
-        engine.set_max_active(
-            max(len(texts), self._handle.options.max_active) if max_active is None else max_active
-        )
+        if max_active is None:  # every prompt at once; never lowers what the engine allows
+            engine.raise_limits(max_active=len(texts))
+        else:
+            engine.set_max_active(max_active)
         streams: list[RequestStream] = []
         try:
             for text in texts:
@@ -597,10 +602,10 @@ class GenerativeModel:
                 stream.cancel()
             raise
         replies = [stream.result() for stream in streams]
-        self._reports = [
-            ChatOutcome(text, stream.report) for text, stream in zip(replies, streams, strict=True)
-        ]  # type: ignore[arg-type]
-        self._report = self._reports[-1]
+        reports = [ChatOutcome(text, stream.report) for text, stream in zip(replies, streams, strict=True)]  # type: ignore[arg-type]
+        with self._report_lock:
+            self._reports = reports
+            self._report = reports[-1]
         return replies
 
     def chat(
@@ -618,15 +623,12 @@ class GenerativeModel:
         """The assistant's reply to a conversation of ``{"role", "content"}`` turns: the text, or an
         iterator of text pieces (then one :class:`ToolCall` per call) when ``stream`` is True.
 
-        The turns run on the model's chat engine (built on the first call and
-        kept), so consecutive calls reuse its KV cache; the conversation is the
-        caller's (pass the whole history each time). ``report`` afterwards
-        holds the reply's :class:`ChatOutcome`.
+        The turns run on the model's engine, so consecutive calls reuse its KV
+        cache and prefix cache; the conversation is the caller's (pass the
+        whole history each time). ``report`` afterwards holds the reply's
+        :class:`ChatOutcome`.
         """
-        with self._engine_lock:
-            if self._chat is None:
-                self._chat = ChatSession(self)
-            session = self._chat
+        session = ChatSession(self)  # a call's own conversation object: calls from several threads never meet
         reply = session.complete(
             messages,
             stream=stream,
@@ -638,7 +640,7 @@ class GenerativeModel:
             **overrides,
         )
         if isinstance(reply, str):
-            self._report = session.report
+            self._set_report(session.report)
             return reply
         return self._reporting(reply, session)
 
@@ -646,11 +648,11 @@ class GenerativeModel:
         try:
             yield from pieces
         finally:
-            self._report = session.report
+            self._set_report(session.report)
 
     def chat_session(self, **options: Any) -> ChatSession:
-        """A new :class:`ChatSession` on this model (its own serving engine; ``system=`` seeds the
-        conversation, ``max_active=`` sizes the engine)."""
+        """A new :class:`ChatSession` on this model: a conversation whose turns run on the model's
+        engine (``system=`` seeds it, ``max_active=`` raises the engine's limit to that)."""
         return ChatSession(self, **options)
 
 
@@ -665,6 +667,11 @@ class _StreamedReply(Iterator[Any]):
         self._pieces = pieces
         self._on_end = on_end
         self._ended = False
+
+    @property
+    def report(self) -> GenerationReport | None:
+        """How this reply ended (None while it runs): the model's ``report`` may be another thread's."""
+        return self._stream.report
 
     def __next__(self) -> Any:
         try:

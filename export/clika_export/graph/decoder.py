@@ -1,7 +1,7 @@
 """The step graph of a llama-style decoder (llama, qwen2) built from fused CPU ops.
 
 One ORT call = one engine step for a batch of rows; the inputs are described
-in ``clika_runtime.engine.step_inputs``. Dataflow::
+in ``clika_runtime.step_graph``. Dataflow::
 
     input_ids[T] -> Gather(embed) -> h[T, H]
     per layer:   SkipSimplifiedLayerNorm(prev mlp out, residual) -> x, residual
@@ -28,7 +28,7 @@ import numpy as np
 from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.graph.builder import MS_DOMAIN, ExternalData, GraphBuilder, save_model
 from clika_export.graph.rope import cos_sin_caches
-from clika_runtime.engine import step_inputs as io
+from clika_runtime import step_graph as io
 from clika_runtime.manifest import Architecture
 
 MODEL_FILE = "model.onnx"

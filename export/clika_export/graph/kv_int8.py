@@ -43,9 +43,9 @@ from onnx import TensorProto, helper, numpy_helper
 from clika_export.calibration_text import CALIBRATION_MESSAGES, CALIBRATION_TEXT
 from clika_export.graph.builder import save_model
 from clika_export.graph.paged_graph import DEFAULT_BLOCK_SIZE, add_paged_graph
-from clika_runtime.engine.step_inputs import GridLayout, StepRow, grid_layout, pack_step
 from clika_runtime.manifest import MANIFEST_FILE, GraphSpec, Manifest, graph_key
 from clika_runtime.model_folder import session_options
+from clika_runtime.step_graph import GridLayout, StepRow, grid_layout, pack_step
 
 INT8_KV_MODEL_FILE = "model_kv8.onnx"
 INT8 = "int8"

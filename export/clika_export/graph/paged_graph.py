@@ -4,7 +4,7 @@ Every ``GroupQueryAttention`` of the continuous graph, with the grid gather
 before it and the ungrid GatherND after it (graphs exported before: a Reshape
 after the gather, a Reshape and a Gather after the attention), is replaced by
 the paged attention of ``clika_export.graph.paged_attention``; the inputs
-become the paged ones (``clika_runtime.engine.paged_inputs``); nodes and
+become the paged ones (``clika_runtime.paged_step_graph``); nodes and
 initializers left unread are dropped. Everything else, the weights included
 (by reference into the same external data file), is kept, so a quantized
 graph gets a paged twin without quantizing again.
@@ -24,7 +24,7 @@ from onnx import helper
 
 from clika_export.graph.builder import GraphBuilder, save_model
 from clika_export.graph.paged_attention import STEP_KV_NAMES, AttentionSite, KVNames, PagedAttentionEmitter
-from clika_runtime.engine import paged_inputs as io
+from clika_runtime import paged_step_graph as io
 from clika_runtime.manifest import MANIFEST_FILE, Architecture, GraphSpec, Manifest, graph_key
 
 PAGED_MODEL_FILE = "model_paged.onnx"

@@ -11,12 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from clika_runtime.chat.model import supports_tools
+from clika_runtime.chat.render import render_prompt
 from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
 from clika_runtime.chat.tools import normalize_tools
 
 if TYPE_CHECKING:
-    from clika_runtime.engine.types import GenerationConfig
-    from clika_runtime.modelverse import GenerativeModel
+    from clika_runtime.chat.model import ChatModel
+    from clika_runtime.engine.config import GenerationConfig
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,10 @@ def check_chat_arguments(default_budget: int, system: str | None) -> None:
         raise ValueError(f"system must be a string or None, got {type(system).__name__}")
 
 
-def offered_tools(
-    model: GenerativeModel, tools: Sequence[Mapping[str, Any]] | None
-) -> list[dict[str, Any]] | None:
+def offered_tools(model: ChatModel, tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
     """``tools`` normalized; ValueError when ``model`` takes none."""
     offered = normalize_tools(tools)
-    if offered and not model.supports_tools:
+    if offered and not supports_tools(model.chat_template):
         raise ValueError(
             "this model takes no tool definitions (its chat template has no tools slot); "
             "offer tools only to a model whose supports_tools is True"
@@ -58,14 +58,14 @@ def refuse_media(images: Sequence[Any], audio: Sequence[Any], videos: Sequence[A
 
 
 def prepare_turn(
-    model: GenerativeModel,
+    model: ChatModel,
     messages: Sequence[Mapping[str, Any]],
     tools: list[dict[str, Any]] | None,
     policy: GenerationConfig,
 ) -> Prepared:
     """Render ``messages`` for ``model``, tokenize them and make the reply's parser."""
-    text = model.render(messages, tools=tools, config=policy)
     template = model.chat_template
+    text = render_prompt(template, messages, policy, tools=tools)
     return Prepared(
         prompt_text=text,
         prompt_ids=model.tokenizer.encode(text),

@@ -1,8 +1,9 @@
-"""ChatSession: a conversation that keeps its own history, on its own serving engine.
+"""ChatSession: a conversation that keeps its own history; its turns are requests on the model's engine.
 
 Each turn renders the whole history through the model's chat template, runs it
-on the session's engine (one continuous-batching engine per session, so a
-session's turns reuse its KV cache and prefix cache), and parses the reply into
+on the model's engine (one continuous-batching engine per model, shared with
+every other front end, so a session's turns reuse its KV cache and prefix
+cache, and sessions decode together), and parses the reply into
 its channels (:class:`~clika_runtime.chat.reply.ReplyParser`): the visible
 text, the tool calls (when the turn offered tools) and, for a model with a
 reasoning channel, the reasoning, which goes to ``report.reasoning`` and into
@@ -22,17 +23,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.history import checked_messages
+from clika_runtime.chat.model import reasoning_mode, supports_tools
+from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn, refuse_media
 from clika_runtime.chat.reply import ReplyParser
+from clika_runtime.chat.reply_events import ReplyEvent, ReplyReader, TextDelta
 from clika_runtime.chat.tool_loop import LoopHooks, LoopResult, run_tool_loop
 from clika_runtime.chat.tool_turns import ChatConversation
 from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.chat.tools import ToolCall
-from clika_runtime.engine.types import ChatOutcome, GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 
 if TYPE_CHECKING:
+    from clika_runtime.chat.model import ChatModel
     from clika_runtime.engine.engine import Engine, RequestStream
-    from clika_runtime.modelverse import GenerativeModel
 
 
 @dataclass(frozen=True)
@@ -49,17 +53,20 @@ class ChatCard:
     supports_thinking: bool
 
 
-def chat_card(model: GenerativeModel, model_id: str = "") -> ChatCard:
+def chat_card(model: ChatModel, model_id: str = "") -> ChatCard:
     """The card of ``model`` (``model_id`` names it to clients, e.g. in an OpenAI ``model`` field)."""
+    template = model.chat_template
+    tools = supports_tools(template)
+    mode = reasoning_mode(template)
     return ChatCard(
         model_id=model_id,
         context_window=model.max_seq,
-        has_chat_template=model.has_chat_template,
-        supports_tools=model.supports_tools,
-        tool_call_format=model.tool_call_format if model.supports_tools else None,
-        template_renders_tools=model.template_renders_tools,
-        reasoning_mode=model.reasoning_mode,
-        supports_thinking=model.supports_thinking,
+        has_chat_template=template is not None,
+        supports_tools=tools,
+        tool_call_format=template.tool_call_format if tools and template is not None else None,
+        template_renders_tools=template is not None and template.renders_tools,
+        reasoning_mode=mode,
+        supports_thinking=mode != "never",
     )
 
 
@@ -84,7 +91,7 @@ class ChatSession:
 
     def __init__(
         self,
-        model: GenerativeModel,
+        model: ChatModel,
         *,
         system: str | None = None,
         model_id: str = "",
@@ -98,7 +105,7 @@ class ChatSession:
         self._tools = offered_tools(model, tools)
         self._defaults = model.defaults.overlay({"max_new_tokens": default_budget})
         self._card = chat_card(model, model_id)
-        self._engine: Engine = model.create_engine(max_active=max_active, max_queued=max_queued)
+        model.raise_limits(max_active=max_active, max_queued=max_queued)
         self._lock = threading.RLock()
         self._history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         self._live: tuple[Iterator[str | ToolCall], RequestStream] | None = None
@@ -109,7 +116,7 @@ class ChatSession:
     # -- state ----------------------------------------------------------------------------------
 
     @property
-    def model(self) -> GenerativeModel:
+    def model(self) -> ChatModel:
         """The model the session talks to."""
         return self._model
 
@@ -124,8 +131,8 @@ class ChatSession:
 
     @property
     def engine(self) -> Engine:
-        """The session's chat engine (shareable with a server)."""
-        return self._engine
+        """The engine the session's turns run on: the model's."""
+        return self._model.engine
 
     @property
     def report(self) -> ChatOutcome | None:
@@ -260,7 +267,7 @@ class ChatSession:
             self._tool_calls = []
 
     def close(self) -> None:
-        """Cancel the live turn, drop queued ones and release the engine; later turns raise ValueError."""
+        """Cancel the live turn; later turns raise ValueError (the model's engine stays)."""
         with self._lock:
             if self._closed:
                 return
@@ -268,7 +275,6 @@ class ChatSession:
             live, self._live = self._live, None
         if live is not None:
             live[1].cancel()
-        self._engine.close()
 
     def __enter__(self) -> ChatSession:
         return self
@@ -302,7 +308,7 @@ class ChatSession:
         offered = offered_tools(self._model, tools) if tools is not None else self._tools
         policy = GenerationConfig.resolve(self._defaults, config, overrides)
         prepared = prepare_turn(self._model, messages, offered, policy)
-        request = self._engine.submit(
+        request = self._model.engine.submit(
             prepared.prompt_ids, policy, skip_special_tokens=prepared.skip_special_tokens
         )
         pieces = self._pieces(request, prepared.parser, commit)
@@ -315,13 +321,14 @@ class ChatSession:
         self, request: RequestStream, parser: ReplyParser, commit: list[dict[str, Any]] | None
     ) -> Iterator[str | ToolCall]:
         complete = False
+        reader = ReplyReader(parser)
         try:
             with request:
                 for text in request.texts():
-                    yield from (item for item in parser.feed(text) if isinstance(item, str))
-            yield from (item for item in parser.finish() if isinstance(item, str))
+                    yield from _visible(reader.feed(text))
+            yield from _visible(reader.finish())
             complete = True
-            yield from list(parser.tool_calls)
+            yield from list(parser.tool_calls)  # a streamed reply's calls come after its text
         finally:
             if not complete:
                 parser.finish()
@@ -347,3 +354,8 @@ class ChatSession:
             if parser.reasoning:
                 reply["reasoning_content"] = parser.reasoning
             self._history.extend([*commit, reply])
+
+
+def _visible(events: list[ReplyEvent]) -> list[str]:
+    """The visible text pieces among a reply's events."""
+    return [event.text for event in events if isinstance(event, TextDelta)]

@@ -5,13 +5,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from clika_runtime.chat.tool_loop import LoopCancelled, ModelTurn
 from clika_runtime.chat.toolkit import ToolOutput
 
-if TYPE_CHECKING:
-    from clika_runtime.chat.session import ChatSession
+
+class ChatSession(Protocol):
+    """What the loop needs of a ChatSession (``clika_runtime.chat.session.ChatSession``)."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def report(self) -> Any: ...
+
+    def send(self, content: str, **options: Any) -> Any: ...
+
+    def respond(self, **options: Any) -> Any: ...
+
+    def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None: ...
 
 
 class ChatConversation:

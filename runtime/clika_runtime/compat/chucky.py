@@ -54,6 +54,7 @@ from clika_runtime.modelverse import GenerativeModel, load
 from clika_runtime.sessions.chat import AsyncChat
 from clika_runtime.sessions.results import Event, RunCancelled
 from clika_runtime.sessions.session import AsyncSession
+from clika_runtime.store.local_model import ModelError
 
 __all__ = [
     "Chucky",
@@ -397,7 +398,7 @@ def _loaded(model: Any, options: dict[str, Any]) -> tuple[Any, bool]:
         return load(stand_in, **options), True
     try:
         return load(model, **options), True
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, ModelError) as error:
         if not isinstance(model, str) or Path(model).exists():
             raise  # a folder that is there but broken is its own error, never stood in for
         stand_in = os.environ.get("CLIKA_MODEL")

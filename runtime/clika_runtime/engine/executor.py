@@ -22,9 +22,9 @@ import numpy as np
 import onnxruntime as ort
 
 from clika_runtime.engine.kv_cache import KVCacheManager
-from clika_runtime.engine.step_inputs import FlatGridFeeds, GridLayout, grid_layout
-from clika_runtime.engine.types import StepPlan
+from clika_runtime.engine.step_plan import StepPlan
 from clika_runtime.manifest import GraphSpec
+from clika_runtime.step_graph import FlatGridFeeds, GridLayout, grid_layout
 
 
 @dataclass

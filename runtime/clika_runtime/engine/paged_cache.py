@@ -38,9 +38,10 @@ from clika_runtime.engine.kv_cache import (
     kv_buffer,
     sampled_logits,
 )
-from clika_runtime.engine.paged_inputs import PagedRow, pack_paged_step
 from clika_runtime.engine.prefix_cache import ROOT_HASH, PrefixIndex, PrefixMatch, chain_hash
-from clika_runtime.engine.types import Sequence, StepPlan
+from clika_runtime.engine.sequence import Sequence
+from clika_runtime.engine.step_plan import StepPlan
+from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
 
 # The pools' first allocation, in blocks (then doubling).
 INITIAL_BLOCKS = 16

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 
 # Without top-k, candidates are the tokens whose weight is at least this fraction of the best one's.
 CANDIDATE_FLOOR = 1e-6

@@ -21,31 +21,30 @@ else to take it from has outgrown the whole budget: it ends with "length".
 After the ORT call ``update`` advances the computed counts, appends sampled
 tokens and ends sequences on a stop id, ``max_new_tokens`` or a full context.
 
-Speculative decoding (a request's ``prompt_lookup_num_tokens``): a decoding
-greedy sequence whose history repeats its last tokens runs its pending token
-plus a draft looked up there (``clika_runtime.engine.prompt_lookup``), paid
-from the step's budget like a prompt chunk; ``update_drafted`` keeps the
-draft's longest prefix the model's own greedy picks confirm, then the model's
-next pick, and counts only the confirmed tokens' KV as computed (the rest is
-overwritten when those positions are computed again).
+Speculative decoding (a request's ``prompt_lookup_num_tokens`` or
+``num_assistant_tokens``): ``draft_requests`` names the decoding sequences that
+may draft this step and how many tokens each (sharing the step's spare
+budget); the engine asks its drafters (``clika_runtime.engine.drafting``) and
+hands the drafts to ``schedule``, which runs each as the sequence's pending
+token plus the draft in one row. ``update`` is one path for every row: the
+computed count advances by the row's tokens minus the rejected drafts, and the
+row's output tokens (the confirmed drafts and the model's next pick) join the
+sequence.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping
+from collections.abc import Sequence as Seqs
 from operator import attrgetter
 
-from clika_runtime.engine.assistant import AssistantDrafter
+from clika_runtime.engine.errors import QueueFullError
 from clika_runtime.engine.kv_cache import KVCacheManager
-from clika_runtime.engine.prompt_lookup import next_draft_limit, propose_draft
-from clika_runtime.engine.types import (
-    QueueFullError,
-    ScheduledRow,
-    Sequence,
-    SequenceStatus,
-    StepPlan,
-)
+from clika_runtime.engine.prompt_lookup import next_draft_limit
+from clika_runtime.engine.sequence import Sequence, SequenceStatus
+from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
 
 
 class Scheduler:
@@ -59,7 +58,6 @@ class Scheduler:
         max_active: int = 8,
         max_queued: int = 256,
         max_step_tokens: int = 256,
-        assistant: AssistantDrafter | None = None,
     ) -> None:
         for name, value in (("max_active", max_active), ("max_step_tokens", max_step_tokens)):
             if value < 1:
@@ -71,7 +69,6 @@ class Scheduler:
         self.max_active = max_active
         self.max_queued = max_queued
         self.max_step_tokens = max_step_tokens
-        self.assistant = assistant
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the last is preempted first
         self._by_id: dict[int, Sequence] = {}
@@ -96,20 +93,42 @@ class Scheduler:
         self.waiting.append(seq)
         self._by_id[seq.request_id] = seq
 
-    def schedule(self) -> StepPlan | None:
-        """This step's rows (sorted by slot, the order the graph packs them), or None when idle."""
+    def _split_running(self) -> tuple[list[Sequence], list[Sequence], int]:
+        """The decoding and the prefilling sequences, and the budget the decode rows leave."""
         decoding: list[Sequence] = []
         prefilling: list[Sequence] = []
         for seq in self.running:
             (decoding if seq.num_pending_tokens == 1 else prefilling).append(seq)
         # Decode rows always run: a budget below the active count must not starve one.
-        budget = max(self.max_step_tokens, len(decoding)) - len(decoding)
+        return decoding, prefilling, max(self.max_step_tokens, len(decoding)) - len(decoding)
+
+    def draft_requests(self) -> list[tuple[Sequence, int]]:
+        """The decoding sequences that may draft next step, each with the most tokens it may guess.
+
+        Drafts share the step's spare budget, first come first served.
+        """
+        decoding, _, budget = self._split_running()
+        wanted: list[tuple[Sequence, int]] = []
+        for seq in decoding:
+            limit = min(self._draft_limit(seq), budget)
+            if limit >= 1:
+                wanted.append((seq, limit))
+                budget -= limit
+        return wanted
+
+    def schedule(self, drafts: Mapping[int, Seqs[int]] | None = None) -> StepPlan | None:
+        """This step's rows (sorted by slot, the order the graph packs them), or None when idle.
+
+        ``drafts`` holds, by request id, tokens to guess after a decoding sequence's pending one
+        (what the engine's drafters proposed for ``draft_requests``).
+        """
+        decoding, prefilling, budget = self._split_running()
         rows: list[ScheduledRow] = []
-        drafts = self._drafts(decoding, budget)
+        drafts = drafts or {}
         for seq in decoding:
             if seq.status is not SequenceStatus.RUNNING:
                 continue
-            draft = drafts.get(id(seq), ())
+            draft = tuple(drafts.get(seq.request_id, ()))[: max(budget, 0)]
             if draft and not self.cache.reserve(seq, 1 + len(draft)):
                 draft = ()  # a guess never takes memory from another sequence
             # A decode row's one token is its last: it always samples.
@@ -151,29 +170,6 @@ class Scheduler:
         """Sequences the last ``schedule`` ended (beyond the KV budget); each is returned once."""
         ended, self._ended = self._ended, []
         return ended
-
-    def _drafts(self, decoding: list[Sequence], budget: int) -> dict[int, tuple[int, ...]]:
-        """Per decoding sequence that asks for one (by ``id``), the tokens to guess after its pending one.
-
-        Prompt lookup drafts each alone; the assistant model drafts for all its
-        sequences in one call. Drafts share the step's spare ``budget``.
-        """
-        drafts: dict[int, tuple[int, ...]] = {}
-        assisted: list[tuple[Sequence, int]] = []
-        for seq in decoding:  # all running: nothing is preempted before the rows are made
-            limit = min(self._draft_limit(seq), budget)
-            if limit < 1:
-                continue
-            budget -= limit
-            if seq.config.num_assistant_tokens and self.assistant is not None:
-                assisted.append((seq, limit))
-            else:
-                drafts[id(seq)] = tuple(propose_draft(seq.token_ids, limit))
-        if assisted:
-            proposed = self.assistant.propose([s.token_ids for s, _ in assisted], [n for _, n in assisted])  # type: ignore[union-attr]
-            for (seq, limit), tokens in zip(assisted, proposed, strict=True):
-                drafts[id(seq)] = tuple(tokens[:limit])
-        return drafts
 
     def _draft_limit(self, seq: Sequence) -> int:
         """How many tokens ``seq`` may guess now: greedy, no penalties, room left in the reply."""
@@ -241,63 +237,51 @@ class Scheduler:
         self.running.append(seq)
         return True
 
-    def update(self, plan: StepPlan, sampled: list[int]) -> list[tuple[Sequence, int]]:
-        """Apply a finished step: computed counts advance, sampled tokens join their sequences.
+    def tokens_taken(self, seq: Sequence, tokens: Seqs[int]) -> int:
+        """How many of ``tokens`` ``seq`` would take before it ends (a stop id, its length, the context)."""
+        completion, total = seq.num_completion_tokens, seq.num_tokens
+        for taken, token in enumerate(tokens, 1):
+            if token in seq.stop_ids or completion + taken >= seq.config.max_new_tokens:
+                return taken
+            if total + taken >= self.max_seq:
+                return taken
+        return len(tokens)
 
-        ``sampled`` holds one token per ``plan.sample_rows`` row, in order. Returns
-        ``(sequence, token)`` pairs; a sequence the token finished is already
-        finished (and its slot free) when this returns.
+    def update(self, plan: StepPlan, outputs: Seqs[RowOutput]) -> list[tuple[Sequence, int]]:
+        """Apply a finished step; ``outputs`` holds one RowOutput per ``plan.sample_rows`` row, in order.
+
+        Every row's computed count advances by its tokens minus its rejected drafts;
+        a sampling row's output tokens join its sequence, and a sequence that ends on
+        one (a stop id, its length, a stop string) is finished, its slot free, when this
+        returns. Returns ``(sequence, token)`` pairs in order.
         """
-        for row in plan.rows:
-            row.seq.num_computed_tokens += row.num_new
-            self.cache.commit(row.seq)
+        by_row = {id(row): out for row, out in zip(plan.sample_rows, outputs, strict=True)}
         now = time.perf_counter()
         appended: list[tuple[Sequence, int]] = []
-        for row, token in zip(plan.sample_rows, sampled, strict=True):
+        for row in plan.rows:
             seq = row.seq
-            seq.token_ids.append(token)
-            if seq.first_token_time is None:
-                seq.first_token_time = now
-            appended.append((seq, token))
-            status = self._stop_status(seq, token)
+            out = by_row.get(id(row))
+            accepted = out.accepted if out is not None else 0
+            seq.num_computed_tokens += row.num_new - (len(row.draft) - accepted)
+            if row.draft:
+                _adapt_draft_limit(seq, len(row.draft), accepted)
+            status = None
+            if out is not None:
+                if seq.first_token_time is None:
+                    seq.first_token_time = now
+                for token in out.tokens:
+                    seq.token_ids.append(token)
+                    appended.append((seq, token))
+                    status = self._stop_status(seq, token)
+                    if status is not None:
+                        break
+                if out.stop_string:
+                    status = SequenceStatus.FINISHED_STOPPED
+                # Confirmed drafts after the end were computed but are not the sequence's.
+                seq.num_computed_tokens = min(seq.num_computed_tokens, seq.num_tokens)
+            self.cache.commit(seq)  # after the appends: a cache indexing full blocks reads their tokens
             if status is not None:
                 self.finish(seq, status)
-        return appended
-
-    def update_drafted(self, plan: StepPlan, picks: list[list[int]]) -> list[tuple[Sequence, int]]:
-        """``update`` for a step with draft rows: ``picks`` holds, per ``plan.sample_rows`` row, the
-        model's greedy pick after each of its tokens (a row without a draft: its one sampled token).
-
-        A draft row keeps its draft's longest prefix that matches the picks, then the
-        pick after it; only the tokens the model saw before that pick count as computed.
-        """
-        kept: dict[int, list[int]] = {}
-        for row, picked in zip(plan.sample_rows, picks, strict=True):
-            accepted = _confirmed(row.draft, picked)
-            kept[id(row)] = [*row.draft[:accepted], picked[accepted]]
-            if row.draft:
-                _adapt_draft_limit(row.seq, len(row.draft), accepted)
-        for row in plan.rows:
-            # A draft row computed its pending token and the confirmed drafts.
-            row.seq.num_computed_tokens += len(kept[id(row)]) if row.draft else row.num_new
-        now = time.perf_counter()
-        appended: list[tuple[Sequence, int]] = []
-        for row in plan.sample_rows:
-            seq = row.seq
-            if seq.first_token_time is None:
-                seq.first_token_time = now
-            for token in kept[id(row)]:
-                seq.token_ids.append(token)
-                appended.append((seq, token))
-                status = self._stop_status(seq, token)
-                if status is not None:
-                    # Confirmed drafts after the stop were computed but are not the sequence's.
-                    seq.num_computed_tokens = min(seq.num_computed_tokens, seq.num_tokens)
-                    self.finish(seq, status)
-                    break
-        for row in plan.rows:  # after the appends: a cache indexing full blocks reads their tokens
-            if not row.seq.finished:
-                self.cache.commit(row.seq)
         return appended
 
     def _stop_status(self, seq: Sequence, token: int) -> SequenceStatus | None:
@@ -321,18 +305,6 @@ class Scheduler:
         seq.status = status
         seq.error = error
         seq.finish_time = time.perf_counter()
-
-    def stop_at_string(self, seq: Sequence, unread: int = 0) -> None:
-        """End ``seq`` on a stop string met in its text; ``unread`` tokens this step appended
-        after it (a drafted run) are dropped, and a run that also ended the sequence
-        otherwise (its last token) ends it as stopped all the same."""
-        if unread:
-            del seq.token_ids[-unread:]
-            seq.num_computed_tokens = min(seq.num_computed_tokens, seq.num_tokens)
-        if seq.finished:
-            seq.status = SequenceStatus.FINISHED_STOPPED
-        else:
-            self.finish(seq, SequenceStatus.FINISHED_STOPPED)
 
     def reject(self, seq: Sequence, error: str) -> None:
         """End a sequence that never entered the queues (``add`` refused it)."""
@@ -374,7 +346,7 @@ def _adapt_draft_limit(seq: Sequence, drafted: int, accepted: int) -> None:
     seq.draft_limit = next_draft_limit(seq.config.draft_ceiling, drafted, accepted)
 
 
-def _confirmed(draft: tuple[int, ...], picked: list[int]) -> int:
+def confirmed_drafts(draft: tuple[int, ...], picked: list[int]) -> int:
     """How many leading draft tokens equal the model's picks before them."""
     count = 0
     while count < len(draft) and picked[count] == draft[count]:

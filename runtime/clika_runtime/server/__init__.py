@@ -11,7 +11,7 @@
     with start_server(model, port=0) as server:
         print(server.url)  # http://127.0.0.1:<port>/v1
 
-Every request shares ONE engine, so concurrent requests decode together.
+Every request shares the model's ONE engine, so concurrent requests decode together.
 The server binds 127.0.0.1 unless told otherwise. Starlette and uvicorn are
 imported only when a server is built, so the runtime runs without them.
 """
@@ -48,9 +48,10 @@ def build_backend(
 ) -> ModelBackend:
     """The served model: a loaded model, a chat session or a model folder; the id clients use; one engine.
 
-    A chat session is served on its own engine (``session.engine``); ``engine``
-    shares an engine already built over ``model``; otherwise the server builds
-    its own with ``max_active`` decoding together and ``max_queued`` waiting.
+    Requests run on the model's engine (a chat session's model's), its limits
+    raised to ``max_active`` decoding together and ``max_queued`` waiting when
+    those are higher; ``engine`` names another engine built over ``model``. The
+    server admits ``max_active + max_queued`` requests of its own at once.
     ``default_max_tokens`` bounds a reply whose request names no ``max_tokens``.
     """
     from clika_runtime import modelverse
@@ -58,7 +59,7 @@ def build_backend(
     from clika_runtime.server.backend import ModelBackend
 
     if isinstance(model, ChatSession):
-        model, engine = model.model, engine or model.engine
+        model = model.model  # its turns and the server's requests share the model's engine
     owns = isinstance(model, (str, Path))
     loaded = modelverse.load(model, threads=threads) if owns else model
     if not isinstance(loaded, modelverse.GenerativeModel):

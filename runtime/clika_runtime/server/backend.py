@@ -1,7 +1,9 @@
-"""The server's model side: one engine shared by every request, replies as events.
+"""The server's model side: the model's engine shared by every request, replies as events.
 
-All requests go to ONE engine, so requests that arrive together decode
-together (continuous batching). A request becomes a :class:`ReplyRun`: its
+All requests go to ONE engine, the model's (the one its ``generate``, ``chat``
+and sessions use), so requests that arrive together decode together
+(continuous batching). The server admits at most ``max_active + max_queued``
+requests of its own at once and answers 503 beyond that. A request becomes a :class:`ReplyRun`: its
 ``events()`` drains the engine's stream on a worker thread and turns the text
 into the reply's channels (visible text, reasoning, tool calls) with the same
 parser a :class:`~clika_runtime.chat.session.ChatSession` uses.
@@ -10,55 +12,33 @@ parser a :class:`~clika_runtime.chat.session.ChatSession` uses.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
-from clika_runtime.chat.templates import TemplateError
-from clika_runtime.chat.tools import ToolCall, normalize_tools
-from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
-from clika_runtime.engine.engine import Engine, RequestStream
-from clika_runtime.engine.types import (
-    EngineClosedError,
-    GenerationConfig,
-    GenerationReport,
-    QueueFullError,
+from clika_runtime.chat.reply_events import (
+    CallDelta,
+    Finished,
+    ReasoningDelta,
+    ReplyEvent,
+    ReplyReader,
+    TextDelta,
+    reply_events,
 )
+from clika_runtime.chat.templates import TemplateError
+from clika_runtime.chat.tools import normalize_tools
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.engine import Engine, RequestStream
+from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.modelverse import GenerativeModel
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.protocol import NONE, REQUEST_FIELD, REQUIRED, ChatRequest, ToolChoice
 
-
-@dataclass(frozen=True)
-class TextDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class CallDelta:
-    index: int
-    call: ToolCall
-
-
-@dataclass(frozen=True)
-class Finished:
-    """The reply ended: ``finish_reason`` in OpenAI's words, and the engine's report."""
-
-    finish_reason: str
-    report: GenerationReport
-
-
-Event = TextDelta | ReasoningDelta | CallDelta | Finished
-
-# Engine finish reasons -> OpenAI's; "cancelled" only reaches a client that is gone.
-_FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
+# The reply's events are the chat layer's one vocabulary (re-exported: the server's shapes read them).
+Event = ReplyEvent
+__all__ = ["CallDelta", "Event", "Finished", "ModelBackend", "ReasoningDelta", "ReplyRun", "TextDelta"]
 
 
 class ReplyRun:
@@ -76,48 +56,30 @@ class ReplyRun:
 
     def events(self) -> Iterator[Event]:
         """The reply as events; the last is :class:`Finished` (an engine failure raises RuntimeError)."""
-        calls = 0
-        reasoning_seen = 0
+        reader = ReplyReader(self.parser)
         pieces = self.stream.texts()
         try:
-            for text in self._with_prefill(pieces):
-                items = self.parser.feed(text) if self.parser is not None else [text]
-                yield from self._reasoning_since(reasoning_seen)
-                reasoning_seen = len(self.parser.reasoning) if self.parser is not None else 0
-                for item in items:
-                    if isinstance(item, ToolCall):
-                        yield CallDelta(calls, item)
-                        calls += 1
-                    elif item:
-                        yield TextDelta(item)
+            yield from reply_events(self._with_prefill(pieces), reader)
         finally:
             pieces.close()  # type: ignore[attr-defined]  # a consumer that stopped early cancels
-        if self.parser is not None:
-            for item in self.parser.finish():
-                if isinstance(item, ToolCall):
-                    yield CallDelta(calls, item)
-                    calls += 1
-                elif item:
-                    yield TextDelta(item)
-            yield from self._reasoning_since(reasoning_seen)
         report = self.stream.report
         assert report is not None, "the engine ended a stream without a report"
         if report.finish_reason == "error":
             raise RuntimeError(f"the model failed while generating: {report.error}")
-        yield Finished("tool_calls" if calls else _FINISH.get(report.finish_reason, "stop"), report)
+        yield reader.finished(report)
 
     def _with_prefill(self, pieces: Iterator[str]) -> Iterator[str]:
         if self.prefill:
             yield self.prefill
         yield from pieces
 
-    def _reasoning_since(self, seen: int) -> Iterator[ReasoningDelta]:
-        if self.parser is not None and len(self.parser.reasoning) > seen:
-            yield ReasoningDelta(self.parser.reasoning[seen:])
-
 
 class ModelBackend:
-    """A loaded model, the id clients call it by, and the one engine every request shares."""
+    """A loaded model, the id clients call it by, and the one engine every request shares.
+
+    ``engine`` None: the model's engine, its limits raised to ``max_active`` and
+    ``max_queued`` when those are higher.
+    """
 
     def __init__(
         self,
@@ -133,15 +95,14 @@ class ModelBackend:
         self.model = model
         self.model_id = model_id
         self.default_max_tokens = default_max_tokens
-        # A model served with an assistant drafts for every greedy request that does not say
-        # otherwise (``num_assistant_tokens: 0`` opts out), as llama.cpp's server does with -md.
-        self.default_options = (
-            {"num_assistant_tokens": DEFAULT_ASSISTANT_TOKENS} if model.assistant_model else {}
-        )
         self.created = int(time.time())
-        self.engine = engine or model.create_engine(max_active=max_active, max_queued=max_queued)
-        self._owns_engine = engine is None
+        if engine is None:
+            model.raise_limits(max_active=max_active, max_queued=max_queued)
+        self._engine = engine
         self._owns_model = owns_model
+        self._admits = max_active + max_queued
+        self._in_flight = 0  # this server's requests submitted and not ended
+        self._in_flight_lock = threading.Lock()
 
     # -- what is served ------------------------------------------------------------------------
 
@@ -155,14 +116,18 @@ class ModelBackend:
                 code="model_not_found",
             )
 
+    @property
+    def engine(self) -> Engine:
+        """The engine the server's requests run on (the model's unless one was given)."""
+        return self._engine if self._engine is not None else self.model.engine
+
     def load(self) -> dict[str, int]:
         """Requests decoding and waiting right now (read without stopping the engine)."""
         scheduler = self.engine.scheduler
         return {"active": len(scheduler.running), "waiting": len(scheduler.waiting)}
 
     def close(self) -> None:
-        if self._owns_engine:
-            self.engine.close()
+        """Release what the server owns: a model it loaded itself (and with it the engine)."""
         if self._owns_model:
             self.model.close()
 
@@ -213,7 +178,7 @@ class ModelBackend:
 
     def _config(self, options: Mapping[str, Any]) -> GenerationConfig:
         try:
-            return self.model.defaults.overlay({**self.default_options, **options})
+            return self.model.defaults.overlay(options)
         except (ValueError, TypeError) as exc:
             field = next((name for name in options if name in str(exc)), None)
             raise bad_request(str(exc), REQUEST_FIELD.get(field or "", field)) from None
@@ -234,7 +199,14 @@ class ModelBackend:
             # reply in every slot (a reply may still end earlier at the context window).
             config = config.overlay({"max_new_tokens": self.default_max_tokens})
         try:
-            return self.engine.submit(ids, config, **options)
+            self._admit()
+            try:
+                stream = self.engine.submit(ids, config, **options)
+            except BaseException:
+                self._leave()
+                raise
+            stream.when_ended(self._leave)
+            return stream
         except QueueFullError as exc:
             raise ApiError(503, f"the server is busy: {exc}", code="queue_full") from None
         except EngineClosedError as exc:
@@ -246,6 +218,18 @@ class ModelBackend:
                 raise bad_request(str(exc), REQUEST_FIELD[named]) from None
             code = "context_length_exceeded" if "context window" in str(exc) else None
             raise bad_request(str(exc), "messages", code) from None
+
+    def _admit(self) -> None:
+        with self._in_flight_lock:
+            if self._in_flight >= self._admits:
+                raise QueueFullError(
+                    f"{self._in_flight} requests are running or waiting; retry once some finish"
+                )
+            self._in_flight += 1
+
+    def _leave(self) -> None:
+        with self._in_flight_lock:
+            self._in_flight -= 1
 
 
 def _call_opener(template: Any, prompt: str, choice: ToolChoice, offered: list[dict[str, Any]]) -> str:

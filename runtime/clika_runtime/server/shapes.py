@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clika_runtime.chat.tools import ToolCall
-from clika_runtime.engine.types import GenerationReport
+from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
 
 SYSTEM_FINGERPRINT = "clika-runtime"

@@ -11,7 +11,8 @@
     async for event in session.stream("Tell me a story."):
         ...
 
-Every session of a chat decodes on the chat's engine (``max_active`` of them
+Every session of a chat decodes on the model's engine, the one ``generate``,
+``chat``, ``ChatSession`` and the server use (``max_active`` of its requests
 together; the others queue), so two conversations interleave step by step
 while each keeps its own history. Sessions a chat creates save to its store
 after every completed turn (an :class:`InMemoryStore` unless one is given), so
@@ -21,6 +22,7 @@ after every completed turn (an :class:`InMemoryStore` unless one is given), so
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from clika_runtime.chat.prepare import Prepared, check_chat_arguments, offered_tools, prepare_turn
 from clika_runtime.chat.tool_loop import LoopHooks, checked_max_turns
 from clika_runtime.chat.toolkit import Toolkit
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.results import TurnResult
 from clika_runtime.sessions.session import AsyncSession
 from clika_runtime.sessions.store import ConversationStore, InMemoryStore, checked_id
@@ -36,23 +38,23 @@ from clika_runtime.sessions.tool_run import ToolConversation
 from clika_runtime.sessions.turn import TurnStream
 
 if TYPE_CHECKING:
-    from clika_runtime.engine.engine import Engine
-    from clika_runtime.modelverse import GenerativeModel
+    from clika_runtime.chat.model import ChatModel
+    from clika_runtime.engine.engine import Engine, RequestStream
 
 
 class AsyncChat:
     """Async conversations with ``model`` (see the module docstring).
 
-    ``engine`` shares an existing engine (a server's, say; the chat then
-    leaves closing it to its owner); otherwise the chat builds its own with
-    ``max_active`` decode slots. ``default_budget`` caps a reply's new tokens
+    The chat's turns run on the model's engine (``max_active`` and
+    ``max_queued`` raise its limits to those when they are higher), or on
+    ``engine`` when one is given (its owner closes it). ``default_budget`` caps a reply's new tokens
     unless a turn says otherwise; ``tools`` are offered on every turn unless a
     session or turn names its own.
     """
 
     def __init__(
         self,
-        model: GenerativeModel,
+        model: ChatModel,
         *,
         system: str | None = None,
         store: ConversationStore | None = None,
@@ -66,12 +68,11 @@ class AsyncChat:
         self._model = model
         self._system = system or None
         self._store: ConversationStore = store if store is not None else InMemoryStore()
-        self._owns_engine = engine is None
-        self._engine = (
-            engine
-            if engine is not None
-            else model.create_engine(max_active=max_active, max_queued=max_queued)
-        )
+        self._own_engine = engine
+        if engine is None:
+            model.raise_limits(max_active=max_active, max_queued=max_queued)
+        self._requests: set[RequestStream] = set()  # the turns running now, cancelled by close()
+        self._requests_lock = threading.Lock()
         self._defaults = model.defaults.overlay({"max_new_tokens": default_budget})
         self._tools = self.checked_tools(tools)
         self._id_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -79,13 +80,13 @@ class AsyncChat:
     # -- what the chat is ------------------------------------------------------------------------
 
     @property
-    def model(self) -> GenerativeModel:
+    def model(self) -> ChatModel:
         return self._model
 
     @property
     def engine(self) -> Engine:
-        """The engine every session of this chat decodes on."""
-        return self._engine
+        """The engine every session of this chat decodes on (the model's unless one was given)."""
+        return self._own_engine if self._own_engine is not None else self._model.engine
 
     @property
     def store(self) -> ConversationStore:
@@ -229,9 +230,11 @@ class AsyncChat:
         return session
 
     def close(self) -> None:
-        """Stop the chat's own engine (running turns end with RunCancelled); a shared one stays."""
-        if self._owns_engine:
-            self._engine.close()
+        """Cancel the chat's running turns (they end with RunCancelled); the engine stays."""
+        with self._requests_lock:
+            running = list(self._requests)
+        for request in running:
+            request.cancel()
 
     async def __aenter__(self) -> AsyncChat:
         return self
@@ -253,6 +256,24 @@ class AsyncChat:
     ) -> Prepared:
         """Render ``messages`` for the model, tokenize them and make the reply's parser."""
         return prepare_turn(self._model, messages, tools, policy)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` as the model reads a rendered prompt."""
+        return self._model.tokenizer.encode(text)
+
+    def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream:
+        """Submit a prepared turn to the chat's engine; ``close`` cancels it while it runs."""
+        request = self.engine.submit(
+            prepared.prompt_ids, policy, skip_special_tokens=prepared.skip_special_tokens
+        )
+        with self._requests_lock:
+            self._requests.add(request)
+        request.when_ended(lambda: self._forget(request))
+        return request
+
+    def _forget(self, request: RequestStream) -> None:
+        with self._requests_lock:
+            self._requests.discard(request)
 
     def _seed(self, system: str | None) -> list[dict[str, Any]]:
         text = self._system if system is None else (system or None)

@@ -23,13 +23,13 @@ import asyncio
 import copy
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from clika_runtime.chat.history import checked_messages
 from clika_runtime.chat.tool_loop import LoopHooks
 from clika_runtime.chat.toolkit import Toolkit
-from clika_runtime.engine.types import GenerationConfig
-from clika_runtime.sessions.bridge import EngineBridge
+from clika_runtime.engine.async_bridge import AsyncBridge
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.prefill import prefill_partial_turn
 from clika_runtime.sessions.results import Event, TurnResult
 from clika_runtime.sessions.store import ConversationStore, checked_id
@@ -37,7 +37,28 @@ from clika_runtime.sessions.tool_run import RunResult, run_on_session
 from clika_runtime.sessions.turn import TurnHandle, TurnRun, TurnSpec, TurnStream
 
 if TYPE_CHECKING:
-    from clika_runtime.sessions.chat import AsyncChat
+    from clika_runtime.chat.prepare import Prepared
+    from clika_runtime.engine.engine import RequestStream
+
+
+class SessionHost(Protocol):
+    """What a session's turns need of the chat that made it (an ``AsyncChat``)."""
+
+    @property
+    def defaults(self) -> GenerationConfig: ...
+
+    def checked_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None: ...
+
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        policy: GenerationConfig,
+    ) -> Prepared: ...
+
+    def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream: ...
+
+    def encode(self, text: str) -> list[int]: ...
 
 
 def new_session_id() -> str:
@@ -59,7 +80,7 @@ class AsyncSession:
 
     def __init__(
         self,
-        chat: AsyncChat,
+        chat: SessionHost,
         *,
         session_id: str | None = None,
         messages: Sequence[Mapping[str, Any]] = (),
@@ -379,12 +400,11 @@ class AsyncSession:
             None, self._chat.prepare, messages, run.spec.tools, run.spec.policy
         )
         run.raise_if_cancelled()
-        request = self._chat.engine.submit(
-            run.prepared.prompt_ids,
-            run.spec.policy,
-            skip_special_tokens=run.prepared.skip_special_tokens,
+        request = self._chat.submit(run.prepared, run.spec.policy)
+        run.request = request
+        run.bridge = AsyncBridge(
+            iter(request), loop, request.cancel, name=f"clika-bridge-{request.request_id}"
         )
-        run.bridge = EngineBridge(request, loop)
 
     async def _finish(self, run: TurnRun) -> TurnResult:
         report = run.report

@@ -14,15 +14,43 @@ import asyncio
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from clika_runtime.chat.tool_loop import LoopCancelled, LoopHooks, LoopResult, ModelTurn, run_tool_loop
 from clika_runtime.chat.toolkit import Toolkit, ToolOutput
 from clika_runtime.sessions.results import Event, RunCancelled, TurnResult
 from clika_runtime.sessions.turn import TurnStream
 
-if TYPE_CHECKING:
-    from clika_runtime.sessions.session import AsyncSession
+
+class AsyncSession(Protocol):
+    """What the loop needs of an async session (``clika_runtime.sessions.session.AsyncSession``)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def messages(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def cancel_event(self) -> asyncio.Event | None: ...
+
+    async def send(self, content: str, **options: Any) -> TurnResult: ...
+
+    async def respond(self, **options: Any) -> TurnResult: ...
+
+    def stream(self, content: str, **options: Any) -> TurnStream: ...
+
+    def respond_stream(self, **options: Any) -> TurnStream: ...
+
+    def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None: ...
+
+    def reset(self, *, keep_system: bool = True) -> None: ...
+
+    async def run(self, prompt: str, **options: Any) -> RunResult: ...
+
 
 RESULT_SUBTYPES = {
     "completed": "success",

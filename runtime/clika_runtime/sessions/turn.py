@@ -1,7 +1,7 @@
 """One turn of an async session: what was asked, the reply being made, and its stream.
 
 :class:`TurnRun` is a reply on the engine: it reads the request's deltas
-through an :class:`~clika_runtime.sessions.bridge.EngineBridge`, splits them
+through the engine's :class:`~clika_runtime.engine.async_bridge.AsyncBridge`, splits them
 into the reply's channels (visible text, reasoning, tool calls) and stops the
 request when cancelled. :class:`TurnStream` is what a caller iterates; it holds
 no reference its generator holds back, so dropping it cancels the reply at
@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from clika_runtime.chat.prepare import Prepared
-from clika_runtime.chat.reply import ReplyParser
-from clika_runtime.chat.tools import ToolCall
-from clika_runtime.engine.types import GenerationConfig, GenerationReport
-from clika_runtime.sessions.bridge import EngineBridge
+from clika_runtime.chat.reply_events import CallDelta, ReasoningDelta, ReplyEvent, ReplyReader, TextDelta
+from clika_runtime.engine.async_bridge import AsyncBridge
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.engine import RequestStream
+from clika_runtime.engine.report import GenerationReport
 from clika_runtime.sessions.results import Event, RunCancelled, TurnResult
 
 
@@ -44,10 +45,10 @@ class TurnRun:
         self.started = time.perf_counter()
         self.finished: asyncio.Future[None] = loop.create_future()
         self.cancel_reason: str | None = None
-        self.bridge: EngineBridge | None = None
+        self.bridge: AsyncBridge | None = None
+        self.request: RequestStream | None = None
         self.prepared: Prepared | None = None
         self._watchers: list[asyncio.Task[Any]] = []
-        self._reasoning_seen = 0
         for event in spec.cancels:
             self._watch(event, loop)
 
@@ -57,7 +58,7 @@ class TurnRun:
 
     @property
     def report(self) -> GenerationReport | None:
-        return None if self.bridge is None else self.bridge.request.report
+        return None if self.request is None else self.request.report
 
     # -- cancelling ------------------------------------------------------------------------------
 
@@ -107,29 +108,16 @@ class TurnRun:
         """The reply's text, thinking and tool_use events as the engine makes them; raises
         RunCancelled once the request ended if the turn was cancelled."""
         assert self.bridge is not None and self.prepared is not None
-        parser = self.prepared.parser
-        while (delta := await self.bridge.next_delta()) is not None:
+        reader = ReplyReader(self.prepared.parser)
+        while (delta := await self.bridge.next()) is not None:
             if self.cancel_reason is None and delta.text:
-                for event in self._events_of(parser.feed(delta.text), parser):
+                for event in public_events(reader.feed(delta.text)):
                     yield event
         report = self.report
         if self.cancel_reason is not None or (report is not None and report.finish_reason == "cancelled"):
             raise RunCancelled(self.cancel_reason or "the engine closed before the reply ended")
-        for event in self._events_of(parser.finish(), parser):
+        for event in public_events(reader.finish(reasoning_first=True)):
             yield event
-
-    def _events_of(self, items: Sequence[str | ToolCall], parser: ReplyParser) -> list[Event]:
-        events: list[Event] = []
-        reasoning = parser.reasoning
-        if len(reasoning) > self._reasoning_seen:
-            events.append(Event("thinking", text=reasoning[self._reasoning_seen :]))
-            self._reasoning_seen = len(reasoning)
-        for item in items:
-            if isinstance(item, ToolCall):
-                events.append(Event("tool_use", tool_call=item))
-            elif item:
-                events.append(Event("text", text=item))
-        return events
 
     def reply_message(self) -> dict[str, Any]:
         """The assistant turn the reply adds to the history."""
@@ -167,6 +155,19 @@ class TurnRun:
             messages=tuple(dict(message) for message in history),
             prompt_text=self.prepared.prompt_text,
         )
+
+
+def public_events(events: Sequence[ReplyEvent]) -> list[Event]:
+    """The reply events in the sessions' public shape."""
+    out: list[Event] = []
+    for event in events:
+        if isinstance(event, TextDelta):
+            out.append(Event("text", text=event.text))
+        elif isinstance(event, ReasoningDelta):
+            out.append(Event("thinking", text=event.text))
+        elif isinstance(event, CallDelta):
+            out.append(Event("tool_use", tool_call=event.call))
+    return out
 
 
 @dataclass

@@ -1,4 +1,9 @@
-"""Pack one engine step's rows into the step graph's input arrays.
+"""The step graph's contract: its input/output names, layouts and the packer of one step.
+
+Export builds graphs with these names and verifies them with ``pack_step``;
+the engine feeds them with the same arrays (``clika_runtime.engine.decode_packer``
+is its decode-only fast path, equal to ``pack_step``). It lives beside the
+manifest, the rest of the contract between a model folder and the runtime.
 
 A step runs a batch of rows, one per KV slot. Row ``b`` has ``past_len`` tokens
 already in its cache and ``new_token_ids`` to run now (none: an idle row). The
@@ -230,70 +235,6 @@ def logits_rows(
         slices.append(slice(at, at + len(index)))
         at += len(index)
     return np.concatenate(picked), tuple(slices)
-
-
-class DecodePacker:
-    """Decode-only steps (one new token per active row) without ``pack_step``'s grid arithmetic.
-
-    Between steps the executor's caches are cold, so every NumPy call costs
-    several microseconds; a decode step needs only the tokens and past lengths
-    from Python. The arrays that depend on which slots are active alone
-    (``grid_index``, ``token_cell``, ``query_seqlens``, ``logits_index``) are
-    built once per layout and handed out read-only, so the executor can tell
-    they did not change and skip copying them. The result equals ``pack_step``'s.
-    """
-
-    def __init__(self) -> None:
-        self._key: tuple[int, tuple[int, ...]] | None = None
-        self._layout: dict[str, np.ndarray] = {}
-
-    def pack(
-        self,
-        num_rows: int,
-        slots: Sequence[int],
-        past_lens: Sequence[int],
-        token_ids: Sequence[int],
-        *,
-        capacity: int | None = None,
-        context_window: int | None = None,
-    ) -> dict[str, np.ndarray] | None:
-        """The feeds for rows ``slots`` each running one token after its past, or None when the
-        slots are not strictly ascending or a limit is crossed (then ``pack_step`` packs the step,
-        or raises the error that names the limit)."""
-        if any(later <= earlier for earlier, later in zip(slots, slots[1:], strict=False)):
-            return None
-        longest = max(past_lens) + 1
-        if (capacity is not None and (longest > capacity or capacity < 2)) or (
-            context_window is not None and longest > context_window
-        ):
-            return None
-        feeds = dict(self._layout_for(num_rows, tuple(slots)))
-        seqlens_k = [0] * num_rows
-        for slot, past in zip(slots, past_lens, strict=True):
-            seqlens_k[slot] = past
-        feeds[INPUT_IDS] = np.array(token_ids, dtype=np.int64)
-        feeds[SEQLENS_K] = np.array(seqlens_k, dtype=np.int32)
-        feeds[TOTAL_SEQUENCE_LENGTH] = np.array(longest, dtype=np.int32)
-        return feeds
-
-    def _layout_for(self, num_rows: int, slots: tuple[int, ...]) -> dict[str, np.ndarray]:
-        key = (num_rows, slots)
-        if key != self._key:
-            grid = [[0] for _ in range(num_rows)]  # [B, 1]: a decode step's grid is one column wide
-            counts = [0] * num_rows
-            for rank, slot in enumerate(slots):
-                grid[slot][0] = rank
-                counts[slot] = 1
-            layout = {
-                GRID_INDEX: np.array(grid, dtype=np.int64),
-                TOKEN_CELL: np.array([(slot, 0) for slot in slots], dtype=np.int64),
-                QUERY_SEQLENS: np.array(counts, dtype=np.int32),
-                LOGITS_INDEX: np.arange(len(slots), dtype=np.int64),
-            }
-            for array in layout.values():
-                array.flags.writeable = False
-            self._key, self._layout = key, layout
-        return self._layout
 
 
 class FlatGridFeeds:

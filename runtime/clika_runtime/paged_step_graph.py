@@ -1,4 +1,4 @@
-"""Pack one engine step's rows into the paged step graph's input arrays.
+"""The paged step graph's contract: its input names, the pools' layout and the packer of one step.
 
 The paged graph (``clika_export.graph.paged_attention`` documents it) keeps
 each layer's K/V in a pool of fixed-size blocks ``[num_blocks, kv_heads,
@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from clika_runtime.engine.step_inputs import logits_rows
+from clika_runtime.step_graph import logits_rows
 
 # The pools' layout, as the manifest's KVSpec.layout names it: [kv_heads, blocks, block_size, head_dim].
 PAGED_LAYOUT = "NBSH"

@@ -1,0 +1,47 @@
+"""What the chat layer needs of a loaded model: a small protocol, so it never imports the public API.
+
+``clika_runtime.modelverse.GenerativeModel`` is one. The chat layer renders
+prompts itself (``clika_runtime.chat.render``) from the model's template and
+tokenizer, and submits turns to the model's engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from clika_runtime.chat.templates import ChatTemplate
+    from clika_runtime.engine.config import GenerationConfig
+    from clika_runtime.engine.engine import Engine
+    from clika_runtime.text.tokenizer import Tokenizer
+
+
+class ChatModel(Protocol):
+    """A loaded model as the chat layer sees it."""
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    @property
+    def chat_template(self) -> ChatTemplate | None: ...
+
+    @property
+    def defaults(self) -> GenerationConfig: ...
+
+    @property
+    def max_seq(self) -> int: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def raise_limits(self, *, max_active: int | None = None, max_queued: int | None = None) -> None: ...
+
+
+def supports_tools(template: ChatTemplate | None) -> bool:
+    """True when the chat template takes tool definitions."""
+    return template is not None and template.supports_tools
+
+
+def reasoning_mode(template: ChatTemplate | None) -> str:
+    """How the reasoning channel behaves ("never" without a template)."""
+    return template.reasoning_mode if template is not None else "never"

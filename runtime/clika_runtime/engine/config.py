@@ -1,0 +1,222 @@
+"""The decode policy of one request: ``GenerationConfig``, frozen and validated at construction.
+
+A bad value fails at the edge, naming the field; ``config_from_checkpoint``
+reads a checkpoint's shipped defaults the way Hugging Face reads them.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from functools import cached_property
+from typing import Any
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """The decode policy of one request.
+
+    ``temperature=0`` decodes greedily. ``top_k=0``, ``top_p=1`` and ``min_p=0``
+    switch those filters off; ``repetition_penalty=1`` and the presence /
+    frequency penalties at 0 switch penalties off. ``seed`` makes sampling
+    reproducible: the same seed gives the same text alone and in a batch.
+    ``stop`` strings end the reply and are never shown; ``stop_token_ids`` end
+    it like the end-of-sequence ids do. ``prompt_lookup_num_tokens`` > 0 lets
+    a greedy request without penalties draft up to that many tokens a step from
+    its own history (speculative decoding: the greedy reply, up to the kernels'
+    rounding, in fewer steps when the text repeats itself); other requests
+    decode as usual. ``num_assistant_tokens`` > 0 drafts with the model's
+    assistant model instead (assisted generation; needs one attached).
+    """
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    prompt_lookup_num_tokens: int = 0
+    num_assistant_tokens: int = 0
+    # Read by the chat layer (template rendering); the engine ignores them.
+    enable_thinking: bool | None = None
+    reasoning_effort: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        else:
+            object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        for check in _CHECKS:
+            check(self)
+
+    @property
+    def greedy(self) -> bool:
+        """True when decoding picks the most likely token (no randomness)."""
+        return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    @property
+    def draft_ceiling(self) -> int:
+        """The most tokens a step may draft: the assistant's share when asked for, else prompt lookup's."""
+        return self.num_assistant_tokens or self.prompt_lookup_num_tokens
+
+    @cached_property
+    def stateless(self) -> bool:
+        """Greedy without penalties: picking a token needs no per-request state (read every step)."""
+        return self.greedy and not self.has_penalties
+
+    def overlay(self, overrides: Mapping[str, Any]) -> GenerationConfig:
+        """A copy with ``overrides`` applied; an unknown name is a ValueError naming it."""
+        if not overrides:
+            return self
+        unknown = sorted(set(overrides) - CONFIG_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"unknown generation option(s) {', '.join(map(repr, unknown))}; "
+                f"known options: {', '.join(sorted(CONFIG_FIELDS))}"
+            )
+        return replace(self, **dict(overrides))
+
+    @classmethod
+    def resolve(
+        cls,
+        defaults: GenerationConfig,
+        config: GenerationConfig | Mapping[str, Any] | None,
+        overrides: Mapping[str, Any],
+    ) -> GenerationConfig:
+        """``defaults``, then ``config`` (a GenerationConfig replaces them, a mapping overlays), then ``overrides``."""
+        if isinstance(config, GenerationConfig):
+            base = config
+        elif config is None:
+            base = defaults
+        elif isinstance(config, Mapping):
+            base = defaults.overlay(config)
+        else:
+            raise ValueError(f"config must be a GenerationConfig or a mapping, not {type(config).__name__}")
+        return base.overlay(overrides)
+
+
+CONFIG_FIELDS = frozenset(f.name for f in fields(GenerationConfig))
+
+
+def _check_max_new_tokens(c: GenerationConfig) -> None:
+    if not _is_int(c.max_new_tokens) or c.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {c.max_new_tokens!r}")
+
+
+def _check_temperature(c: GenerationConfig) -> None:
+    if not _is_real(c.temperature) or c.temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {c.temperature!r}")
+
+
+def _check_top_p(c: GenerationConfig) -> None:
+    if not _is_real(c.top_p) or not 0.0 < c.top_p <= 1.0:
+        raise ValueError(f"top_p must be a number in (0, 1], got {c.top_p!r}")
+
+
+def _check_top_k(c: GenerationConfig) -> None:
+    if not _is_int(c.top_k) or c.top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {c.top_k!r}")
+
+
+def _check_min_p(c: GenerationConfig) -> None:
+    if not _is_real(c.min_p) or not 0.0 <= c.min_p <= 1.0:
+        raise ValueError(f"min_p must be a number in [0, 1], got {c.min_p!r}")
+
+
+def _check_penalties(c: GenerationConfig) -> None:
+    if not _is_real(c.repetition_penalty) or c.repetition_penalty <= 0:
+        raise ValueError(f"repetition_penalty must be a finite number > 0, got {c.repetition_penalty!r}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(c, name)
+        if not _is_real(value) or not -2.0 <= value <= 2.0:
+            raise ValueError(f"{name} must be a number in [-2, 2], got {value!r}")
+
+
+def _check_seed(c: GenerationConfig) -> None:
+    if c.seed is not None and (not _is_int(c.seed) or c.seed < 0):
+        raise ValueError(f"seed must be an integer >= 0 or None, got {c.seed!r}")
+
+
+def _check_stops(c: GenerationConfig) -> None:
+    for s in c.stop:
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"stop must hold non-empty strings, got {s!r}")
+    for t in c.stop_token_ids:
+        if not _is_int(t) or t < 0:
+            raise ValueError(f"stop_token_ids must hold token ids >= 0, got {t!r}")
+
+
+def _check_flags(c: GenerationConfig) -> None:
+    if not isinstance(c.ignore_eos, bool):
+        raise ValueError(f"ignore_eos must be True or False, got {c.ignore_eos!r}")
+    if c.enable_thinking is not None and not isinstance(c.enable_thinking, bool):
+        raise ValueError(f"enable_thinking must be True, False or None, got {c.enable_thinking!r}")
+    if c.reasoning_effort is not None and not isinstance(c.reasoning_effort, str):
+        raise ValueError(f"reasoning_effort must be a string or None, got {c.reasoning_effort!r}")
+
+
+# More drafted tokens than this only make rejected steps wider.
+MAX_DRAFT_TOKENS = 64
+
+
+def _check_drafting(c: GenerationConfig) -> None:
+    for name in ("prompt_lookup_num_tokens", "num_assistant_tokens"):
+        n = getattr(c, name)
+        if not _is_int(n) or not 0 <= n <= MAX_DRAFT_TOKENS:
+            raise ValueError(f"{name} must be an integer in 0..{MAX_DRAFT_TOKENS} (0 = off), got {n!r}")
+
+
+_CHECKS: tuple[Callable[[GenerationConfig], None], ...] = (
+    _check_max_new_tokens,
+    _check_temperature,
+    _check_top_p,
+    _check_top_k,
+    _check_min_p,
+    _check_penalties,
+    _check_seed,
+    _check_stops,
+    _check_flags,
+    _check_drafting,
+)
+
+
+def config_from_checkpoint(defaults: Mapping[str, Any]) -> GenerationConfig:
+    """The decode defaults a checkpoint ships, read the way Hugging Face reads them.
+
+    ``do_sample: false`` (or absent with no temperature) means greedy; known
+    sampling keys carry over; keys this runtime has no use for are ignored.
+    """
+    values: dict[str, Any] = {}
+    for key in ("max_new_tokens", "top_p", "top_k", "min_p", "repetition_penalty", "seed"):
+        if defaults.get(key) is not None:
+            values[key] = defaults[key]
+    sample = defaults.get("do_sample")
+    temperature = defaults.get("temperature")
+    if temperature is not None and sample is not False:
+        values["temperature"] = float(temperature)
+    elif sample is True:
+        values["temperature"] = 1.0
+    if "top_p" in values:
+        values["top_p"] = float(values["top_p"])
+    return GenerationConfig(**values)

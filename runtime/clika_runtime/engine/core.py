@@ -1,0 +1,432 @@
+"""The engine core: synchronous continuous batching; add requests, then call ``step()``.
+
+One step, in nano-vllm's shape: ask the drafters (speculative decoding), let
+the scheduler pick the step's rows, run them (one ORT call), sample every row
+at once, read each row's new tokens as text (the streaming detokenizer, then
+the stop-string matcher), let the scheduler apply them, deliver. Nothing here
+owns a thread: ``clika_runtime.engine.engine.Engine`` drives ``step()`` on its
+own, and tests and benchmarks may call it directly.
+
+Each request's output goes to its ``ReplySink``. Deltas wait in an outbox
+until ``deliver_pending``: the threaded driver calls it right before the ORT
+call (which releases the GIL, so a woken reader runs while the model computes)
+and before it goes idle; a synchronous caller calls it after ``step()``. A
+request's end is handed over at once, after the deltas before it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.drafting import PROMPT_LOOKUP, Drafter, PromptLookupDrafter, propose_drafts
+from clika_runtime.engine.errors import QueueFullError
+from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.options import EngineOptions
+from clika_runtime.engine.report import GenerationReport
+from clika_runtime.engine.sampler import Sampler
+from clika_runtime.engine.scheduler import Scheduler, confirmed_drafts
+from clika_runtime.engine.sequence import Sequence as Seq
+from clika_runtime.engine.sequence import SequenceStatus
+from clika_runtime.engine.stages import StageEvent, StageObserver
+from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
+from clika_runtime.text.detokenizer import StreamingDetokenizer
+from clika_runtime.text.stops import StopMatcher
+from clika_runtime.text.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one step added to a reply: its token ids and the text that became visible."""
+
+    token_ids: tuple[int, ...]
+    text: str
+
+
+class ReplySink(Protocol):
+    """Where a request's output goes: its deltas in order, then its report once."""
+
+    def put(self, delta: Delta) -> None: ...
+
+    def end(self, report: GenerationReport) -> None: ...
+
+
+class StepRunner(Protocol):
+    """Runs a step: the logits of the plan's sampling positions (every position of a draft row);
+    ``timing.model_s`` is the last run's time inside the model (``executor.Executor`` is the real one)."""
+
+    timing: Any
+
+    def run(self, plan: StepPlan, before_call: Callable[[], None] | None = None) -> np.ndarray: ...
+
+
+@dataclass
+class EngineStats:
+    """Totals over the engine's life: steps, tokens computed, time in ORT and in Python."""
+
+    steps: int = 0
+    tokens: int = 0
+    model_s: float = 0.0
+    host_s: float = 0.0
+
+    @property
+    def host_fraction(self) -> float:
+        """Python's share of the step time (packing, sampling, bookkeeping, detokenizing)."""
+        total = self.model_s + self.host_s
+        return self.host_s / total if total else 0.0
+
+
+@dataclass
+class _Live:
+    """The core's state of one request beyond its Sequence."""
+
+    seq: Seq
+    sink: ReplySink
+    detok: StreamingDetokenizer | None
+    stops: StopMatcher
+    detok_s: float = 0.0
+    flushed: bool = False
+    text: list[str] = field(default_factory=list)
+
+
+class EngineCore:
+    """Continuous batching over one model's step graph, one ``step()`` at a time (see the module docstring).
+
+    ``drafters`` adds drafters by name to prompt lookup's (``"assistant"``: an assistant model's).
+    """
+
+    def __init__(
+        self,
+        executor: StepRunner,
+        cache: KVCacheManager,
+        tokenizer: Tokenizer | None,
+        *,
+        max_seq: int,
+        vocab_size: int,
+        eos_token_ids: Iterable[int] = (),
+        options: EngineOptions | None = None,
+        observer: StageObserver | None = None,
+        drafters: Mapping[str, Drafter] | None = None,
+    ) -> None:
+        self.options = options or EngineOptions()
+        self.executor = executor
+        self.cache = cache
+        self.tokenizer = tokenizer
+        self.max_seq = max_seq
+        self.vocab_size = vocab_size
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.observer = observer
+        self.drafters: dict[str, Drafter] = {PROMPT_LOOKUP: PromptLookupDrafter(), **(drafters or {})}
+        self.scheduler = Scheduler(
+            cache,
+            max_seq=max_seq,
+            max_active=self.options.max_active,
+            max_queued=self.options.max_queued,
+            max_step_tokens=self.options.max_step_tokens,
+        )
+        self.sampler = Sampler(vocab_size)
+        self.stats = EngineStats()
+        self._live: dict[int, _Live] = {}
+        self._outbox: list[tuple[ReplySink, Delta | GenerationReport]] = []
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    # -- requests ------------------------------------------------------------------------
+
+    def check_request(self, prompt_ids: Sequence[int], config: GenerationConfig) -> tuple[int, ...]:
+        """``prompt_ids`` as a tuple, or ValueError naming what this engine cannot run (any thread)."""
+        prompt = tuple(int(t) for t in prompt_ids)
+        if not prompt:
+            raise ValueError("the prompt is empty: there is nothing to continue")
+        if len(prompt) >= self.max_seq:
+            raise ValueError(
+                f"the prompt has {len(prompt)} tokens; the context window is {self.max_seq} tokens "
+                f"and the reply needs room for at least one more"
+            )
+        if len(prompt) >= self.cache.token_capacity:
+            raise ValueError(
+                f"the prompt has {len(prompt)} tokens; the KV cache holds at most "
+                f"{self.cache.token_capacity} tokens of one request and the reply needs room for one more"
+            )
+        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
+        bad = [t for t in config.stop_token_ids if t >= self.vocab_size]
+        if bad:
+            raise ValueError(
+                f"stop_token_ids holds {bad[0]}, outside the vocabulary (0..{self.vocab_size - 1})"
+            )
+        if config.num_assistant_tokens and "assistant" not in self.drafters:
+            raise ValueError(
+                "num_assistant_tokens needs an assistant model: attach one with set_assistant() "
+                "or load(..., assistant_model=)"
+            )
+        return prompt
+
+    def decoder_for(
+        self, prompt: Sequence[int], config: GenerationConfig, *, skip_special_tokens: bool, detokenize: bool
+    ) -> StreamingDetokenizer | None:
+        """The streaming detokenizer a request needs (None: ids only, no stop strings to match)."""
+        if self.tokenizer is None or not (detokenize or config.stop):
+            return None
+        return self.tokenizer.streaming_decoder(skip_special_tokens=skip_special_tokens, prompt_ids=prompt)
+
+    def add(self, seq: Seq, sink: ReplySink, decoder: StreamingDetokenizer | None = None) -> Seq:
+        """Queue a new sequence (``Sequence(request)``); its output goes to ``sink``. A refused one ends
+        at once with an error (an id already live, a full queue). Returns ``seq``."""
+        assert seq.status is SequenceStatus.WAITING and seq.num_computed_tokens == 0, "not a new sequence"
+        live = _Live(seq, sink, decoder, StopMatcher(seq.config.stop))
+        rid = seq.request_id
+        if rid in self._live:  # a caller-chosen id already in use: refuse it, touch nothing else
+            self.scheduler.reject(seq, f"request id {rid} is already in the engine")
+            self._outbox.append((sink, _report(seq, None)))
+            return seq
+        self._live[rid] = live
+        try:
+            self.scheduler.add(seq)
+        except QueueFullError as exc:
+            self.scheduler.reject(seq, str(exc))
+            self._finalize(live)
+        return seq
+
+    def cancel(self, request_id: int) -> None:
+        """End a waiting or running request as cancelled (unknown or ended ids are ignored)."""
+        seq = self.scheduler.cancel(request_id)
+        if seq is not None:
+            self._finalize(self._live[request_id])
+
+    def set_max_active(self, max_active: int) -> None:
+        """Let ``max_active`` sequences decode together from the next step on."""
+        self.cache.ensure_slots(max_active)
+        self.scheduler.max_active = max_active
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self) -> StepPlan | None:
+        """Run one step: drafts, schedule, run, sample, read, update, deliver; None when nothing could run."""
+        began = time.perf_counter()
+        drafts = propose_drafts(self.drafters, self.scheduler.draft_requests())
+        plan = self.scheduler.schedule(drafts)
+        for seq in self.scheduler.take_ended():  # outgrew the KV budget
+            self._finalize(self._live[seq.request_id])
+        if plan is None:
+            return None
+        try:
+            logits = self.executor.run(plan, before_call=self.deliver_pending)
+            outputs, texts = self._read(plan, self._picks(plan, logits))
+            self.scheduler.update(plan, outputs)
+        except Exception as exc:  # the step's own requests end with the error
+            self._fail(plan, f"{type(exc).__name__}: {exc}")
+            return plan
+        for row, out, pieces in zip(plan.sample_rows, outputs, texts, strict=True):
+            self._deliver(self._live[row.seq.request_id], out.tokens, pieces)
+        self._account(plan, time.perf_counter() - began)
+        return plan
+
+    def deliver_pending(self) -> None:
+        """Hand the waiting deltas and reports to their sinks."""
+        outbox, self._outbox = self._outbox, []
+        for sink, item in outbox:
+            if isinstance(item, Delta):
+                sink.put(item)
+            else:
+                sink.end(item)
+
+    def _sample(self, rows: Sequence[ScheduledRow], logits: np.ndarray) -> np.ndarray:
+        return self.sampler.sample(
+            logits,
+            [r.seq.request_id for r in rows],
+            [r.seq.config for r in rows],
+            [r.seq.request.prompt_ids for r in rows],
+        )
+
+    def _picks(self, plan: StepPlan, logits: np.ndarray) -> list[list[int]]:
+        """Per sample row: the greedy pick after each token of a draft row, else the sampled token."""
+        if not plan.has_drafts:
+            return [[token] for token in self._sample(plan.sample_rows, logits).tolist()]
+        starts, at = [], 0
+        for row in plan.sample_rows:
+            starts.append(at)
+            at += row.num_new if row.draft else 1
+        picks: list[list[int]] = [[] for _ in starts]
+        plain = [i for i, row in enumerate(plan.sample_rows) if not row.draft]
+        if plain:
+            sampled = self._sample([plan.sample_rows[i] for i in plain], logits[[starts[i] for i in plain]])
+            for i, token in zip(plain, sampled.tolist(), strict=True):
+                picks[i] = [token]
+        for i, row in enumerate(plan.sample_rows):
+            if row.draft:
+                picks[i] = np.argmax(logits[starts[i] : starts[i] + row.num_new], axis=1).tolist()
+        return picks
+
+    def _read(self, plan: StepPlan, picks: list[list[int]]) -> tuple[list[RowOutput], list[list[str]]]:
+        """Each sample row's output tokens and their text pieces, cut where the reply ends.
+
+        A draft row keeps its confirmed drafts and the model's pick after them; the
+        scheduler's stop rule and a stop string met in the text end the run early, so
+        the scheduler is handed only tokens the sequence keeps.
+        """
+        outputs: list[RowOutput] = []
+        texts: list[list[str]] = []
+        for row, picked in zip(plan.sample_rows, picks, strict=True):
+            live = self._live[row.seq.request_id]
+            accepted = confirmed_drafts(row.draft, picked)
+            tokens = [*row.draft[:accepted], picked[accepted]]
+            tokens = tokens[: self.scheduler.tokens_taken(row.seq, tokens)]
+            pieces: list[str] = []
+            for token in tokens:
+                pieces.append(self._text_of(live, token))
+                if live.stops.matched is not None:
+                    break
+            hit = live.stops.matched is not None
+            outputs.append(RowOutput(tuple(tokens[: len(pieces)]), accepted, hit))
+            texts.append(pieces)
+        return outputs, texts
+
+    def _text_of(self, live: _Live, token: int) -> str:
+        """The text ``token`` makes visible (none for a stop id, or while a stop string may be forming)."""
+        if live.detok is None or token in live.seq.stop_ids:
+            return ""
+        began = time.perf_counter()
+        text = live.detok.push(token)
+        piece = live.stops.push(text) if text else ""
+        live.detok_s += time.perf_counter() - began
+        return piece
+
+    def _deliver(self, live: _Live, tokens: tuple[int, ...], pieces: list[str]) -> None:
+        seq = live.seq
+        if seq.num_completion_tokens == len(tokens):
+            self._observe_prefill(seq)
+        for i, (token, piece) in enumerate(zip(tokens, pieces, strict=True)):
+            if seq.finished and i == len(tokens) - 1:
+                piece += self._flush(live)
+            live.text.append(piece)
+            self._outbox.append((live.sink, Delta((token,), piece)))
+        if seq.finished:
+            self._finalize(live)
+
+    def _flush(self, live: _Live) -> str:
+        """The text held back at the end of a reply (an unfinished character, a partial stop)."""
+        if live.flushed or live.detok is None or live.stops.matched is not None:
+            return ""
+        live.flushed = True
+        began = time.perf_counter()
+        tail = live.detok.flush()
+        text = (live.stops.push(tail) if tail else "") + live.stops.flush()
+        live.detok_s += time.perf_counter() - began
+        return text
+
+    def _finalize(self, live: _Live) -> None:
+        seq = live.seq
+        tail = self._flush(live)  # a reply cancelled or failed mid-way still shows what it made
+        if tail:
+            live.text.append(tail)
+            self._outbox.append((live.sink, Delta((), tail)))
+        report = _report(seq, live.stops.matched)
+        self._observe_end(live, report)
+        self.sampler.release(seq.request_id)
+        self._live.pop(seq.request_id, None)
+        self._outbox.append((live.sink, report))
+        # An end is handed over at once (with what waited before it): whoever counts running
+        # requests by their ends (a server's admission) must not see one end late.
+        self.deliver_pending()
+
+    def _fail(self, plan: StepPlan, error: str) -> None:
+        for row in plan.rows:
+            live = self._live.get(row.seq.request_id)
+            if live is not None and not row.seq.finished:
+                self.scheduler.finish(row.seq, SequenceStatus.FINISHED_ERROR, error)
+                self._finalize(live)
+
+    def fail_all(self, error: str) -> None:
+        """End every live request with ``error`` (a step failed outside its rows' own work)."""
+        for live in list(self._live.values()):
+            if not live.seq.finished:
+                self.scheduler.finish(live.seq, SequenceStatus.FINISHED_ERROR, error)
+            self._finalize(live)
+
+    def cancel_all(self) -> None:
+        """End every live request as cancelled and deliver (the engine is closing)."""
+        for live in list(self._live.values()):
+            self.scheduler.finish(live.seq, SequenceStatus.FINISHED_CANCELLED)
+            self._finalize(live)
+        self.deliver_pending()
+
+    def close(self) -> None:
+        """Release the drafters (an assistant model's engine)."""
+        for drafter in self.drafters.values():
+            drafter.close()
+
+    def check_integrity(self) -> None:
+        """Raise AssertionError when the core's requests, the scheduler and the cache disagree."""
+        self.scheduler.check_integrity()
+        live = {s.request_id for s in self.scheduler.running} | {s.request_id for s in self.scheduler.waiting}
+        assert live == set(self._live), "the engine's live requests and the scheduler's disagree"
+        assert self.sampler.num_states <= len(self.scheduler.running), "sampler state outlived its request"
+
+    # -- observation -------------------------------------------------------------------
+
+    def _emit(self, event: StageEvent) -> None:
+        observer = self.observer
+        if observer is not None:
+            observer(event)
+
+    def _account(self, plan: StepPlan, seconds: float) -> None:
+        model_s = self.executor.timing.model_s
+        host = max(seconds - model_s, 0.0)
+        self.stats.steps += 1
+        self.stats.tokens += plan.num_tokens
+        self.stats.model_s += model_s
+        self.stats.host_s += host
+        if self.observer is not None:
+            detail = {"rows": len(plan.rows), "model_s": model_s, "host_s": host}
+            self._emit(StageEvent("step", None, seconds, plan.num_tokens, detail=detail))
+
+    def _observe_prefill(self, seq: Seq) -> None:
+        if self.observer is not None and seq.first_scheduled_time is not None and seq.first_token_time:
+            computed = seq.num_prompt_tokens - seq.num_cached_tokens
+            seconds = seq.first_token_time - seq.first_scheduled_time
+            self._emit(StageEvent("prefill", seq.request_id, seconds, computed))
+
+    def _observe_end(self, live: _Live, report: GenerationReport) -> None:
+        if self.observer is None:
+            return
+        seq = live.seq
+        if seq.first_token_time is not None and seq.finish_time is not None:
+            decode_s = seq.finish_time - seq.first_token_time
+            self._emit(StageEvent("decode", seq.request_id, decode_s, report.completion_tokens))
+        text = "".join(live.text)
+        self._emit(
+            StageEvent("detokenize", seq.request_id, live.detok_s, report.completion_tokens, text=text)
+        )
+
+
+def _report(seq: Seq, stop_string: str | None) -> GenerationReport:
+    arrival = seq.request.arrival_time
+    finish = seq.finish_time or time.perf_counter()
+    first = seq.first_token_time
+    completion = seq.num_completion_tokens
+    rate = None
+    if first is not None and completion > 1 and finish > first:
+        rate = (completion - 1) / (finish - first)
+    return GenerationReport(
+        finish_reason=seq.status.finish_reason or "error",
+        prompt_tokens=seq.num_prompt_tokens,
+        completion_tokens=completion,
+        cached_tokens=seq.num_cached_tokens,
+        time_to_first_token_s=None if first is None else first - arrival,
+        decode_tokens_per_s=rate,
+        total_s=finish - arrival,
+        queue_s=(seq.first_scheduled_time or finish) - arrival,
+        stop_string=stop_string,
+        error=seq.error,
+        draft_tokens=seq.num_draft_tokens,
+        accepted_draft_tokens=seq.num_accepted_draft_tokens,
+    )
