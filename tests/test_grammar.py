@@ -11,7 +11,7 @@ from conftest import tiny_tokenizer
 from pydantic import BaseModel
 
 from clika_runtime.grammar import GrammarError, constraint_from
-from clika_runtime.grammar.masks import StepMasks
+from clika_runtime.grammar.masks import MaskedRow, StepMasks
 from clika_runtime.grammar.matcher import GrammarMatcher
 from clika_runtime.grammar.vocabulary import grammar_vocabulary
 from clika_runtime.text.tokenizer import Tokenizer
@@ -36,7 +36,7 @@ def walk(matcher: GrammarMatcher, tokenizer: Tokenizer, text: str) -> None:
 
 
 def allowed_text(matcher: GrammarMatcher, tokenizer: Tokenizer) -> set[str]:
-    allowed = StepMasks([matcher], VOCAB).start().allowed()[0]
+    allowed = StepMasks.of([matcher], VOCAB).start().allowed()[0]
     return {tokenizer.decode([int(i)], skip_special_tokens=False) for i in np.flatnonzero(allowed)}
 
 
@@ -126,7 +126,7 @@ def test_masks_apply_to_the_rows_they_belong_to(tokenizer, vocabulary):
     digits = GrammarMatcher(constraint_from({"type": "regex", "pattern": "[0-9]"}), vocabulary)
     yes_no = GrammarMatcher(constraint_from({"type": "gbnf", "grammar": 'root ::= "yes" | "no"'}), vocabulary)
     logits = np.zeros((3, VOCAB), dtype=np.float32)
-    StepMasks([digits, yes_no], VOCAB).start().apply(logits, rows=[0, 2])
+    StepMasks([MaskedRow(digits, 0), MaskedRow(yes_no, 2)], 3, VOCAB).start().apply(logits)
     allowed = [
         {tokenizer.decode([int(i)], skip_special_tokens=False) for i in np.flatnonzero(np.isfinite(row))}
         for row in logits
@@ -143,9 +143,19 @@ def test_a_generated_reply_parses_as_the_schema(tokenizer, vocabulary):
     preferred = [eos, *tokenizer.encode('"}7', add_special_tokens=False)]
     made: list[int] = []
     while not matcher.finished and len(made) < 200:
-        allowed = set(np.flatnonzero(StepMasks([matcher], VOCAB).start().allowed()[0]).tolist())
+        allowed = set(np.flatnonzero(StepMasks.of([matcher], VOCAB).start().allowed()[0]).tolist())
         pick = next((token for token in preferred if token in allowed), min(allowed))
         assert matcher.accept(pick)
         made.append(pick)
     assert matcher.finished  # the closing brace completes it: no end token is needed
     Person.model_validate(json.loads(tokenizer.decode([token for token in made if token != eos])))
+
+
+def test_a_draft_row_gets_a_mask_per_position(tokenizer, vocabulary):
+    matcher = GrammarMatcher(constraint_from({"type": "regex", "pattern": "ab[0-9]c"}), vocabulary)
+    draft = tuple(tokenizer.encode("ab", add_special_tokens=False))
+    masks = StepMasks([MaskedRow(matcher, 1, draft)], 4, VOCAB).start()
+    allowed = masks.allowed([1, 2, 3])
+    texts = [{tokenizer.decode([int(i)]) for i in np.flatnonzero(row)} for row in allowed]
+    assert texts == [{"a"}, {"b"}, set("0123456789")]
+    assert allowed_text(matcher, tokenizer) == {"a"}  # the matcher itself did not move

@@ -9,6 +9,9 @@ Accepted shapes (each front end speaks one of them):
 * the Python API: any of those, a pydantic model class, ``{"type": "regex", "pattern"}``,
   ``{"type": "lark", "grammar"}``, ``{"type": "gbnf", "grammar"}``.
 
+Object schemas are closed (``additionalProperties: false`` where a schema lists its
+properties and says nothing of others) unless ``json_schema.strict`` is False.
+
 Compiling is bounded: a source larger than ``MAX_SOURCE_CHARS``, or a grammar
 the engine would need more than its item or lexer-state limits for, is refused
 with a :class:`GrammarError` naming the problem, never a hang.
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_SOURCE_CHARS = 200_000
+MAX_SCHEMA_DEPTH = 64
 KINDS = ("json_schema", "json", "regex", "lark", "gbnf")
 # Bounds on what compiling one grammar may cost (llguidance's own defaults are larger).
 LIMITS = {"max_items_in_row": 2000, "max_lexer_states": 50_000, "max_grammar_size": 500_000}
@@ -53,7 +57,9 @@ def constraint_from(value: Any, *, field: str = "response_format") -> Constraint
     if value is None:
         return None
     if isinstance(value, type) and hasattr(value, "model_json_schema"):  # a pydantic model class
-        return compile_constraint("json_schema", value.model_json_schema(), value.__name__, field)
+        return compile_constraint(
+            "json_schema", closed_schema(value.model_json_schema()), value.__name__, field
+        )
     if isinstance(value, str):
         if value == "json":
             return compile_constraint("json", ANY_JSON_OBJECT, "json", field)
@@ -77,16 +83,34 @@ def _from_mapping(value: Mapping[str, Any], field: str) -> Constraint | None:
         schema = body.get("schema")
         if not isinstance(schema, Mapping):
             raise GrammarError(f"{field}.json_schema.schema must be a JSON schema object")
+        if body.get("strict", True) is not False:
+            schema = closed_schema(schema)
         return compile_constraint("json_schema", schema, str(body.get("name") or "schema"), field)
     if kind == "regex":
         return compile_constraint("regex", _text(value, "pattern", field), "regex", field)
     if kind in ("lark", "gbnf"):
         return compile_constraint(kind, _text(value, "grammar", field), kind, field)
     if kind in SCHEMA_TYPES or (kind is None and SCHEMA_KEYWORDS & set(value)):
-        return compile_constraint("json_schema", value, "schema", field)  # a bare JSON schema
+        return compile_constraint("json_schema", closed_schema(value), "schema", field)  # a bare JSON schema
     raise GrammarError(
         f"{field}: unknown format {kind!r}; expected json_object, json_schema, regex, lark, gbnf or text"
     )
+
+
+def closed_schema(schema: Any, depth: int = 0) -> Any:
+    """``schema`` with ``additionalProperties: false`` on every object that lists its properties and
+    says nothing of others: the reply has exactly the fields asked for (OpenAI's strict mode, and
+    what a pydantic model means), not any number of extra keys."""
+    if depth > MAX_SCHEMA_DEPTH:
+        raise GrammarError(f"the JSON schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
+    if isinstance(schema, list):
+        return [closed_schema(item, depth + 1) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    closed = {key: closed_schema(value, depth + 1) for key, value in schema.items()}
+    if isinstance(schema.get("properties"), Mapping) and "additionalProperties" not in schema:
+        closed["additionalProperties"] = False
+    return closed
 
 
 def compile_constraint(kind: str, source: Any, name: str, field: str) -> Constraint:
