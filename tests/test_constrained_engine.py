@@ -79,6 +79,7 @@ def test_drafting_keeps_a_constrained_greedy_reply(tiny_model):
     repeating = {
         "type": "object",
         "properties": {"xs": {"type": "array", "items": {"enum": ["aaaa", "bbbb"]}}},
+        "required": ["xs"],
     }
     options = {"max_new_tokens": 60, "temperature": 0.0, "response_format": repeating}
     plain = tiny_model.generate("repeat repeat repeat", **options)
