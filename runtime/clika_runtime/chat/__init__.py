@@ -7,6 +7,10 @@
 * :mod:`~clika_runtime.chat.reasoning`: the ``<think>`` channel and its switch;
 * :mod:`~clika_runtime.chat.reply`: a reply's channels (reasoning, visible text, calls) together;
 * :mod:`~clika_runtime.chat.prepare`: a turn's argument checks, offered tools and rendered prompt;
+* :mod:`~clika_runtime.chat.toolkit`: Python functions as tools (:func:`tool`, :class:`Toolkit`),
+  their schemas from type hints and docstrings (:mod:`~clika_runtime.chat.tool_schema`);
+* :mod:`~clika_runtime.chat.tool_loop`: the tool-running loop (hooks, ``max_turns``) every session kind drives;
+* :mod:`~clika_runtime.chat.history`: a history handed in by a caller, checked;
 * :mod:`~clika_runtime.chat.session`: :class:`ChatSession` (imported from there: it needs the engine).
 """
 
@@ -14,21 +18,29 @@ from clika_runtime.chat.reasoning import REASONING_MODES, ReasoningProfile, Reas
 from clika_runtime.chat.reply import ReplyParser, reply_parser_for
 from clika_runtime.chat.templates import ChatTemplate, TemplateError, conversation_text
 from clika_runtime.chat.tool_formats import FORMATS, ToolCallFormat, detect_format, get_format
+from clika_runtime.chat.tool_loop import LoopHooks, LoopResult, Veto
 from clika_runtime.chat.tool_stream import ParsedReply, ToolCallStream, parse_tool_calls
+from clika_runtime.chat.toolkit import Tool, Toolkit, ToolOutput, text_result, tool
 from clika_runtime.chat.tools import ToolCall, normalize_tools
 
 __all__ = [
     "FORMATS",
     "REASONING_MODES",
     "ChatTemplate",
+    "LoopHooks",
+    "LoopResult",
     "ParsedReply",
     "ReasoningProfile",
     "ReplyParser",
     "ReasoningStream",
     "TemplateError",
+    "Tool",
     "ToolCall",
     "ToolCallFormat",
     "ToolCallStream",
+    "ToolOutput",
+    "Toolkit",
+    "Veto",
     "conversation_text",
     "detect_format",
     "get_format",
@@ -36,4 +48,6 @@ __all__ = [
     "parse_tool_calls",
     "reply_parser_for",
     "split_reasoning",
+    "text_result",
+    "tool",
 ]

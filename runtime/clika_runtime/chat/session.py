@@ -16,16 +16,21 @@ joins the history).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from clika_runtime.chat.history import checked_messages
 from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn, refuse_media
 from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.reply_events import ReplyEvent, ReplyReader, TextDelta
+from clika_runtime.chat.tool_loop import LoopHooks, LoopResult, run_tool_loop
+from clika_runtime.chat.tool_turns import ChatConversation
+from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.chat.tools import ToolCall
 from clika_runtime.engine.config import GenerationConfig
 
@@ -145,6 +150,15 @@ class ChatSession:
         with self._lock:
             return [dict(message) for message in self._history]
 
+    @messages.setter
+    def messages(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the conversation (a streamed reply still open is closed first); :meth:`respond`
+        or the next :meth:`send` runs on from the new history."""
+        checked = checked_messages(messages)
+        with self._lock:
+            self._close_live()
+            self._history = checked
+
     # -- turns ----------------------------------------------------------------------------------
 
     def send(
@@ -205,6 +219,26 @@ class ChatSession:
         with self._lock:
             self._before_turn()
             return self._run(list(messages), None, stream, config, tools, overrides)
+
+    def run(
+        self,
+        prompt: str,
+        *,
+        toolkit: Toolkit,
+        max_turns: int | None = None,
+        hooks: LoopHooks | None = None,
+        **turn_options: Any,
+    ) -> LoopResult:
+        """Add a user turn and run the model with ``toolkit``'s tools until it answers without a
+        call (or ``max_turns`` model calls have run); each call runs (one reply's calls
+        concurrently) and its output joins the history as a tool turn. :meth:`close` from another
+        thread ends the loop (LoopCancelled). Not for use inside a running event loop: an async
+        session's ``run`` is."""
+        return asyncio.run(
+            run_tool_loop(
+                ChatConversation(self, turn_options), prompt, toolkit, max_turns=max_turns, hooks=hooks
+            )
+        )
 
     def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None:
         """Append a tool's answer as a tool turn; :meth:`respond` then runs the model on."""

@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
+from clika_runtime.grammar.constraint import Constraint, constraint_from
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -37,6 +39,9 @@ class GenerationConfig:
     rounding, in fewer steps when the text repeats itself); other requests
     decode as usual. ``num_assistant_tokens`` > 0 drafts with the model's
     assistant model instead (assisted generation; needs one attached).
+    ``response_format`` holds the reply to a JSON schema, JSON, a regex or a
+    grammar (anything :func:`clika_runtime.grammar.constraint_from` takes;
+    stored compiled, as a :class:`~clika_runtime.grammar.Constraint`).
     """
 
     max_new_tokens: int = 256
@@ -53,6 +58,7 @@ class GenerationConfig:
     ignore_eos: bool = False
     prompt_lookup_num_tokens: int = 0
     num_assistant_tokens: int = 0
+    response_format: Any = None
     # Read by the chat layer (template rendering); the engine ignores them.
     enable_thinking: bool | None = None
     reasoning_effort: str | None = None
@@ -63,6 +69,8 @@ class GenerationConfig:
         else:
             object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        if self.response_format is not None and not isinstance(self.response_format, Constraint):
+            object.__setattr__(self, "response_format", constraint_from(self.response_format))
         for check in _CHECKS:
             check(self)
 

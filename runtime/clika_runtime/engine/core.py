@@ -35,6 +35,9 @@ from clika_runtime.engine.sequence import Sequence as Seq
 from clika_runtime.engine.sequence import SequenceStatus
 from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
+from clika_runtime.grammar.masks import MaskedRow, StepMasks
+from clika_runtime.grammar.matcher import GrammarMatcher
+from clika_runtime.grammar.vocabulary import grammar_vocabulary
 from clika_runtime.text.detokenizer import StreamingDetokenizer
 from clika_runtime.text.stops import StopMatcher
 from clika_runtime.text.tokenizer import Tokenizer
@@ -92,6 +95,7 @@ class _Live:
     detok_s: float = 0.0
     flushed: bool = False
     text: list[str] = field(default_factory=list)
+    grammar: GrammarMatcher | None = None  # the reply's grammar state (structured output)
 
 
 class EngineCore:
@@ -178,11 +182,27 @@ class EngineCore:
             return None
         return self.tokenizer.streaming_decoder(skip_special_tokens=skip_special_tokens, prompt_ids=prompt)
 
-    def add(self, seq: Seq, sink: ReplySink, decoder: StreamingDetokenizer | None = None) -> Seq:
+    def grammar_for(self, config: GenerationConfig) -> GrammarMatcher | None:
+        """The grammar state a request with ``config.response_format`` starts from (any thread)."""
+        if config.response_format is None:
+            return None
+        if self.tokenizer is None:
+            raise ValueError("response_format needs the model's tokenizer; this engine has none")
+        return GrammarMatcher(config.response_format, grammar_vocabulary(self.tokenizer, self.vocab_size))
+
+    def add(
+        self,
+        seq: Seq,
+        sink: ReplySink,
+        decoder: StreamingDetokenizer | None = None,
+        grammar: GrammarMatcher | None = None,
+    ) -> Seq:
         """Queue a new sequence (``Sequence(request)``); its output goes to ``sink``. A refused one ends
         at once with an error (an id already live, a full queue). Returns ``seq``."""
         assert seq.status is SequenceStatus.WAITING and seq.num_computed_tokens == 0, "not a new sequence"
-        live = _Live(seq, sink, decoder, StopMatcher(seq.config.stop))
+        if grammar is None and seq.config.response_format is not None:
+            grammar = self.grammar_for(seq.config)
+        live = _Live(seq, sink, decoder, StopMatcher(seq.config.stop), grammar=grammar)
         rid = seq.request_id
         if rid in self._live:  # a caller-chosen id already in use: refuse it, touch nothing else
             self.scheduler.reject(seq, f"request id {rid} is already in the engine")
@@ -212,16 +232,19 @@ class EngineCore:
     def step(self) -> StepPlan | None:
         """Run one step: drafts, schedule, run, sample, read, update, deliver; None when nothing could run."""
         began = time.perf_counter()
-        drafts = propose_drafts(self.drafters, self.scheduler.draft_requests())
+        drafts = self._grammar_drafts(propose_drafts(self.drafters, self.scheduler.draft_requests()))
         plan = self.scheduler.schedule(drafts)
         for seq in self.scheduler.take_ended():  # outgrew the KV budget
             self._finalize(self._live[seq.request_id])
         if plan is None:
             return None
         try:
+            masks = self._grammar_masks(plan).start()  # computed while the model runs
             logits = self.executor.run(plan, before_call=self.deliver_pending)
-            outputs, texts = self._read(plan, self._picks(plan, logits))
+            dead = self._dead_ends(plan, masks.apply(logits), logits)
+            outputs, texts = self._read(plan, self._picks(plan, logits), dead)
             self.scheduler.update(plan, outputs)
+            self._end_dead_ends(dead)
         except Exception as exc:  # the step's own requests end with the error
             self._fail(plan, f"{type(exc).__name__}: {exc}")
             return plan
@@ -266,7 +289,53 @@ class EngineCore:
                 picks[i] = np.argmax(logits[starts[i] : starts[i] + row.num_new], axis=1).tolist()
         return picks
 
-    def _read(self, plan: StepPlan, picks: list[list[int]]) -> tuple[list[RowOutput], list[list[str]]]:
+    # -- structured output -------------------------------------------------------------
+
+    def _grammar_drafts(self, drafts: dict[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+        """Drafts of constrained sequences cut to what their grammar allows."""
+        for rid, draft in list(drafts.items()):
+            grammar = self._live[rid].grammar
+            if grammar is not None:
+                drafts[rid] = draft[: grammar.accepted_prefix(draft)]
+        return drafts
+
+    def _grammar_masks(self, plan: StepPlan) -> StepMasks:
+        """The masks of the plan's constrained sample rows, laid out as the logits rows are."""
+        rows: list[MaskedRow] = []
+        at = 0
+        for row in plan.sample_rows:
+            grammar = self._live[row.seq.request_id].grammar
+            if grammar is not None:
+                rows.append(MaskedRow(grammar, at, row.draft))
+            at += row.num_new if row.draft else 1
+        return StepMasks(rows, at, self.vocab_size)
+
+    def _dead_ends(self, plan: StepPlan, dead_logits_rows: Sequence[int], logits: np.ndarray) -> set[int]:
+        """The request ids whose grammar allows no token of this vocabulary (their logits rows are
+        zeroed so sampling them stays defined; what they pick is dropped)."""
+        if not dead_logits_rows:
+            return set()
+        dead_rows = set(dead_logits_rows)
+        dead: set[int] = set()
+        at = 0
+        for row in plan.sample_rows:
+            if at in dead_rows:
+                dead.add(row.seq.request_id)
+                logits[at : at + (row.num_new if row.draft else 1)] = 0.0
+            at += row.num_new if row.draft else 1
+        return dead
+
+    def _end_dead_ends(self, dead: set[int]) -> None:
+        for rid in dead:
+            message = "the reply's grammar allows no token of this model's vocabulary here"
+            self.scheduler.finish(self._live[rid].seq, SequenceStatus.FINISHED_GRAMMAR, message)
+
+    def _read(
+        self,
+        plan: StepPlan,
+        picks: list[list[int]],
+        dead: set[int] = frozenset(),  # type: ignore[assignment]
+    ) -> tuple[list[RowOutput], list[list[str]]]:
         """Each sample row's output tokens and their text pieces, cut where the reply ends.
 
         A draft row keeps its confirmed drafts and the model's pick after them; the
@@ -277,15 +346,21 @@ class EngineCore:
         texts: list[list[str]] = []
         for row, picked in zip(plan.sample_rows, picks, strict=True):
             live = self._live[row.seq.request_id]
+            if row.seq.request_id in dead:
+                outputs.append(RowOutput(()))
+                texts.append([])
+                continue
             accepted = confirmed_drafts(row.draft, picked)
             tokens = [*row.draft[:accepted], picked[accepted]]
             tokens = tokens[: self.scheduler.tokens_taken(row.seq, tokens)]
             pieces: list[str] = []
+            complete = False
             for token in tokens:
                 pieces.append(self._text_of(live, token))
-                if live.stops.matched is not None:
+                complete = live.grammar is not None and _grammar_complete(live.grammar, token)
+                if live.stops.matched is not None or complete:
                     break
-            hit = live.stops.matched is not None
+            hit = live.stops.matched is not None or complete  # a complete grammar ends the reply
             outputs.append(RowOutput(tuple(tokens[: len(pieces)]), accepted, hit))
             texts.append(pieces)
         return outputs, texts
@@ -406,6 +481,12 @@ class EngineCore:
         self._emit(
             StageEvent("detokenize", seq.request_id, live.detok_s, report.completion_tokens, text=text)
         )
+
+
+def _grammar_complete(grammar: GrammarMatcher, token: int) -> bool:
+    """Advance ``grammar`` past ``token``: True once the grammar allows nothing more."""
+    grammar.accept(token)
+    return grammar.finished
 
 
 def _report(seq: Seq, stop_string: str | None) -> GenerationReport:

@@ -242,6 +242,7 @@ class Engine:
         decoder = self.core.decoder_for(
             prompt, config, skip_special_tokens=skip_special_tokens, detokenize=detokenize
         )
+        grammar = self.core.grammar_for(config)  # built here: a large vocabulary takes a second once
         with self._lock:
             if self._closed:
                 raise EngineClosedError("the engine is closed; it takes no more requests")
@@ -250,7 +251,7 @@ class Engine:
                     f"the request queue is full ({self._max_queued} waiting); retry once some finish"
                 )
             self._posted += 1
-            self._inbox.put(("add", (request, stream, decoder)))
+            self._inbox.put(("add", (request, stream, decoder, grammar)))
         return stream
 
     def cancel(self, request_id: int) -> None:
@@ -347,11 +348,11 @@ class Engine:
                 self._note_waiting()
                 return True
 
-    def _add(self, request: Request, stream: RequestStream, decoder: Any) -> None:
+    def _add(self, request: Request, stream: RequestStream, decoder: Any, grammar: Any) -> None:
         with self._lock:
             self._posted -= 1
             self._waiting += 1
-        self.core.add(Seq(request), stream, decoder)
+        self.core.add(Seq(request), stream, decoder, grammar)
 
     def _check(self, done: Future[None]) -> None:
         try:

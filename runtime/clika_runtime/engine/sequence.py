@@ -21,6 +21,7 @@ class SequenceStatus(enum.IntEnum):
     FINISHED_LENGTH = 3
     FINISHED_CANCELLED = 4
     FINISHED_ERROR = 5
+    FINISHED_GRAMMAR = 6  # the reply's grammar allows no token the model has
 
     @property
     def finished(self) -> bool:
@@ -36,6 +37,7 @@ _FINISH_REASONS = {
     SequenceStatus.FINISHED_LENGTH: "length",
     SequenceStatus.FINISHED_CANCELLED: "cancelled",
     SequenceStatus.FINISHED_ERROR: "error",
+    SequenceStatus.FINISHED_GRAMMAR: "grammar",
 }
 
 

@@ -15,6 +15,7 @@ from clika_runtime.sessions.results import EVENT_TYPES, Event, RunCancelled, Tur
 from clika_runtime.sessions.session import AsyncSession, new_session_id
 from clika_runtime.sessions.sqlite_store import SCHEMA_VERSION, SQLiteStore
 from clika_runtime.sessions.store import ConversationStore, InMemoryStore, StoreError
+from clika_runtime.sessions.tool_run import RunResult, ToolConversation
 from clika_runtime.sessions.turn import TurnStream
 
 __all__ = [
@@ -26,8 +27,10 @@ __all__ = [
     "Event",
     "InMemoryStore",
     "RunCancelled",
+    "RunResult",
     "SQLiteStore",
     "StoreError",
+    "ToolConversation",
     "TurnResult",
     "TurnStream",
     "new_session_id",

@@ -28,10 +28,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.prepare import Prepared, check_chat_arguments, offered_tools, prepare_turn
+from clika_runtime.chat.tool_loop import LoopHooks, checked_max_turns
+from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.results import TurnResult
 from clika_runtime.sessions.session import AsyncSession
 from clika_runtime.sessions.store import ConversationStore, InMemoryStore, checked_id
+from clika_runtime.sessions.tool_run import ToolConversation
 from clika_runtime.sessions.turn import TurnStream
 
 if TYPE_CHECKING:
@@ -121,9 +124,28 @@ class AsyncChat:
             options=options,
         )
 
-    def conversation(self, cancel: asyncio.Event | None = None, **options: Any) -> AsyncSession:
-        """A new conversation whose every turn honours ``cancel`` (see :meth:`create_session`)."""
-        return self.create_session(cancel=cancel, **options)
+    def conversation(
+        self,
+        toolkit: Toolkit | None = None,
+        cancel: asyncio.Event | None = None,
+        *,
+        max_turns: int | None = None,
+        hooks: LoopHooks | None = None,
+        **options: Any,
+    ) -> Any:
+        """A new conversation whose every turn honours ``cancel`` (see :meth:`create_session`).
+
+        With a ``toolkit`` it is a :class:`~clika_runtime.sessions.tool_run.ToolConversation`:
+        each ``send`` runs the model and the toolkit's tools until the model answers
+        (``max_turns`` model calls at most, ``hooks`` around each call); without one, an
+        :class:`AsyncSession`."""
+        if toolkit is not None and not isinstance(toolkit, Toolkit):
+            raise ValueError(f"toolkit must be a Toolkit, got {type(toolkit).__name__}")
+        checked_max_turns(max_turns)
+        session = self.create_session(cancel=cancel, **options)
+        if toolkit is None:
+            return session
+        return ToolConversation(session, toolkit, cancel=cancel, max_turns=max_turns, hooks=hooks)
 
     async def open(
         self,
@@ -234,6 +256,10 @@ class AsyncChat:
     ) -> Prepared:
         """Render ``messages`` for the model, tokenize them and make the reply's parser."""
         return prepare_turn(self._model, messages, tools, policy)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` as the model reads a rendered prompt."""
+        return self._model.tokenizer.encode(text)
 
     def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream:
         """Submit a prepared turn to the chat's engine; ``close`` cancels it while it runs."""

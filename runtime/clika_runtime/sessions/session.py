@@ -22,13 +22,18 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from clika_runtime.chat.history import checked_messages
+from clika_runtime.chat.tool_loop import LoopHooks
+from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.engine.async_bridge import AsyncBridge
 from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.sessions.prefill import prefill_partial_turn
 from clika_runtime.sessions.results import Event, TurnResult
 from clika_runtime.sessions.store import ConversationStore, checked_id
+from clika_runtime.sessions.tool_run import RunResult, run_on_session
 from clika_runtime.sessions.turn import TurnHandle, TurnRun, TurnSpec, TurnStream
 
 if TYPE_CHECKING:
@@ -52,6 +57,8 @@ class SessionHost(Protocol):
     ) -> Prepared: ...
 
     def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream: ...
+
+    def encode(self, text: str) -> list[int]: ...
 
 
 def new_session_id() -> str:
@@ -86,7 +93,7 @@ class AsyncSession:
             raise ValueError(f"cancel must be an asyncio.Event, got {type(cancel).__name__}")
         self._chat = chat
         self._id = checked_id(session_id) if session_id is not None else new_session_id()
-        self._history: list[dict[str, Any]] = [dict(m) for m in copy.deepcopy(list(messages))]
+        self._history = checked_messages(messages)
         self._store = store
         self._cancel = cancel
         self._tools = chat.checked_tools(tools)
@@ -109,6 +116,18 @@ class AsyncSession:
     def messages(self) -> list[dict[str, Any]]:
         """A copy of the conversation so far, in the message shape."""
         return copy.deepcopy(self._history)
+
+    @messages.setter
+    def messages(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the conversation (a running turn is cancelled first); the next turn, or
+        :meth:`respond`, runs on from the new history."""
+        self._history = checked_messages(messages)
+        self._interrupt("the conversation was replaced")
+
+    @property
+    def cancel_event(self) -> asyncio.Event | None:
+        """The cancel event every turn of this session honours (None: none)."""
+        return self._cancel
 
     @property
     def options(self) -> dict[str, Any]:
@@ -193,6 +212,57 @@ class AsyncSession:
         if not self._history:
             raise ValueError("the conversation is empty: send a user turn first")
         return await self._complete(self._spec((), config, tools, cancel, overrides, False))
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        toolkit: Toolkit,
+        max_turns: int | None = None,
+        hooks: LoopHooks | None = None,
+        cancel: asyncio.Event | None = None,
+        on_event: Callable[[Event], Any] | None = None,
+        **turn_options: Any,
+    ) -> RunResult:
+        """Add a user turn and run the model with ``toolkit``'s tools until it answers without a
+        call (or ``max_turns`` model calls have run): every call is executed (the calls of one
+        reply concurrently) and its output added as a tool turn. ``hooks`` audit, veto or
+        rewrite model and tool calls; a fired cancel event (the session's or ``cancel``) raises
+        RunCancelled. ``on_event`` (a function or coroutine function) receives each model turn's
+        streamed text, thinking and tool_use events as they are made. Keyword arguments are each
+        model turn's options (as for :meth:`send`)."""
+        return await run_on_session(
+            self,
+            prompt,
+            toolkit,
+            max_turns=max_turns,
+            hooks=hooks,
+            cancel=cancel,
+            on_event=on_event,
+            turn_options=turn_options,
+        )
+
+    def respond_stream(
+        self,
+        *,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        cancel: asyncio.Event | None = None,
+        **overrides: Any,
+    ) -> TurnStream:
+        """:meth:`respond`, streamed as :meth:`stream`'s events."""
+        if not self._history:
+            raise ValueError("the conversation is empty: send a user turn first")
+        return self._open(self._spec((), config, tools, cancel, overrides, True))
+
+    async def prefill(self, partial_text: str, *, tools: Sequence[Mapping[str, Any]] | None = None) -> int:
+        """Compute ahead of time the KV of a user turn that begins with ``partial_text`` (see
+        :mod:`clika_runtime.sessions.prefill`): a later :meth:`send` of a text starting the same
+        way reuses it. Returns how many prompt tokens are now computed."""
+        if not isinstance(partial_text, str):
+            raise ValueError(f"partial_text must be a string, got {type(partial_text).__name__}")
+        spec = self._spec((), None, tools, None, {}, False)
+        return await prefill_partial_turn(self._chat, self._history, partial_text, spec.tools, spec.policy)
 
     def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None:
         """Append a tool's answer as a tool turn (a running turn is cancelled first);

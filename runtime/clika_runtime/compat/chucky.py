@@ -1,0 +1,410 @@
+"""The Chucky client's shape over a local model: ``prompt`` / ``stream`` / sessions, ``@tool``,
+result messages with usage.
+
+Code written for the Chucky Python SDK runs on a local model by changing its import::
+
+    from clika_runtime.compat.chucky import Chucky, tool, text_result, get_assistant_text
+
+    client = Chucky(model="smollm2-135m-instruct", system_prompt="You are terse.")
+    result = await client.prompt("What is 2 + 2?")
+    print(result.get("result"), result.get("total_cost_usd"))
+
+    session = client.create_session(tools=[get_time])
+    await session.send("What time is it?")
+    async for msg in session.stream():
+        if msg.get("type") == "assistant":
+            print(get_assistant_text(msg))
+        if msg.get("type") == "result":
+            break
+    await session.close()
+    await client.close()
+
+``model`` is a loaded :class:`~clika_runtime.modelverse.GenerativeModel` or
+anything :func:`~clika_runtime.modelverse.load` takes; a name that is no local
+model (a hosted model's name, as SDK code carries) stands for the model the
+``CLIKA_MODEL`` environment variable names. ``token``, ``url``, ``timeout``
+and ``keepalive_interval`` are accepted for compatibility and unused (nothing
+leaves the machine); :func:`create_token` and :func:`create_budget` make the
+token such code passes. A client runs one model: a per-call ``model=`` name
+is served by it. ``options`` are decode options for every turn
+(``temperature``, ``max_new_tokens``, ...); other keyword arguments go to ``load``. A session is an async session on one
+shared engine; with tools its turns run the tool loop
+(:mod:`clika_runtime.chat.tool_loop`). Failures, a prompt longer than the
+context included, come back as result messages with ``subtype: 'error'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clika_runtime.chat.tool_loop import LoopHooks, ModelTurn
+from clika_runtime.chat.toolkit import Tool, Toolkit, ToolOutput, make_tool, text_result, tool
+from clika_runtime.modelverse import GenerativeModel, load
+from clika_runtime.sessions.chat import AsyncChat
+from clika_runtime.sessions.results import Event, RunCancelled
+from clika_runtime.sessions.session import AsyncSession
+from clika_runtime.store.local_model import ModelError
+
+__all__ = [
+    "Chucky",
+    "PromptResult",
+    "Session",
+    "StreamEvent",
+    "create_budget",
+    "create_token",
+    "get_assistant_text",
+    "get_result_text",
+    "text_result",
+    "tool",
+]
+
+DEFAULT_SESSION_TURNS = 8
+
+
+class PromptResult(dict):
+    """A result message (``type``, ``subtype``, ``result``, ``session_id``, ``total_cost_usd``,
+    ``duration_ms``, ``num_turns``, ``usage``); its keys read as attributes too."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass
+class StreamEvent:
+    """An event of :meth:`Chucky.stream`: ``message`` (a text piece in ``data``), ``tool_use``
+    (``name``, the input in ``data``), ``result`` (the result message), ``error``, ``done``."""
+
+    type: str
+    data: Any = None
+    name: str | None = None
+
+
+def get_assistant_text(message: dict[str, Any]) -> str:
+    """The text blocks of an assistant message, concatenated ('' for other messages)."""
+    if message.get("type") != "assistant":
+        return ""
+    blocks = (message.get("message") or {}).get("content") or []
+    return "".join(block.get("text", "") for block in blocks if block.get("type") == "text")
+
+
+def get_result_text(message: dict[str, Any]) -> str | None:
+    """The result string of a result message, or None for other messages."""
+    return message.get("result") if message.get("type") == "result" else None
+
+
+class Chucky:
+    """The client (see the module docstring)."""
+
+    def __init__(
+        self,
+        token: str = "",
+        url: str = "",
+        model: Any = None,
+        system_prompt: str | None = None,
+        max_turns: int | None = None,
+        timeout: float = 30.0,
+        keepalive_interval: float = 60.0,
+        *,
+        options: Mapping[str, Any] | None = None,
+        **load_options: Any,
+    ) -> None:
+        self._model, self._owns_model = _loaded(model, load_options)
+        self._options = dict(options or {})
+        self._system = system_prompt
+        self._max_turns = max_turns
+        self._chat = AsyncChat(self._model, system=system_prompt)
+        self._closed = False
+
+    @property
+    def model(self) -> Any:
+        return self._model
+
+    async def prompt(
+        self,
+        message: str,
+        *,
+        model: Any = None,
+        system_prompt: str | None = None,
+        tools: Sequence[Tool | Any] | None = None,
+        max_turns: int | None = None,
+    ) -> PromptResult:
+        """A one-shot reply to ``message`` (tools run until the model answers)."""
+        session = self._session(model, system_prompt, tools, max_turns, persist=False)
+        try:
+            await session.send(message)
+            result: PromptResult | None = None
+            async for item in session.stream():
+                if item.get("type") == "result":
+                    result = PromptResult(item)
+            assert result is not None
+            return result
+        finally:
+            await session.close()
+
+    async def stream(
+        self,
+        message: str,
+        *,
+        model: Any = None,
+        system_prompt: str | None = None,
+        tools: Sequence[Tool | Any] | None = None,
+        max_turns: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """A one-shot reply streamed as :class:`StreamEvent` items (text pieces as they are made)."""
+        session = self._session(model, system_prompt, tools, max_turns, persist=False, pieces=True)
+        try:
+            await session.send(message)
+            async for item in session.stream():
+                for event in _stream_events(item):
+                    yield event
+            yield StreamEvent("done")
+        finally:
+            await session.close()
+
+    def create_session(
+        self,
+        *,
+        model: Any = None,
+        system_prompt: str | None = None,
+        tools: Sequence[Tool | Any] | None = None,
+        max_turns: int | None = None,
+    ) -> Session:
+        """A new conversation (returned at once; its first :meth:`Session.send` starts work)."""
+        return self._session(model, system_prompt, tools, max_turns, persist=True)
+
+    async def close(self) -> None:
+        """Stop the client's engine (a model it loaded itself is closed too)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._chat.close()
+        if self._owns_model:
+            self._model.close()
+
+    async def __aenter__(self) -> Chucky:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _session(
+        self,
+        model: Any,
+        system_prompt: str | None,
+        tools: Sequence[Tool | Any] | None,
+        max_turns: int | None,
+        *,
+        persist: bool,
+        pieces: bool = False,
+    ) -> Session:
+        if self._closed:
+            raise ValueError("this client is closed")
+        if isinstance(model, GenerativeModel) and model is not self._model:
+            raise ValueError("a client runs one local model: create another Chucky for another model")
+        system = self._system if system_prompt is None else system_prompt
+        inner = self._chat.create_session(system=system, persist=persist, options=self._options)
+        toolkit = Toolkit(make_tool(item) for item in tools or ())
+        bound = max_turns if max_turns is not None else self._max_turns
+        return Session(inner, toolkit, bound, pieces=pieces)
+
+
+class Session:
+    """A multi-turn conversation: ``await send(text)``, then ``async for msg in stream()``."""
+
+    def __init__(
+        self, session: AsyncSession, toolkit: Toolkit, max_turns: int | None, *, pieces: bool
+    ) -> None:
+        self._session = session
+        self._toolkit = toolkit
+        self._max_turns = max_turns
+        self._pieces = pieces
+        self._queue: asyncio.Queue[dict[str, Any] | None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self._session.session_id
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation so far, in the OpenAI message shape."""
+        return self._session.messages
+
+    async def send(self, message: str) -> None:
+        """Start the next turn; :meth:`stream` reads its messages. A turn still running is cancelled."""
+        if not isinstance(message, str):
+            raise ValueError(f"message must be a string, got {type(message).__name__}")
+        await self._stop()
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._queue = queue
+        self._task = asyncio.ensure_future(self._run(message, queue))
+
+    async def stream(self) -> AsyncIterator[dict[str, Any]]:
+        """The turn's SDK messages: ``assistant`` messages (text and tool_use blocks), ``user``
+        messages carrying tool results, then one ``result`` message."""
+        queue = self._queue
+        if queue is None:
+            raise ValueError("nothing was sent: call send() first")
+        while (item := await queue.get()) is not None:
+            yield item
+
+    def receive(self) -> AsyncIterator[dict[str, Any]]:
+        """The same as :meth:`stream`."""
+        return self.stream()
+
+    async def close(self) -> None:
+        """Cancel a running turn and end the session."""
+        await self._stop()
+        await self._session.close()
+
+    async def _stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RunCancelled):
+                await task
+
+    async def _run(self, message: str, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+        try:
+            await queue.put(await self._turn(message, queue))
+        except RunCancelled as error:
+            await queue.put(self._error_result(f"cancelled: {error}"))
+        except ValueError as error:  # a prompt too long for the context, a bad option
+            await queue.put(self._error_result(str(error)))
+        finally:
+            await queue.put(None)
+
+    async def _turn(self, message: str, queue: asyncio.Queue[dict[str, Any] | None]) -> dict[str, Any]:
+        def emit_turn(turn: ModelTurn) -> None:
+            queue.put_nowait(_assistant_message(turn))
+
+        def emit_output(output: ToolOutput) -> None:
+            queue.put_nowait(_tool_result_message(output))
+
+        def emit_piece(event: Event) -> None:
+            if event.type == "text":
+                queue.put_nowait(
+                    {"type": "stream_event", "event": {"type": "text_delta", "text": event.text}}
+                )
+
+        hooks = LoopHooks(after_model=emit_turn, after_tool=emit_output)
+        result = await self._session.run(
+            message,
+            toolkit=self._toolkit,
+            max_turns=self._max_turns or DEFAULT_SESSION_TURNS,
+            hooks=hooks,
+            on_event=emit_piece if self._pieces else None,
+        )
+        return result.to_message()
+
+    def _error_result(self, message: str) -> dict[str, Any]:
+        return {
+            "type": "result",
+            "subtype": "error",
+            "result": message,
+            "session_id": self.session_id,
+            "total_cost_usd": 0.0,
+            "duration_ms": 0,
+            "num_turns": 0,
+            "usage": {},
+            "is_error": True,
+        }
+
+
+def _assistant_message(turn: ModelTurn) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if turn.text:
+        content.append({"type": "text", "text": turn.text})
+    for call in turn.tool_calls:
+        content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)})
+    return {"type": "assistant", "message": {"role": "assistant", "content": content}}
+
+
+def _tool_result_message(output: ToolOutput) -> dict[str, Any]:
+    block = {
+        "type": "tool_result",
+        "tool_use_id": output.call.id,
+        "content": output.content,
+        "is_error": output.is_error,
+    }
+    return {"type": "user", "message": {"role": "user", "content": [block]}}
+
+
+def _stream_events(item: dict[str, Any]) -> list[StreamEvent]:
+    kind = item.get("type")
+    if kind == "stream_event":
+        return [StreamEvent("message", item["event"]["text"])]
+    if kind == "assistant":
+        blocks = item["message"]["content"]
+        return [StreamEvent("tool_use", b["input"], b["name"]) for b in blocks if b["type"] == "tool_use"]
+    if kind == "result":
+        events = [StreamEvent("result", item)]
+        if item.get("subtype") == "error":
+            events.insert(0, StreamEvent("error", {"message": item.get("result")}))
+        return events
+    return []
+
+
+def create_budget(
+    *, ai_dollars: float = 0.0, compute_hours: float = 0.0, window: str = "day"
+) -> dict[str, Any]:
+    """A budget claim for :func:`create_token` (a local model spends nothing against it)."""
+    return {"ai_dollars": ai_dollars, "compute_hours": compute_hours, "window": window}
+
+
+def create_token(
+    *,
+    user_id: str,
+    project_id: str,
+    secret: str,
+    budget: dict[str, Any] | None = None,
+    expires_in: int = 3600,
+) -> str:
+    """An HS256-signed JWT carrying the user, project and budget claims."""
+    header = {"alg": "HS256", "typ": "JWT"}
+    now = int(time.time())
+    claims = {"sub": user_id, "iss": project_id, "iat": now, "exp": now + expires_in, "budget": budget or {}}
+    signing_input = f"{_b64(header)}.{_b64(claims)}"
+    signature = hmac.new(secret.encode(), signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+
+
+def _b64(value: dict[str, Any]) -> str:
+    raw = json.dumps(value, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _loaded(model: Any, options: dict[str, Any]) -> tuple[Any, bool]:
+    if isinstance(model, GenerativeModel):
+        return model, False
+    if model is None:
+        stand_in = os.environ.get("CLIKA_MODEL")
+        if not stand_in:
+            raise ValueError("no model: pass model= (a model folder or name) or set CLIKA_MODEL")
+        return load(stand_in, **options), True
+    try:
+        return load(model, **options), True
+    except (FileNotFoundError, ValueError, ModelError) as error:
+        if not isinstance(model, str) or Path(model).exists():
+            raise  # a folder that is there but broken is its own error, never stood in for
+        stand_in = os.environ.get("CLIKA_MODEL")
+        if not stand_in:
+            raise ValueError(
+                f"{model!r} is not a local model ({error}); pass a model folder or name, "
+                "or set CLIKA_MODEL to the local model it stands for"
+            ) from None
+        return load(stand_in, **options), True
