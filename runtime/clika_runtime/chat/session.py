@@ -87,6 +87,9 @@ class ChatSession:
     assistant turn carries them. :meth:`add_tool_result` appends a tool's
     answer and :meth:`respond` runs the conversation on. A model that takes no
     tools refuses an offer with ValueError.
+
+    The turns run on the model's engine; ``max_active`` and ``max_queued``
+    raise its limits to those when they are higher (they never lower them).
     """
 
     def __init__(

@@ -24,6 +24,7 @@ from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.report import GenerationReport
+from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Request
 from clika_runtime.engine.sequence import Sequence as Seq
@@ -207,6 +208,10 @@ class Engine:
     @property
     def stats(self) -> EngineStats:
         return self.core.stats
+
+    @property
+    def sampler(self) -> Sampler:
+        return self.core.sampler
 
     @property
     def max_seq(self) -> int:
