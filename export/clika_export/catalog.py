@@ -189,6 +189,14 @@ _ITEMS = (
 
 CATALOG: dict[str, CatalogItem] = {item.name: item for item in _ITEMS}
 
+# What `clika chat`, `generate` and `serve` run when no model is named.
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def default_model() -> str:
+    """The catalog name of the model the commands run when none is named."""
+    return DEFAULT_MODEL
+
 
 def names(kind: str | None = None) -> list[str]:
     """The known short names, optionally only those of one kind."""

@@ -15,6 +15,7 @@ joins the history).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,9 @@ class ChatSession:
     assistant turn carries them. :meth:`add_tool_result` appends a tool's
     answer and :meth:`respond` runs the conversation on. A model that takes no
     tools refuses an offer with ValueError.
+
+    ``messages=`` continues a conversation kept elsewhere (a saved transcript,
+    system turn included); it and ``system=`` are exclusive.
     """
 
     def __init__(
@@ -87,15 +91,17 @@ class ChatSession:
         max_queued: int = 256,
         default_budget: int = 256,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         check_chat_arguments(default_budget, system)
+        history = _seed_history(system, messages)
         self._model = model
         self._tools = offered_tools(model, tools)
         self._defaults = model.defaults.overlay({"max_new_tokens": default_budget})
         self._card = chat_card(model, model_id)
         self._engine: Engine = model.create_engine(max_active=max_active, max_queued=max_queued)
         self._lock = threading.RLock()
-        self._history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        self._history: list[dict[str, Any]] = history
         self._live: tuple[Iterator[str | ToolCall], RequestStream] | None = None
         self._report: ChatOutcome | None = None
         self._tool_calls: list[ToolCall] = []
@@ -313,3 +319,17 @@ class ChatSession:
             if parser.reasoning:
                 reply["reasoning_content"] = parser.reasoning
             self._history.extend([*commit, reply])
+
+
+def _seed_history(system: str | None, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The history a session starts from: ``messages`` copied (checked), or the system turn alone."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise ValueError(f"messages must be a list of message dicts, got {type(messages).__name__}")
+    if messages and system is not None:
+        raise ValueError("give the system prompt inside messages or as system=, not both")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise ValueError(f"message {index} must be a mapping with a string 'role', got {message!r}")
+    if messages:
+        return copy.deepcopy([dict(message) for message in messages])
+    return [{"role": "system", "content": system}] if system else []
