@@ -52,6 +52,31 @@ def test_a_bad_name_says_why(run, spec, words):
     assert result.exit_code == 1 and words in result.output
 
 
+def test_argument_errors_say_which_word_was_read_as_what(run, tiny_llama_model):
+    unknown = run("generate", "no-such-model", "hi")
+    assert unknown.exit_code == 1
+    assert "unknown model 'no-such-model'" in unknown.output
+    assert "'no-such-model' was read as the model (the prompt: 'hi')" in unknown.output
+    empty = run("generate", tiny_llama_model, input="")
+    assert empty.exit_code == 2
+    assert f"the prompt on stdin is empty ('{tiny_llama_model}' was read as the model)" in empty.output
+    blank = run("generate", tiny_llama_model, "  ")
+    assert blank.exit_code == 2 and "the prompt given is empty" in blank.output
+
+
+def test_bad_words_get_one_error_line_not_a_traceback(run, tiny_llama_model):
+    not_utf8 = run("generate", tiny_llama_model, input=b"ab\xffc")
+    assert not_utf8.exit_code == 2
+    assert "Error: the prompt on stdin is not UTF-8 text: byte 0xff at offset 2" in not_utf8.output
+    long_name = "m" * 300
+    for command in (("generate", long_name, "hi"), ("chat", long_name), ("pull", long_name)):
+        result = run(*command)
+        assert result.exit_code == 2, command
+        assert "(300 bytes) was read as the model" in result.output and "Traceback" not in result.output
+    too_many = run("generate", tiny_llama_model, "hi", "--threads", "100000")
+    assert too_many.exit_code == 2 and "100000 is more than this machine's" in too_many.output
+
+
 def test_a_path_that_is_no_model_is_refused(run, tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     result = run("generate", tmp_path / "notes.txt", "hi")
@@ -143,3 +168,16 @@ def test_pulling_the_default_model_twice_does_the_work_once(smollm2_gguf):
     assert again.exit_code == 0 and "smollm2-135m-instruct (int4," in again.stdout
     assert "already pulled; nothing to do" in again.stdout
     assert again.stdout.count("\n") == 1  # one line: no download, verify or export ran again
+
+
+@pytest.mark.slow
+def test_one_word_that_names_no_model_is_the_prompt_of_the_default_model(smollm2_gguf):
+    from clika_export.catalog import default_model
+
+    runner = CliRunner()
+    options = ["--max-tokens", "12", "--temperature", "0"]
+    alone = runner.invoke(clika, ["generate", "Write a haiku", *options], catch_exceptions=False)
+    named = runner.invoke(clika, ["generate", default_model(), "Write a haiku", *options, "-q"])
+    assert alone.exit_code == 0 and named.exit_code == 0
+    assert f"model: {default_model()} (the default" in alone.stderr
+    assert alone.stdout == named.stdout and alone.stdout.strip()
