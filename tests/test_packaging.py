@@ -8,6 +8,7 @@ shadowing the real package, and a runtime import of torch or onnx.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -116,3 +117,61 @@ def test_ci_runs_the_readme_test_command() -> None:
         if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
     ]
     assert ci_lines == [test_command]
+
+
+def test_a_runtime_only_install_resolves_lists_runs_and_removes_pulled_models(
+    runtime_venv: Path, tiny_gguf, tmp_cache: Path, tmp_path: Path
+) -> None:
+    """Pulled with the export extra here; named, listed, run and removed there without it."""
+    from clika_export.pull import source_sha256
+    from clika_runtime import modelverse
+    from clika_runtime.store import resolve
+    from clika_runtime.store.names import NameRecord, write_record
+
+    gguf = tiny_gguf("tiny.gguf").path
+    folder = resolve(gguf, progress=False).folder
+    write_record(NameRecord("tiny-chat", source_sha256(gguf)))
+    expected = modelverse.load(folder, threads=1).generate("hello", max_new_tokens=6, temperature=0.0)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CLIKA_CACHE": str(tmp_cache)}
+
+    def python(code: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(runtime_venv), "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    def clika(*args: str) -> subprocess.CompletedProcess:
+        command = [str(runtime_venv.parent / "clika"), *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    ran = python(
+        "import importlib.util, sys\n"
+        "from clika_runtime import modelverse\n"
+        "from clika_runtime.store import resolve\n"
+        "assert importlib.util.find_spec('onnx') is None\n"
+        "print(resolve('tiny-chat').folder)\n"
+        "print(modelverse.load('tiny-chat', threads=1).generate('hello', max_new_tokens=6, temperature=0.0))\n"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == f"{folder}\n{expected}\n"
+
+    listed = clika("list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[1].split()[:2] == ["tiny-chat", "int4"]
+    generated = clika("generate", "tiny-chat", "hello", "--max-tokens", "6", "--temperature", "0")
+    assert generated.returncode == 0 and generated.stdout == expected + "\n", generated.stderr
+
+    for spec, words in (
+        ("smollm2-135m-instruct", "'smollm2-135m-instruct' is neither an existing path nor a pulled model"),
+        (str(gguf), "is a checkpoint, not an exported model folder; exporting it needs the export extra"),
+    ):
+        refused = python(f"from clika_runtime import modelverse\nmodelverse.load({spec!r})\n")
+        assert refused.returncode == 1 and words in refused.stderr
+        assert "pip install 'clika-runtime[export]'" in refused.stderr
+        pulled = clika("pull", spec)
+        assert pulled.returncode == 1 and pulled.stderr.count("\n") == 1 and "Error: " in pulled.stderr
+        assert "pip install 'clika-runtime[export]'" in pulled.stderr
+
+    removed = clika("rm", "tiny-chat")
+    assert removed.returncode == 0 and "removed tiny-chat int4" in removed.stdout, removed.stderr
+    assert not folder.exists()
+    assert clika("list").stderr.startswith("no models pulled yet")

