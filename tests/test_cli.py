@@ -69,7 +69,12 @@ def test_bad_words_get_one_error_line_not_a_traceback(run, tiny_llama_model):
     assert not_utf8.exit_code == 2
     assert "Error: the prompt on stdin is not UTF-8 text: byte 0xff at offset 2" in not_utf8.output
     long_name = "m" * 300
-    for command in (("generate", long_name, "hi"), ("chat", long_name), ("pull", long_name)):
+    for command in (
+        ("generate", long_name, "hi"),
+        ("chat", long_name),
+        ("pull", long_name),
+        ("rm", long_name),
+    ):
         result = run(*command)
         assert result.exit_code == 2, command
         assert "(300 bytes) was read as the model" in result.output and "Traceback" not in result.output
@@ -181,3 +186,26 @@ def test_one_word_that_names_no_model_is_the_prompt_of_the_default_model(smollm2
     assert alone.exit_code == 0 and named.exit_code == 0
     assert f"model: {default_model()} (the default" in alone.stderr
     assert alone.stdout == named.stdout and alone.stdout.strip()
+
+
+def test_a_manifest_that_is_no_object_is_no_export(run, tmp_cache):
+    debris = tmp_cache / "exports" / "debris"
+    debris.mkdir(parents=True)
+    (debris / "manifest.json").write_text("[1, 2]")
+    listed = run("list")
+    assert listed.exit_code == 0 and listed.output.startswith("no models pulled yet")
+    refused = run("rm", "debris")
+    assert (
+        refused.exit_code == 1 and refused.output == "Error: debris is not in the cache (see `clika list`)\n"
+    )
+    assert debris.is_dir()
+
+
+def test_rm_of_a_cache_entry_that_is_a_symlink_removes_the_link_only(run, tmp_cache, tiny_llama_model):
+    (tmp_cache / "exports").mkdir(parents=True)
+    link = tmp_cache / "exports" / "linked"
+    link.symlink_to(tiny_llama_model, target_is_directory=True)
+    name = run("list").stdout.splitlines()[1].split()[0]
+    removed = run("rm", name)
+    assert removed.exit_code == 0 and f"removed the link {link}" in removed.output
+    assert not link.is_symlink() and (tiny_llama_model / "manifest.json").is_file()  # its target is kept

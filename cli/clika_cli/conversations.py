@@ -15,8 +15,8 @@ from typing import Any
 
 from clika_runtime.sessions.sqlite_store import SQLiteStore
 from clika_runtime.sessions.store import StoreError, checked_id
+from clika_runtime.store import cache_root
 
-CACHE_ENV = "CLIKA_CACHE"
 CHAT_HOME_ENV = "CLIKA_CHAT_HOME"  # saved chats elsewhere than next to the models
 
 
@@ -29,9 +29,7 @@ def chat_folder() -> Path:
     home = os.environ.get(CHAT_HOME_ENV)
     if home:
         return Path(home).expanduser()
-    configured = os.environ.get(CACHE_ENV)
-    root = Path(configured).expanduser() if configured else Path.home() / ".cache" / "clika"
-    return root / "chat"
+    return cache_root() / "chat"
 
 
 def history_file() -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from clika_cli.arguments import check_model_word
 from clika_cli.common import precision_option, say
 from clika_cli.models import PRECISIONS, ModelError, cached_exports, human_size, remove
 
@@ -62,6 +63,7 @@ def list_models() -> None:
 )
 def rm(model: str, precision: str | None) -> None:
     """Remove MODEL's exports from the cache (and, without --precision, its downloaded checkpoint)."""
+    check_model_word(model)
     try:
         remove(model, precision, say=click.echo)
     except ModelError as exc:
