@@ -28,7 +28,7 @@ def run(tmp_cache):
 def test_help_lists_every_command(run):
     result = run("--help")
     assert result.exit_code == 0
-    for command in ("chat", "generate", "serve", "pull", "list", "rm", "bench", "eval"):
+    for command in ("chat", "generate", "serve", "pull", "list", "show", "rm", "bench", "eval"):
         assert f"  {command} " in result.output
 
 
@@ -209,3 +209,43 @@ def test_rm_of_a_cache_entry_that_is_a_symlink_removes_the_link_only(run, tmp_ca
     removed = run("rm", name)
     assert removed.exit_code == 0 and f"removed the link {link}" in removed.output
     assert not link.is_symlink() and (tiny_llama_model / "manifest.json").is_file()  # its target is kept
+
+
+def test_list_and_show_as_json(run, tiny_gguf, tmp_cache):
+    import json
+
+    from clika_export.catalog import default_model
+
+    assert json.loads(run("list", "--json").stdout) == []
+    gguf = tiny_gguf("tiny.gguf").path
+    assert run("pull", gguf, "-q").exit_code == 0
+    (listed,) = json.loads(run("list", "--json").stdout)
+    assert listed["name"] == "tiny" and listed["precision"] == "int4" and listed["size_bytes"] > 0
+    folder = listed["path"]
+    for spec in ("tiny", folder):
+        shown = json.loads(run("show", spec, "--json").stdout)
+        assert shown["path"] == folder and shown["precision"]["weights"] == "int4"
+        assert shown["precision"]["pulled"] == ["int4"] and shown["precision"]["choices"] == [
+            "int4",
+            "int8",
+            "fp32",
+        ]
+        assert shown["architecture"]["family"] == "llama" and shown["context_window"] > 0
+        assert shown["reasoning_mode"] == "never" and "reference_check" in shown["quality"]
+        assert shown["size_bytes"] == listed["size_bytes"] and shown["source"]["source_format"] == "gguf"
+    text = run("show", "tiny").stdout
+    assert "context_window:" in text and "tool_call_format:" in text and "weights=int4" in text
+
+    available = json.loads(run("list", "--available", "--json").stdout)
+    by_name = {row["name"]: row for row in available}
+    assert by_name[default_model()]["default"] and all(row["download_bytes"] > 0 for row in available)
+    assert all(row["purpose"] for row in available) and by_name["gemma-3-270m"]["exportable"] is False
+    table = run("list", "--available").stdout.splitlines()
+    assert table[0].split() == ["NAME", "DOWNLOAD", "PULLED", "FOR"] and len(table) == len(available) + 1
+
+    not_pulled = json.loads(run("show", default_model(), "--json").stdout)
+    assert not_pulled["pull"] == f"clika pull {default_model()}" and not_pulled["pulled"] == []
+    unknown = run("show", "no-such-model")
+    assert (
+        unknown.exit_code == 1 and unknown.output.startswith("Error: ") and "no-such-model" in unknown.output
+    )
