@@ -7,6 +7,9 @@ model into the shared cache (a no-op once it is there).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from click.testing import CliRunner
 
@@ -78,6 +81,13 @@ def test_bad_words_get_one_error_line_not_a_traceback(run, tiny_llama_model):
         result = run(*command)
         assert result.exit_code == 2, command
         assert "(300 bytes) was read as the model" in result.output and "Traceback" not in result.output
+    # Bytes that are not UTF-8 reach Python as lone surrogates, in a chat line as on the command line.
+    command = [sys.executable, "-m", "clika_cli.main", "chat", str(tiny_llama_model), "--max-tokens", "2"]
+    chat = subprocess.run(command, input=b"hel\xfflo\n/exit\n", capture_output=True, check=False)
+    assert chat.returncode == 0 and b"Traceback" not in chat.stderr
+    assert b"Error: the line was not sent: byte 0xff at character 3 is not UTF-8 text" in chat.stderr
+    argv = run("generate", tiny_llama_model, "a\udcffb")
+    assert argv.exit_code == 2 and "the prompt: byte 0xff at character 1 is not UTF-8 text" in argv.output
     too_many = run("generate", tiny_llama_model, "hi", "--threads", "100000")
     assert too_many.exit_code == 2 and "100000 is more than this machine's" in too_many.output
 

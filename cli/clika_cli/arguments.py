@@ -71,6 +71,25 @@ def check_model_word(word: str) -> None:
             )
 
 
+def utf8_problem(text: str) -> str | None:
+    """Why ``text`` is not UTF-8 text (bytes Python kept as lone surrogates), or None when it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = ord(text[exc.start])
+        byte = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"character U+{char:04X}"
+        return f"{byte} at character {exc.start} is not UTF-8 text"
+    return None
+
+
+def checked_text(text: str, what: str) -> str:
+    """``text`` when it is UTF-8 text; a UsageError naming ``what`` and the first bad byte otherwise."""
+    problem = utf8_problem(text)
+    if problem:
+        raise click.UsageError(f"{what}: {problem}")
+    return text
+
+
 def read_stdin_prompt() -> str:
     """The prompt from stdin, as UTF-8 text; a UsageError saying where it is not."""
     if sys.stdin is None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from clika_cli.arguments import checked_text
 from clika_cli.chat_input import line_editing
 from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import (
@@ -62,6 +63,8 @@ def chat(
         raise click.UsageError(
             "--system and --resume exclude each other (a saved chat has its own system prompt)"
         )
+    if system is not None:
+        checked_text(system, "--system")
     conversations = Conversations()
     saved = _saved_conversation(conversations, resume)
     name = model or default_model()

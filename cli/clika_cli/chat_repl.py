@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from clika_cli.arguments import utf8_problem
 from clika_cli.chat_input import read_message
 from clika_cli.common import dim, draft_tally, say
 from clika_cli.conversations import ConversationError, Conversations
@@ -76,6 +77,10 @@ class ChatRepl:
                 continue
             interrupted = False
             if not text:
+                continue
+            problem = utf8_problem(text)
+            if problem:
+                say(f"Error: the line was not sent: {problem}")
                 continue
             if text.startswith("/"):
                 if not run_command(self, text):

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from clika_cli.arguments import ModelAndPrompt, read_model_and_prompt, read_stdin_prompt
+from clika_cli.arguments import ModelAndPrompt, checked_text, read_model_and_prompt, read_stdin_prompt
 from clika_cli.common import (
     EngineChoice,
     assistant_option,
@@ -53,7 +53,9 @@ def generate(
     model alone, or '-' as the prompt, reads the prompt from stdin.
     """
     words = read_model_and_prompt(model, prompt)
-    text = read_stdin_prompt() if words.prompt is None else words.prompt
+    text = read_stdin_prompt() if words.prompt is None else checked_text(words.prompt, "the prompt")
+    if system is not None:
+        checked_text(system, "--system")
     if not text.strip():
         raise click.UsageError(_empty_prompt(words))
     model = words.model
