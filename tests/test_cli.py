@@ -259,3 +259,15 @@ def test_list_and_show_as_json(run, tiny_gguf, tmp_cache):
     assert (
         unknown.exit_code == 1 and unknown.output.startswith("Error: ") and "no-such-model" in unknown.output
     )
+
+
+def test_a_model_folder_whose_manifest_is_no_object_is_one_error_line(run, tmp_path):
+    folder = tmp_path / "odd-model"
+    folder.mkdir()
+    for text in ("[1, 2]", '"a string"', "null"):
+        (folder / "manifest.json").write_text(text)
+        for command in (("show", folder), ("generate", folder, "hi")):
+            result = run(*command)
+            assert result.exit_code == 1, (text, command)
+            assert result.output.startswith("Error: ") and result.output.count("\n") == 1, result.output
+            assert "manifest.json is not a JSON object" in result.output
