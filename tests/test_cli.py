@@ -271,3 +271,19 @@ def test_a_model_folder_whose_manifest_is_no_object_is_one_error_line(run, tmp_p
             assert result.exit_code == 1, (text, command)
             assert result.output.startswith("Error: ") and result.output.count("\n") == 1, result.output
             assert "manifest.json is not a JSON object" in result.output
+
+
+def test_every_export_stage_is_numbered_and_the_step_by_step_ones_show_total_and_time_left(run, tiny_gguf):
+    import re
+
+    pulled = run("pull", tiny_gguf("tiny.gguf").path)
+    assert pulled.exit_code == 0
+    stages = re.findall(r"^clika-export: \[(\d)/(\d)\] (.+) \.\.\.$", pulled.stderr, flags=re.M)
+    assert [(int(n), int(of)) for n, of, _ in stages] == [(n, 6) for n in range(1, 7)]
+    assert stages[2][2] == "quantizing to int4"
+    for bar, unit in (("building graph", "layer"), ("quantizing to int4", "matrix")):
+        # tqdm's bar: done/total [elapsed<time left, rate]
+        finished = re.search(
+            rf"{bar}: 100%\|[^|]*\| (\d+)/(\d+) \[\d\d:\d\d<\d\d:\d\d, [\d.]+{unit}/s\]", pulled.stderr
+        )
+        assert finished and finished.group(1) == finished.group(2), bar

@@ -62,7 +62,8 @@ def export(
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists (pass overwrite=True to replace it)")
     quantizer = _quantizer(precision)
-    report = Progress(progress)
+    # read, build, (quantize,) (verify,) write, calibrate
+    report = Progress(progress, stages=4 + (precision != "fp32") + bool(verify))
     with report.stage(f"reading {source.name}"):
         checkpoint = read_source(source)
     family = family_for(checkpoint)
@@ -85,8 +86,14 @@ def export(
         expected = reference.logits() if reference else None
         record = {"weights": "fp32", "matrices": built.matrices}
         if precision != "fp32":
-            with report.stage(f"quantizing to {precision}"):
-                record = quantizer(work / built.model_file, checkpoint, precision, matrices=built.matrices)
+            with report.steps(f"quantizing to {precision}", len(built.matrices), unit="matrix") as on_matrix:
+                record = quantizer(
+                    work / built.model_file,
+                    checkpoint,
+                    precision,
+                    matrices=built.matrices,
+                    on_matrix=on_matrix,
+                )
         quality: dict[str, Any] = {}
         if expected is not None:
             with report.stage("verifying against the float reference"):
@@ -111,7 +118,7 @@ def export(
 def _quantizer(precision: str) -> Callable[..., dict[str, Any]]:
     """The quantization hook: the one place the export reaches ``clika_quant``.
 
-    ``clika_quant.quantize_model(model_path, checkpoint, precision, matrices=...)``
+    ``clika_quant.quantize_model(model_path, checkpoint, precision, matrices=..., on_matrix=...)``
     rewrites the float graph at ``model_path`` (and its external data file) in
     place and returns the manifest's ``precision`` record. ``matrices`` names
     each weight initializer's roles, consumer nodes, layout (``in_out`` for a
