@@ -13,6 +13,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from clika_cli.export_command import export_command
 from clika_cli.main import clika
 from clika_runtime import modelverse
 
@@ -63,6 +64,8 @@ def test_argument_errors_say_which_word_was_read_as_what(run, tiny_llama_model):
     empty = run("generate", tiny_llama_model, input="")
     assert empty.exit_code == 2
     assert f"the prompt on stdin is empty ('{tiny_llama_model}' was read as the model)" in empty.output
+    chat = run("chat", "hello there")
+    assert chat.exit_code == 1 and "'hello there' was read as the model (chat takes no message" in chat.output
     blank = run("generate", tiny_llama_model, "  ")
     assert blank.exit_code == 2 and "the prompt given is empty" in blank.output
 
@@ -88,8 +91,11 @@ def test_bad_words_get_one_error_line_not_a_traceback(run, tiny_llama_model):
     assert b"Error: the line was not sent: byte 0xff at character 3 is not UTF-8 text" in chat.stderr
     argv = run("generate", tiny_llama_model, "a\udcffb")
     assert argv.exit_code == 2 and "the prompt: byte 0xff at character 1 is not UTF-8 text" in argv.output
-    too_many = run("generate", tiny_llama_model, "hi", "--threads", "100000")
-    assert too_many.exit_code == 2 and "100000 is more than this machine's" in too_many.output
+    for command in (("generate", tiny_llama_model, "hi"), ("chat",), ("bench",), ("eval",)):
+        too_many = run(*command, "--threads", "100000")
+        assert too_many.exit_code == 2 and "100000 is more than this machine's" in too_many.output, command
+    exporting = CliRunner().invoke(export_command, [str(tiny_llama_model), "-o", "x", "--threads", "100000"])
+    assert exporting.exit_code == 2 and "100000 is more than this machine's" in exporting.output
 
 
 def test_a_path_that_is_no_model_is_refused(run, tmp_path):

@@ -68,7 +68,8 @@ def chat(
     conversations = Conversations()
     saved = _saved_conversation(conversations, resume)
     name = model or default_model()
-    local = local_model(name, precision)
+    role = "read as the model (chat takes no message on the command line: type it at the prompt)"
+    local = local_model(name, precision, role=role if model else "")
     pulled_note(local)
     loaded = load_model(local, engine, assistant=assistant)
     # A temperature on the command line takes the sampling policy over whole.

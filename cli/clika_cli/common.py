@@ -33,8 +33,10 @@ precision_option = click.option(
 MAX_THREADS = os.cpu_count() or 1
 
 
-def _at_most_max_threads(_ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    if value is not None and value > MAX_THREADS:
+def at_most_max_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """A click callback: a thread count the user gave above MAX_THREADS is a usage error."""
+    given = ctx.get_parameter_source(param.name or "") is not click.core.ParameterSource.DEFAULT
+    if given and value is not None and value > MAX_THREADS:
         raise click.BadParameter(
             f"{value} is more than this machine's {MAX_THREADS} logical CPUs (at most {MAX_THREADS})",
             param=param,
@@ -45,7 +47,7 @@ def _at_most_max_threads(_ctx: click.Context, param: click.Parameter, value: int
 _threads = click.option(
     "--threads",
     type=click.IntRange(min=1),
-    callback=_at_most_max_threads,
+    callback=at_most_max_threads,
     default=None,
     help=f"ONNX Runtime threads, 1 to {MAX_THREADS} (this machine's logical CPUs; default: one per core).",
 )
