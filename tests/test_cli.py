@@ -66,6 +66,13 @@ def test_argument_errors_say_which_word_was_read_as_what(run, tiny_llama_model):
     assert f"the prompt on stdin is empty ('{tiny_llama_model}' was read as the model)" in empty.output
     chat = run("chat", "hello there")
     assert chat.exit_code == 1 and "'hello there' was read as the model (chat takes no message" in chat.output
+    unknown_chat = run("chat", tiny_llama_model, "--resume", "never-saved")
+    assert (
+        unknown_chat.exit_code == 1
+        and "no saved conversation 'never-saved' (none is saved yet)" in unknown_chat.output
+    )
+    both = run("chat", tiny_llama_model, "--resume", "x", "--system", "terse")
+    assert both.exit_code == 2 and "--system and --resume exclude each other" in both.output
     blank = run("generate", tiny_llama_model, "  ")
     assert blank.exit_code == 2 and "the prompt given is empty" in blank.output
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from clika_runtime.modelverse import GenerativeModel
 
 
-@click.command()
+@click.command(help=f"Chat with MODEL (default: {default_model()}, pulled on first use).")
 @click.argument("model", required=False, default=None)
 @precision_option
 @click.option("--system", default=None, help="System prompt.")
@@ -58,7 +58,6 @@ def chat(
     prompt_lookup: int,
     engine: EngineChoice,
 ) -> None:
-    """Chat with MODEL (default: the catalog's default model, pulled on first use)."""
     if resume is not None and system is not None:
         raise click.UsageError(
             "--system and --resume exclude each other (a saved chat has its own system prompt)"

@@ -94,7 +94,10 @@ def generate(
         say(dim(f"{report.completion_tokens} tokens{rate}{drafts}, ended by {report.finish_reason}"))
 
 
-@click.command()
+@click.command(
+    help=f"Serve MODEL (default: {default_model()}) over an OpenAI-compatible HTTP API "
+    "(/v1/chat/completions, /v1/completions, /v1/models)."
+)
 @click.argument("model", required=False, default=None)
 @precision_option
 @click.option(
@@ -130,7 +133,6 @@ def serve(
     assistant: str | None,
     engine: EngineChoice,
 ) -> None:
-    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     from clika_runtime.server import require_server_stack
     from clika_runtime.server import serve as run_server
 
