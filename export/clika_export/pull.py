@@ -32,15 +32,19 @@ from clika_runtime.store.local_model import (
     Say,
     checked_precision,
 )
-from clika_runtime.store.names import NameRecord, write_record
+from clika_runtime.store.names import NameRecord, read_record, write_record
 from clika_runtime.store.resolve import HUB_SCHEME
 
 
 def pull(spec: str, precision: str | None, *, pull: bool, say: Say, progress: bool) -> LocalModel:
     """The model folder for a checkpoint path, a catalog name or an ``hf://`` spec, pulled if ``pull``."""
     if spec.startswith(HUB_SCHEME):
-        from clika_export.hub_pull import pull_from_hub
-
+        try:
+            from clika_export.hub_pull import pull_from_hub
+        except ImportError as exc:
+            raise ModelError(
+                f"{spec}: models from the Hub need huggingface_hub (pip install 'clika-runtime[export]'): {exc}"
+            ) from None
         return pull_from_hub(spec, checked_precision(precision or DEFAULT_PRECISION), pull, say, progress)
     path = Path(spec).expanduser()
     if path.exists():
@@ -142,7 +146,9 @@ def _pull_catalog_name(name: str, precision: str, pull: bool, say: Say, progress
 
     assert item.sha256 is not None
     local = export_pulled(name, item.sha256, precision, pull, say, progress, fetch=fetch)
-    write_record(_catalog_record(item))
+    record = _catalog_record(item)
+    if read_record(name) != record:  # recorded once, for a runtime-only install's sake
+        write_record(record)
     return local
 
 

@@ -2,9 +2,11 @@
 
 ``$CLIKA_CACHE`` (default ``~/.cache/clika``) holds ``blobs/sha256/<hex>``
 (verified downloads), ``by-name/<item>/<file>`` (links to them under their own
-file names), ``exports/<key>`` (model folders), ``names/`` (what each pulled
-name stands for) and ``tmp/`` (scratch space on the same file system, so
-renames into place are atomic).
+file names), ``hub/<owner>/<repo>/<commit>/`` (verified Hub downloads),
+``exports/<key>`` (model folders), ``names/`` (what each pulled name stands
+for), ``partial/`` (interrupted downloads, continued by the next run) and
+``tmp/`` (scratch space on the same file system, so renames into place are
+atomic).
 """
 
 from __future__ import annotations
@@ -32,10 +34,3 @@ def names_dir(cache: Path | None = None) -> Path:
 def blob_path(sha256: str, cache: Path | None = None) -> Path:
     """Where a verified file with this sha256 lives in the cache."""
     return (cache or cache_root()) / "blobs" / "sha256" / sha256
-
-
-def scratch_dir(cache: Path | None = None) -> Path:
-    """Scratch space on the cache's file system (created on demand)."""
-    scratch = (cache or cache_root()) / "tmp"
-    scratch.mkdir(parents=True, exist_ok=True)
-    return scratch

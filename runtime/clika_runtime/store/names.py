@@ -13,8 +13,9 @@ import json
 import os
 import tempfile
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from clika_runtime.store.cache import cache_root, names_dir
 
@@ -25,8 +26,10 @@ _SUFFIX = ".json"
 class NameRecord:
     name: str
     source_sha256: str
-    # Cache-relative paths of what the pull downloaded (blobs, links, Hub snapshots).
+    # Cache-relative paths of what the pull downloaded (blobs, links, Hub snapshots); the source first.
     downloads: tuple[str, ...] = ()
+    # Where it came from (a Hub repository's commit and each file's sha256, ...), as JSON values.
+    origin: dict[str, Any] = field(default_factory=dict)
 
 
 def record_path(name: str, cache: Path | None = None) -> Path:
@@ -37,7 +40,12 @@ def write_record(record: NameRecord, cache: Path | None = None) -> None:
     """Record (or replace) what ``record.name`` stands for."""
     path = record_path(record.name, cache)
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"name": record.name, "source_sha256": record.source_sha256, "downloads": list(record.downloads)}
+    body = {
+        "name": record.name,
+        "source_sha256": record.source_sha256,
+        "downloads": list(record.downloads),
+        "origin": record.origin,
+    }
     handle, staged = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
@@ -78,8 +86,15 @@ def _parse(path: Path) -> NameRecord | None:
         data = json.loads(path.read_text(encoding="utf-8"))
         name, sha = data["name"], data["source_sha256"]
         downloads = tuple(str(d) for d in data.get("downloads", ()))
-    except (OSError, ValueError, KeyError, TypeError):
+        origin = data.get("origin") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    if not isinstance(name, str) or not isinstance(sha, str) or not name or not sha:
+    if (
+        not isinstance(name, str)
+        or not isinstance(sha, str)
+        or not name
+        or not sha
+        or not isinstance(origin, dict)
+    ):
         return None
-    return NameRecord(name, sha, downloads)
+    return NameRecord(name, sha, downloads, origin)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from clika_runtime.store.cache import cache_root
 from clika_runtime.store.export_extra import puller, require_puller
 from clika_runtime.store.exports import CachedExport, cached_exports
 from clika_runtime.store.local_model import MANIFEST, ModelError, Say, checked_precision, quiet
@@ -81,4 +82,17 @@ def _remove_downloads(record: NameRecord, say: Say) -> list[Path]:
         if size:
             say(f"removed the download of {record.name} ({human_size(size)}) {path}")
         removed.append(path)
+        _prune_empty_parents(path)
     return removed
+
+
+def _prune_empty_parents(path: Path) -> None:
+    """Remove the folders a download leaves empty, up to (not including) the cache's top level."""
+    root = cache_root().resolve()
+    folder = path.parent
+    while folder != root and folder.parent != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (or not ours to remove): stop here
+        folder = folder.parent
