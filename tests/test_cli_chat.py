@@ -115,6 +115,18 @@ def test_set_show_save_clear_and_load(monkeypatch, capsys, tiny_llama_model, tmp
     assert history == saved  # /clear forgot it, /load brought it back
 
 
+def test_a_store_file_that_is_no_database_is_an_error_not_a_crash(tmp_path):
+    from clika_cli.conversations import ConversationError
+
+    garbage = tmp_path / "conversations.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    conversations = Conversations(garbage)
+    for attempt in (lambda: conversations.save("x", []), lambda: conversations.load("x"), conversations.ids):
+        with pytest.raises(ConversationError, match="cannot open the saved conversations"):
+            attempt()
+    assert garbage.read_bytes() == b"this is not a database" * 100  # left as it was
+
+
 UP, LEFT = "\x1b[A", "\x1b[D"  # what a terminal sends for the arrow keys
 
 

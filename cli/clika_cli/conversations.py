@@ -9,6 +9,7 @@ process.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -57,20 +58,20 @@ class Conversations:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._store = SQLiteStore(self.path)
-            except (OSError, StoreError) as exc:
+            except (OSError, StoreError, sqlite3.Error) as exc:
                 raise ConversationError(f"cannot open the saved conversations: {exc}") from None
         return self._store
 
     def save(self, conversation_id: str, messages: list[dict[str, Any]]) -> None:
         try:
             self._opened().save_now(checked_id(conversation_id), messages)
-        except (ValueError, StoreError) as exc:
+        except (ValueError, StoreError, sqlite3.Error) as exc:
             raise ConversationError(f"cannot save {conversation_id!r}: {exc}") from None
 
     def load(self, conversation_id: str) -> list[dict[str, Any]]:
         try:
             messages = self._opened().get_now(checked_id(conversation_id))
-        except (ValueError, StoreError) as exc:
+        except (ValueError, StoreError, sqlite3.Error) as exc:
             raise ConversationError(f"cannot load {conversation_id!r}: {exc}") from None
         if messages is None:
             known = self.ids()
@@ -82,7 +83,7 @@ class Conversations:
         """Saved ids, the most recently saved first."""
         try:
             return self._opened().list_now()
-        except StoreError as exc:
+        except (StoreError, sqlite3.Error) as exc:
             raise ConversationError(f"cannot list the saved conversations: {exc}") from None
 
     def unused_id(self) -> str:
