@@ -300,3 +300,16 @@ def test_every_export_stage_is_numbered_and_the_step_by_step_ones_show_total_and
             rf"{bar}: 100%\|[^|]*\| (\d+)/(\d+) \[\d\d:\d\d<\d\d:\d\d, [\d.]+{unit}/s\]", pulled.stderr
         )
         assert finished and finished.group(1) == finished.group(2), bar
+
+
+@pytest.mark.slow
+def test_show_tells_a_tool_calling_model_by_its_template(qwen05_gguf):
+    import json
+
+    runner = CliRunner()
+    assert runner.invoke(clika, ["pull", "qwen2.5-coder-0.5b-instruct", "-q"]).exit_code == 0
+    shown = runner.invoke(clika, ["show", "qwen2.5-coder-0.5b-instruct", "--json"], catch_exceptions=False)
+    info = json.loads(shown.stdout)
+    assert info["architecture"]["family"] == "qwen2" and info["tool_call_format"] == "hermes"
+    assert info["reasoning_mode"] == "never" and info["chat_template"]
+    assert info["catalog"]["name"] == "qwen2.5-coder-0.5b-instruct" and "int4" in info["precision"]["pulled"]
