@@ -71,14 +71,7 @@ def chat(
     local = local_model(name, precision, role=role if model else "")
     pulled_note(local)
     loaded = load_model(local, engine, assistant=assistant)
-    # A temperature on the command line takes the sampling policy over whole.
-    overrides = chat_sampling(loaded) if temperature is None else {"temperature": temperature}
-    if seed is not None:
-        overrides["seed"] = seed
-    if prompt_lookup:
-        overrides["prompt_lookup_num_tokens"] = prompt_lookup
-    if assistant is not None:
-        overrides["num_assistant_tokens"] = DEFAULT_ASSISTANT_TOKENS
+    overrides = _reply_overrides(loaded, temperature, seed, prompt_lookup, drafts=assistant is not None)
     repl = ChatRepl(
         loaded,
         system=system,
@@ -99,6 +92,21 @@ def chat(
         say(
             dim(f"saved as {repl.conversation_id!r}; resume with: clika chat --resume {repl.conversation_id}")
         )
+
+
+def _reply_overrides(
+    model: GenerativeModel, temperature: float | None, seed: int | None, prompt_lookup: int, *, drafts: bool
+) -> dict[str, Any]:
+    """How the chat's replies decode, from the command line (``/set`` changes them later)."""
+    # A temperature on the command line takes the sampling policy over whole.
+    overrides = chat_sampling(model) if temperature is None else {"temperature": temperature}
+    if seed is not None:
+        overrides["seed"] = seed
+    if prompt_lookup:
+        overrides["prompt_lookup_num_tokens"] = prompt_lookup
+    if drafts:
+        overrides["num_assistant_tokens"] = DEFAULT_ASSISTANT_TOKENS
+    return overrides
 
 
 def _saved_conversation(conversations: Conversations, resume: str | None) -> list[dict[str, Any]] | None:
