@@ -77,6 +77,19 @@ def test_argument_errors_say_which_word_was_read_as_what(run, tiny_llama_model):
     assert blank.exit_code == 2 and "the prompt given is empty" in blank.output
 
 
+def test_one_word_that_names_a_pulled_model_is_the_model(run, tiny_gguf):
+    from clika_export.pull import source_sha256
+    from clika_runtime.store.names import NameRecord, write_record
+
+    gguf = tiny_gguf("tiny.gguf").path
+    assert run("pull", gguf, "-q").exit_code == 0
+    write_record(NameRecord("my-tiny", source_sha256(gguf)))
+    options = ("--max-tokens", "4", "--temperature", "0", "-q")
+    alone = run("generate", "my-tiny", *options, input="hello")
+    named = run("generate", "my-tiny", "hello", *options)
+    assert alone.exit_code == 0 and alone.stdout == named.stdout and named.stdout.strip()
+
+
 def test_bad_words_get_one_error_line_not_a_traceback(run, tiny_llama_model):
     not_utf8 = run("generate", tiny_llama_model, input=b"ab\xffc")
     assert not_utf8.exit_code == 2

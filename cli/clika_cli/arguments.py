@@ -2,8 +2,8 @@
 
 ``clika generate "Write a haiku"`` runs the default model on that prompt;
 ``clika generate MODEL`` reads the prompt from stdin; ``clika generate MODEL
-PROMPT`` is both. A word names a model when it is a catalog name or a path
-(it exists, or it looks like one). Every refusal says which word was read as
+PROMPT`` is both. A word names a model when it is a catalog name, a name
+pulled before, or a path (it exists, or it looks like one). Every refusal says which word was read as
 what, so a prompt taken for a model (or the reverse) is plain to see.
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from clika_export.catalog import CATALOG, default_model
+from clika_runtime.store.names import read_record
 
 NAME_MAX = 255  # bytes in one file name (one path component) on the file systems we run on
 STDIN = "-"
@@ -47,8 +48,8 @@ def _prompt_or_stdin(word: str) -> str | None:
 
 
 def names_a_model(word: str) -> bool:
-    """True when ``word`` is a catalog name or a path (existing, or shaped like one)."""
-    if word in CATALOG:
+    """True when ``word`` is a catalog name, a name pulled before, or a path (existing, or shaped like one)."""
+    if word in CATALOG or read_record(word) is not None:
         return True
     if "/" in word or word.startswith((".", "~")) or word.lower().endswith(".gguf"):
         return True
