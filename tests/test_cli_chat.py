@@ -110,6 +110,8 @@ def test_set_show_save_clear_and_load(monkeypatch, capsys, tiny_llama_model, tmp
     assert "saved conversations: first" in err and "no saved conversation 'nothing-saved-here'" in err
     assert re.findall(r"^(\d+) tokens, ", err, flags=re.M) == ["4", "3"]  # /set max_tokens took effect
     saved = Conversations(tmp_path / "c.db").load("first")
+    shown_used = int(re.search(r"^context:        (\d+) of 128 tokens used$", err, flags=re.M).group(1))
+    assert shown_used == len(model.tokenizer.encode(model.render(saved[:3])))  # the conversation at /show
     assert [m["role"] for m in saved] == ["system", "user", "assistant", "user", "assistant"]
     assert saved[0]["content"] == "Be brief." and saved[3]["content"] == "again"
     assert history == saved  # /clear forgot it, /load brought it back

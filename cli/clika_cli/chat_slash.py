@@ -17,7 +17,7 @@ HELP = """\
 /set KEY VALUE      change a setting: system, max_tokens, temperature, top_p, top_k, min_p,
                     repetition_penalty, presence_penalty, frequency_penalty, seed
                     (/set system TEXT replaces the system prompt and keeps the conversation)
-/show               the model, the settings and the conversation's length and id
+/show               the model, the settings, the context used and the conversation's id
 /save [ID]          save the conversation (and every later reply) under ID (default: a new id)
 /load [ID]          continue a saved conversation (/load alone lists them)
 /help               this list
@@ -119,14 +119,26 @@ def checked_decode_option(key: str, value: Any) -> Any:
     return value
 
 
+def _context_used(repl: ChatRepl) -> str:
+    """How many of the context window's tokens the conversation takes (as the next turn renders it)."""
+    messages = repl.session.messages
+    if not messages or not repl.model.has_chat_template:
+        return "0"
+    try:
+        return str(len(repl.model.tokenizer.encode(repl.model.render(messages))))
+    except ValueError as exc:  # a template that cannot render this conversation
+        return f"unknown ({exc})"
+
+
 def _show(repl: ChatRepl, _argument: str) -> None:
     model = repl.model
     turns = sum(1 for m in repl.session.messages if m["role"] != "system")
     lines = [
-        f"model:          {repl.name} ({model.max_seq} tokens of context)",
+        f"model:          {repl.name}",
         f"system prompt:  {repl.system!r}" if repl.system else "system prompt:  none",
         f"max_tokens:     {repl.budget}",
         f"sampling:       {json.dumps(repl.overrides, sort_keys=True) if repl.overrides else 'the model defaults'}",
+        f"context:        {_context_used(repl)} of {model.max_seq} tokens used",
         f"conversation:   {turns} turns"
         + (f", saved as {repl.conversation_id!r}" if repl.conversation_id else ", not saved (/save)"),
     ]
