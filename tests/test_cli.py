@@ -64,6 +64,11 @@ def test_argument_errors_say_which_word_was_read_as_what(run, tiny_llama_model):
     empty = run("generate", tiny_llama_model, input="")
     assert empty.exit_code == 2
     assert f"the prompt on stdin is empty ('{tiny_llama_model}' was read as the model)" in empty.output
+    serve = run("serve", "hello there")
+    assert (
+        serve.exit_code == 1
+        and "'hello there' was read as the model (serve takes a model only" in serve.output
+    )
     chat = run("chat", "hello there")
     assert chat.exit_code == 1 and "'hello there' was read as the model (chat takes no message" in chat.output
     unknown_chat = run("chat", tiny_llama_model, "--resume", "never-saved")

@@ -140,7 +140,8 @@ def serve(
         require_server_stack()
     except ImportError as exc:
         raise click.ClickException(str(exc)) from None
-    local = local_model(model or default_model(), precision)
+    role = "read as the model (serve takes a model only; clients send the prompts)"
+    local = local_model(model or default_model(), precision, role=role if model else "")
     pulled_note(local)
     if api_key is None and not _is_loopback(host):
         say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
