@@ -180,6 +180,8 @@ def test_a_person_edits_recalls_saves_and_resumes(tiny_llama_model, tmp_path):
     finally:
         chat.close(force=True)
     assert chat.exitstatus == 0
+    assert (tmp_path / "chat").stat().st_mode & 0o777 == 0o700  # what was typed stays private
+    assert (tmp_path / "chat" / "history").stat().st_mode & 0o077 == 0
     saved = Conversations(tmp_path / "chat" / "conversations.db").load("tiny-chat")
     assert [(m["role"], m["content"]) for m in saved if m["role"] != "assistant"] == [
         ("system", "Be brief."),

@@ -80,8 +80,8 @@ def _append_history(readline, history_file: Path, added: int) -> None:
     if added <= 0:
         return
     try:
-        history_file.parent.mkdir(parents=True, exist_ok=True)
-        history_file.touch(exist_ok=True)
+        history_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        history_file.touch(mode=0o600, exist_ok=True)
         readline.append_history_file(added, history_file)
         readline.set_history_length(HISTORY_LINES)
         readline.clear_history()

@@ -33,6 +33,12 @@ def chat_folder() -> Path:
     return cache_root() / "chat"
 
 
+def private_folder(folder: Path) -> Path:
+    """``folder``, created readable by this user only when new: chats and typed lines are private."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
 def history_file() -> Path:
     return chat_folder() / "history"
 
@@ -56,7 +62,7 @@ class Conversations:
     def _opened(self) -> SQLiteStore:
         if self._store is None:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                private_folder(self.path.parent)
                 self._store = SQLiteStore(self.path)
             except (OSError, StoreError, sqlite3.Error) as exc:
                 raise ConversationError(f"cannot open the saved conversations: {exc}") from None
