@@ -42,6 +42,19 @@ def test_send_keeps_the_history_and_matches_generate(tiny_model, session):
     assert report.finish in ("stop", "length") and session.tool_calls == []
 
 
+def test_a_session_continues_a_conversation_given_as_messages(tiny_model, session):
+    session.send("hello", **GREEDY)
+    kept = session.messages
+    with ChatSession(tiny_model, messages=kept, default_budget=12) as resumed:
+        assert resumed.messages == kept and resumed.messages is not kept
+        reply = resumed.send("and now?", **GREEDY)
+    assert reply == session.send("and now?", **GREEDY)  # the same conversation, the same reply
+    with pytest.raises(ValueError, match="not both"):
+        ChatSession(tiny_model, system="terse", messages=kept)
+    with pytest.raises(ValueError, match="message 0 must be a mapping with a string 'role'"):
+        ChatSession(tiny_model, messages=[{"content": "no role"}])
+
+
 def test_streamed_reply_equals_the_whole_and_joins_history_when_done(session):
     whole = session.complete([*session.messages, {"role": "user", "content": "count"}], **GREEDY)
     pieces = session.send("count", stream=True, **GREEDY)

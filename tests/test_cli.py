@@ -7,9 +7,13 @@ model into the shared cache (a no-op once it is there).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from click.testing import CliRunner
 
+from clika_cli.export_command import export_command
 from clika_cli.main import clika
 from clika_runtime import modelverse
 
@@ -28,7 +32,7 @@ def run(tmp_cache):
 def test_help_lists_every_command(run):
     result = run("--help")
     assert result.exit_code == 0
-    for command in ("chat", "generate", "serve", "pull", "list", "rm", "bench", "eval"):
+    for command in ("chat", "generate", "serve", "pull", "list", "show", "rm", "bench", "eval"):
         assert f"  {command} " in result.output
 
 
@@ -50,6 +54,73 @@ def test_a_family_the_export_does_not_build_is_refused_by_name(run, tmp_cache):
 def test_a_bad_name_says_why(run, spec, words):
     result = run("pull", spec)
     assert result.exit_code == 1 and words in result.output
+
+
+def test_argument_errors_say_which_word_was_read_as_what(run, tiny_llama_model):
+    unknown = run("generate", "no-such-model", "hi")
+    assert unknown.exit_code == 1
+    assert "unknown model 'no-such-model'" in unknown.output
+    assert "'no-such-model' was read as the model (the prompt: 'hi')" in unknown.output
+    empty = run("generate", tiny_llama_model, input="")
+    assert empty.exit_code == 2
+    assert f"the prompt on stdin is empty ('{tiny_llama_model}' was read as the model)" in empty.output
+    serve = run("serve", "hello there")
+    assert (
+        serve.exit_code == 1
+        and "'hello there' was read as the model (serve takes a model only" in serve.output
+    )
+    chat = run("chat", "hello there")
+    assert chat.exit_code == 1 and "'hello there' was read as the model (chat takes no message" in chat.output
+    unknown_chat = run("chat", tiny_llama_model, "--resume", "never-saved")
+    assert (
+        unknown_chat.exit_code == 1
+        and "no saved conversation 'never-saved' (none is saved yet)" in unknown_chat.output
+    )
+    both = run("chat", tiny_llama_model, "--resume", "x", "--system", "terse")
+    assert both.exit_code == 2 and "--system and --resume exclude each other" in both.output
+    blank = run("generate", tiny_llama_model, "  ")
+    assert blank.exit_code == 2 and "the prompt given is empty" in blank.output
+
+
+def test_one_word_that_names_a_pulled_model_is_the_model(run, tiny_gguf):
+    from clika_export.pull import source_sha256
+    from clika_runtime.store.names import NameRecord, write_record
+
+    gguf = tiny_gguf("tiny.gguf").path
+    assert run("pull", gguf, "-q").exit_code == 0
+    write_record(NameRecord("my-tiny", source_sha256(gguf)))
+    options = ("--max-tokens", "4", "--temperature", "0", "-q")
+    alone = run("generate", "my-tiny", *options, input="hello")
+    named = run("generate", "my-tiny", "hello", *options)
+    assert alone.exit_code == 0 and alone.stdout == named.stdout and named.stdout.strip()
+
+
+def test_bad_words_get_one_error_line_not_a_traceback(run, tiny_llama_model):
+    not_utf8 = run("generate", tiny_llama_model, input=b"ab\xffc")
+    assert not_utf8.exit_code == 2
+    assert "Error: the prompt on stdin is not UTF-8 text: byte 0xff at offset 2" in not_utf8.output
+    long_name = "m" * 300
+    for command in (
+        ("generate", long_name, "hi"),
+        ("chat", long_name),
+        ("pull", long_name),
+        ("rm", long_name),
+    ):
+        result = run(*command)
+        assert result.exit_code == 2, command
+        assert "(300 bytes) was read as the model" in result.output and "Traceback" not in result.output
+    # Bytes that are not UTF-8 reach Python as lone surrogates, in a chat line as on the command line.
+    command = [sys.executable, "-m", "clika_cli.main", "chat", str(tiny_llama_model), "--max-tokens", "2"]
+    chat = subprocess.run(command, input=b"hel\xfflo\n/exit\n", capture_output=True, check=False)
+    assert chat.returncode == 0 and b"Traceback" not in chat.stderr
+    assert b"Error: the line was not sent: byte 0xff at character 3 is not UTF-8 text" in chat.stderr
+    argv = run("generate", tiny_llama_model, "a\udcffb")
+    assert argv.exit_code == 2 and "the prompt: byte 0xff at character 1 is not UTF-8 text" in argv.output
+    for command in (("generate", tiny_llama_model, "hi"), ("chat",), ("bench",), ("eval",)):
+        too_many = run(*command, "--threads", "100000")
+        assert too_many.exit_code == 2 and "100000 is more than this machine's" in too_many.output, command
+    exporting = CliRunner().invoke(export_command, [str(tiny_llama_model), "-o", "x", "--threads", "100000"])
+    assert exporting.exit_code == 2 and "100000 is more than this machine's" in exporting.output
 
 
 def test_a_path_that_is_no_model_is_refused(run, tmp_path):
@@ -143,3 +214,120 @@ def test_pulling_the_default_model_twice_does_the_work_once(smollm2_gguf):
     assert again.exit_code == 0 and "smollm2-135m-instruct (int4," in again.stdout
     assert "already pulled; nothing to do" in again.stdout
     assert again.stdout.count("\n") == 1  # one line: no download, verify or export ran again
+
+
+@pytest.mark.slow
+def test_one_word_that_names_no_model_is_the_prompt_of_the_default_model(smollm2_gguf):
+    from clika_export.catalog import default_model
+
+    runner = CliRunner()
+    options = ["--max-tokens", "12", "--temperature", "0"]
+    alone = runner.invoke(clika, ["generate", "Write a haiku", *options], catch_exceptions=False)
+    named = runner.invoke(clika, ["generate", default_model(), "Write a haiku", *options, "-q"])
+    assert alone.exit_code == 0 and named.exit_code == 0
+    assert f"model: {default_model()} (the default" in alone.stderr
+    assert alone.stdout == named.stdout and alone.stdout.strip()
+
+
+def test_a_manifest_that_is_no_object_is_no_export(run, tmp_cache):
+    debris = tmp_cache / "exports" / "debris"
+    debris.mkdir(parents=True)
+    (debris / "manifest.json").write_text("[1, 2]")
+    listed = run("list")
+    assert listed.exit_code == 0 and listed.output.startswith("no models pulled yet")
+    refused = run("rm", "debris")
+    assert (
+        refused.exit_code == 1 and refused.output == "Error: debris is not in the cache (see `clika list`)\n"
+    )
+    assert debris.is_dir()
+
+
+def test_rm_of_a_cache_entry_that_is_a_symlink_removes_the_link_only(run, tmp_cache, tiny_llama_model):
+    (tmp_cache / "exports").mkdir(parents=True)
+    link = tmp_cache / "exports" / "linked"
+    link.symlink_to(tiny_llama_model, target_is_directory=True)
+    name = run("list").stdout.splitlines()[1].split()[0]
+    removed = run("rm", name)
+    assert removed.exit_code == 0 and f"removed the link {link}" in removed.output
+    assert not link.is_symlink() and (tiny_llama_model / "manifest.json").is_file()  # its target is kept
+
+
+def test_list_and_show_as_json(run, tiny_gguf, tmp_cache):
+    import json
+
+    from clika_export.catalog import default_model
+
+    assert json.loads(run("list", "--json").stdout) == []
+    gguf = tiny_gguf("tiny.gguf").path
+    assert run("pull", gguf, "-q").exit_code == 0
+    (listed,) = json.loads(run("list", "--json").stdout)
+    assert listed["name"] == "tiny" and listed["precision"] == "int4" and listed["size_bytes"] > 0
+    folder = listed["path"]
+    for spec in ("tiny", folder):
+        shown = json.loads(run("show", spec, "--json").stdout)
+        assert shown["path"] == folder and shown["precision"]["weights"] == "int4"
+        assert shown["precision"]["pulled"] == ["int4"] and shown["precision"]["choices"] == [
+            "int4",
+            "int8",
+            "fp32",
+        ]
+        assert shown["architecture"]["family"] == "llama" and shown["context_window"] > 0
+        assert shown["reasoning_mode"] == "never" and "reference_check" in shown["quality"]
+        assert shown["size_bytes"] == listed["size_bytes"] and shown["source"]["source_format"] == "gguf"
+    text = run("show", "tiny").stdout
+    assert "context_window:" in text and "tool_call_format:" in text and "weights=int4" in text
+
+    available = json.loads(run("list", "--available", "--json").stdout)
+    by_name = {row["name"]: row for row in available}
+    assert by_name[default_model()]["default"] and all(row["download_bytes"] > 0 for row in available)
+    assert all(row["purpose"] for row in available) and by_name["gemma-3-270m"]["exportable"] is False
+    table = run("list", "--available").stdout.splitlines()
+    assert table[0].split() == ["NAME", "DOWNLOAD", "PULLED", "FOR"] and len(table) == len(available) + 1
+
+    not_pulled = json.loads(run("show", default_model(), "--json").stdout)
+    assert not_pulled["pull"] == f"clika pull {default_model()}" and not_pulled["pulled"] == []
+    unknown = run("show", "no-such-model")
+    assert (
+        unknown.exit_code == 1 and unknown.output.startswith("Error: ") and "no-such-model" in unknown.output
+    )
+
+
+def test_a_model_folder_whose_manifest_is_no_object_is_one_error_line(run, tmp_path):
+    folder = tmp_path / "odd-model"
+    folder.mkdir()
+    for text in ("[1, 2]", '"a string"', "null"):
+        (folder / "manifest.json").write_text(text)
+        for command in (("show", folder), ("generate", folder, "hi")):
+            result = run(*command)
+            assert result.exit_code == 1, (text, command)
+            assert result.output.startswith("Error: ") and result.output.count("\n") == 1, result.output
+            assert "manifest.json is not a JSON object" in result.output
+
+
+def test_every_export_stage_is_numbered_and_the_step_by_step_ones_show_total_and_time_left(run, tiny_gguf):
+    import re
+
+    pulled = run("pull", tiny_gguf("tiny.gguf").path)
+    assert pulled.exit_code == 0
+    stages = re.findall(r"^clika-export: \[(\d)/(\d)\] (.+) \.\.\.$", pulled.stderr, flags=re.M)
+    assert [(int(n), int(of)) for n, of, _ in stages] == [(n, 6) for n in range(1, 7)]
+    assert stages[2][2] == "quantizing to int4"
+    for bar, unit in (("building graph", "layer"), ("quantizing to int4", "matrix")):
+        # tqdm's bar: done/total [elapsed<time left, rate]
+        finished = re.search(
+            rf"{bar}: 100%\|[^|]*\| (\d+)/(\d+) \[\d\d:\d\d<\d\d:\d\d, [\d.]+{unit}/s\]", pulled.stderr
+        )
+        assert finished and finished.group(1) == finished.group(2), bar
+
+
+@pytest.mark.slow
+def test_show_tells_a_tool_calling_model_by_its_template(qwen05_gguf):
+    import json
+
+    runner = CliRunner()
+    assert runner.invoke(clika, ["pull", "qwen2.5-coder-0.5b-instruct", "-q"]).exit_code == 0
+    shown = runner.invoke(clika, ["show", "qwen2.5-coder-0.5b-instruct", "--json"], catch_exceptions=False)
+    info = json.loads(shown.stdout)
+    assert info["architecture"]["family"] == "qwen2" and info["tool_call_format"] == "hermes"
+    assert info["reasoning_mode"] == "never" and info["chat_template"]
+    assert info["catalog"]["name"] == "qwen2.5-coder-0.5b-instruct" and "int4" in info["precision"]["pulled"]

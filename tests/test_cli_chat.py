@@ -14,7 +14,9 @@ import sys
 
 import pytest
 
-from clika_cli.chat_command import ChatRepl, read_message
+from clika_cli.chat_input import read_message
+from clika_cli.chat_repl import ChatRepl
+from clika_cli.conversations import Conversations
 from clika_runtime import modelverse
 
 PROMPT = ">>> "
@@ -51,9 +53,15 @@ def test_a_triple_quoted_block_spans_lines(monkeypatch):
     assert read_message() == "all on one line"
 
 
-def test_commands_change_the_session_and_eof_leaves(monkeypatch, capsys, tiny_llama_model):
+def test_commands_change_the_session_and_eof_leaves(monkeypatch, capsys, tiny_llama_model, tmp_path):
     model = modelverse.load(tiny_llama_model, threads=1)
-    repl = ChatRepl(model, system=None, budget=4, overrides={"temperature": 0.0})
+    repl = ChatRepl(
+        model,
+        system=None,
+        budget=4,
+        overrides={"temperature": 0.0},
+        conversations=Conversations(tmp_path / "c.db"),
+    )
     typed(monkeypatch, "hello", "/system Be brief.", "/system", "again", "/nope", "/help", "/reset")
     try:
         repl.run()  # returns at the end of input (EOF)
@@ -67,8 +75,125 @@ def test_commands_change_the_session_and_eof_leaves(monkeypatch, capsys, tiny_ll
     assert history == [{"role": "system", "content": "Be brief."}]  # /system began anew, /reset kept it
 
 
+def test_set_show_save_clear_and_load(monkeypatch, capsys, tiny_llama_model, tmp_path):
+    model = modelverse.load(tiny_llama_model, threads=1)
+    conversations = Conversations(tmp_path / "c.db")
+    repl = ChatRepl(model, system=None, budget=4, overrides={"temperature": 0.0}, conversations=conversations)
+    typed(
+        monkeypatch,
+        "hello",
+        "/set max_tokens 3",
+        "/set top_p 2",
+        "/set top_k many",
+        "/set warmth 1",
+        "/set system Be brief.",
+        "/set temperature 0",
+        "/show",
+        "/save first",
+        "again",  # saved too: the chat is bound to "first" now
+        "/clear",
+        "/load",
+        "/load nothing-saved-here",
+        "/load first",
+    )
+    try:
+        repl.run()
+        history = repl.session.messages
+    finally:
+        repl.close()
+        model.close()
+    err = capsys.readouterr().err
+    assert "Error: /set top_p:" in err and "Error: /set top_k: 'many' is not an integer" in err
+    assert "Error: /set: unknown setting 'warmth'" in err
+    assert "max_tokens:     3" in err and "system prompt:  'Be brief.'" in err and '"temperature": 0.0' in err
+    assert "resume with: clika chat --resume first" in err
+    assert "saved conversations: first" in err and "no saved conversation 'nothing-saved-here'" in err
+    assert re.findall(r"^(\d+) tokens, ", err, flags=re.M) == ["4", "3"]  # /set max_tokens took effect
+    saved = Conversations(tmp_path / "c.db").load("first")
+    shown_used = int(re.search(r"^context:        (\d+) of 128 tokens used$", err, flags=re.M).group(1))
+    assert shown_used == len(model.tokenizer.encode(model.render(saved[:3])))  # the conversation at /show
+    assert [m["role"] for m in saved] == ["system", "user", "assistant", "user", "assistant"]
+    assert saved[0]["content"] == "Be brief." and saved[3]["content"] == "again"
+    assert history == saved  # /clear forgot it, /load brought it back
+
+
+def test_a_store_file_that_is_no_database_is_an_error_not_a_crash(tmp_path):
+    from clika_cli.conversations import ConversationError
+
+    garbage = tmp_path / "conversations.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    conversations = Conversations(garbage)
+    for attempt in (lambda: conversations.save("x", []), lambda: conversations.load("x"), conversations.ids):
+        with pytest.raises(ConversationError, match="cannot open the saved conversations"):
+            attempt()
+    assert garbage.read_bytes() == b"this is not a database" * 100  # left as it was
+
+
+UP, LEFT = "\x1b[A", "\x1b[D"  # what a terminal sends for the arrow keys
+
+
+def spawn_chat(pexpect, *args: str, cache) -> object:
+    env = {**os.environ, "TERM": "dumb", "CLIKA_CACHE": str(cache)}
+    chat = pexpect.spawn(
+        sys.executable, ["-m", "clika_cli.main", "chat", *args], env=env, encoding="utf-8", timeout=120
+    )
+    chat.expect_exact(PROMPT)
+    return chat
+
+
+def test_a_person_edits_recalls_saves_and_resumes(tiny_llama_model, tmp_path):
+    pexpect = pytest.importorskip("pexpect")
+    options = (str(tiny_llama_model), "--temperature", "0", "--max-tokens", "3", "--threads", "1")
+    chat = spawn_chat(pexpect, *options, cache=tmp_path)
+    try:
+
+        def command(line: str, answer: str) -> None:
+            chat.sendline(line)
+            chat.expect_exact(answer)
+            chat.expect_exact(PROMPT)
+
+        chat.send("helo" + LEFT + LEFT + "l\r")  # "helo", two steps left, an "l" typed in: "hello"
+        chat.expect(STATS)
+        chat.expect_exact(PROMPT)
+        command("/set system Be brief.", "system prompt set")
+        command("/set max_tokens 2", "max_tokens = 2")
+        command("/show", "system prompt:  'Be brief.'")
+        command("/save tiny-chat", "resume with: clika chat --resume tiny-chat")
+        command("/clear", "conversation cleared")
+        command("/load tiny-chat", "loaded 'tiny-chat': 2 turns")
+        command("/help", "/load [ID]")
+        chat.sendline("/exit")
+        chat.expect(pexpect.EOF)
+    finally:
+        chat.close(force=True)
+    assert chat.exitstatus == 0
+
+    chat = spawn_chat(pexpect, *options, "--resume", "tiny-chat", cache=tmp_path)
+    try:
+        # The history of the first run, newest first: /exit, /help, ... , /set system, hello.
+        chat.send(UP * 9 + "\r")
+        chat.expect(STATS)
+        chat.expect_exact(PROMPT)
+        chat.sendline("/exit")
+        chat.expect_exact("resume with: clika chat --resume tiny-chat")
+        chat.expect(pexpect.EOF)
+    finally:
+        chat.close(force=True)
+    assert chat.exitstatus == 0
+    assert (tmp_path / "chat").stat().st_mode & 0o777 == 0o700  # what was typed stays private
+    assert (tmp_path / "chat" / "history").stat().st_mode & 0o077 == 0
+    saved = Conversations(tmp_path / "chat" / "conversations.db").load("tiny-chat")
+    assert [(m["role"], m["content"]) for m in saved if m["role"] != "assistant"] == [
+        ("system", "Be brief."),
+        ("user", "hello"),  # the line as edited
+        ("user", "hello"),  # recalled from the first run's history, saved after its reply
+    ]
+
+
 @pytest.mark.slow
-def test_a_person_chats_resets_interrupts_and_leaves(smollm2_gguf):
+def test_a_person_chats_saves_resets_interrupts_leaves_and_resumes(smollm2_gguf, tmp_path, monkeypatch):
+    # Saved chats and the line history go to a fresh folder; the models stay in the shared cache.
+    monkeypatch.setenv("CLIKA_CHAT_HOME", str(tmp_path))
     pexpect = pytest.importorskip("pexpect")
     command = [
         "-m",
@@ -101,6 +226,9 @@ def test_a_person_chats_resets_interrupts_and_leaves(smollm2_gguf):
 
         turn("My name is Ada. Please remember it.")
         assert "Ada" in turn("What is my name?")[0]  # the second turn sees the first
+        chat.sendline("/save ada-test")
+        chat.expect_exact("resume with: clika chat --resume ada-test")
+        chat.expect_exact(PROMPT)
 
         chat.sendline("/reset")
         chat.expect_exact("conversation cleared")
@@ -121,6 +249,23 @@ def test_a_person_chats_resets_interrupts_and_leaves(smollm2_gguf):
         chat.sendintr()
         chat.expect_exact("again")
         chat.sendintr()
+        chat.expect(pexpect.EOF)
+    finally:
+        chat.close(force=True)
+    assert chat.exitstatus == 0
+
+    chat = pexpect.spawn(
+        sys.executable,
+        [*command, "--resume", "ada-test"],
+        env={**os.environ, "TERM": "dumb"},
+        encoding="utf-8",
+        timeout=120,
+    )
+    try:
+        chat.expect_exact("resumed 'ada-test' (4 turns)")
+        chat.expect_exact(PROMPT)
+        assert "Ada" in turn("What is my name?")[0]  # a new process, the saved conversation
+        chat.sendline("/exit")
         chat.expect(pexpect.EOF)
     finally:
         chat.close(force=True)

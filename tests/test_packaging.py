@@ -178,6 +178,45 @@ def test_a_runtime_only_install_resolves_lists_runs_and_removes_pulled_models(
     assert clika("list").stderr.startswith("no models pulled yet")
 
 
+def test_a_runtime_only_install_shows_lists_as_json_and_chats_by_name(
+    runtime_venv: Path, tiny_gguf, tmp_cache: Path, tmp_path: Path
+) -> None:
+    """show, list --json, list --available and chat (with /save) need nothing of the export extra."""
+    import json
+
+    from clika_export.pull import source_sha256
+    from clika_runtime.store import resolve
+    from clika_runtime.store.names import NameRecord, write_record
+
+    gguf = tiny_gguf("tiny.gguf").path
+    folder = resolve(gguf, progress=False).folder
+    write_record(NameRecord("tiny-chat", source_sha256(gguf)))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CLIKA_CACHE": str(tmp_cache)}
+
+    def clika(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        command = [str(runtime_venv.parent / "clika"), *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, input=input, capture_output=True, text=True)
+
+    listed = clika("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(row["name"], row["path"]) for row in json.loads(listed.stdout)] == [("tiny-chat", str(folder))]
+    shown = clika("show", "tiny-chat", "--json")
+    assert shown.returncode == 0, shown.stderr
+    info = json.loads(shown.stdout)
+    assert info["path"] == str(folder) and info["precision"]["weights"] == "int4"
+    assert info["architecture"]["family"] == "llama" and "reference_check" in info["quality"]
+    available = clika("list", "--available", "--json")
+    assert available.returncode == 0, available.stderr
+    assert all(row["exportable"] is None for row in json.loads(available.stdout))  # no export extra to ask
+
+    chatted = clika(
+        "chat", "tiny-chat", "--max-tokens", "3", "--temperature", "0", input="hello\n/save kept\n/exit\n"
+    )
+    assert chatted.returncode == 0, chatted.stderr
+    assert "resume with: clika chat --resume kept" in chatted.stderr and "Traceback" not in chatted.stderr
+    assert (tmp_cache / "chat" / "conversations.db").is_file()
+
+
 def test_the_catalog_fetches_in_an_environment_without_pip(
     wheel: Path, wheelhouse, tmp_cache, tmp_path
 ) -> None:

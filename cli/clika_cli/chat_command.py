@@ -1,9 +1,8 @@
-"""``clika chat``: a conversation in the terminal, streamed, kept in a ChatSession.
+"""``clika chat``: a conversation in the terminal, streamed, with line editing, history and saved chats.
 
-Input: a line; a line ending in ``\\`` continues on the next; a ``\"\"\"`` line
-opens a block that the next ``\"\"\"`` closes. Ctrl-C during a reply stops it
-(what was said stays in the conversation); Ctrl-C at the prompt twice in a
-row, ``/exit`` or EOF (Ctrl-D) leaves.
+The loop lives in ``chat_repl``, the slash commands in ``chat_slash``, line
+reading and history in ``chat_input`` and saved conversations in
+``conversations``.
 """
 
 from __future__ import annotations
@@ -13,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from clika_cli.arguments import checked_text
+from clika_cli.chat_input import line_editing
+from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import (
     EngineChoice,
     dim,
-    draft_tally,
     engine_options,
     load_model,
     local_model,
@@ -25,33 +26,30 @@ from clika_cli.common import (
     reply_options,
     say,
 )
-from clika_cli.models import DEFAULT_MODEL
+from clika_cli.conversations import ConversationError, Conversations, history_file
+from clika_export.catalog import default_model
 
 if TYPE_CHECKING:
-    from clika_runtime.chat.session import ChatSession
     from clika_runtime.modelverse import GenerativeModel
 
-PROMPT, MORE = ">>> ", "... "
-BLOCK = '"""'
-HELP = """\
-/reset          forget the conversation (the system prompt stays)
-/system TEXT    set the system prompt and start a new conversation (/system alone shows it)
-/help           this list
-/exit           leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
-A line ending in \\ continues on the next line; \"\"\" opens and closes a multi-line block.
-Ctrl-C during a reply stops the reply."""
 
-
-@click.command()
-@click.argument("model", required=False, default=DEFAULT_MODEL)
+@click.command(help=f"Chat with MODEL (default: {default_model()}, pulled on first use).")
+@click.argument("model", required=False, default=None)
 @precision_option
 @click.option("--system", default=None, help="System prompt.")
+@click.option(
+    "--resume",
+    default=None,
+    metavar="ID",
+    help="Continue the conversation saved under ID (/save in a chat; /load lists them).",
+)
 @reply_options(max_tokens=512)
 @engine_options
 def chat(
-    model: str,
+    model: str | None,
     precision: str | None,
     system: str | None,
+    resume: str | None,
     max_tokens: int,
     temperature: float | None,
     seed: int | None,
@@ -59,23 +57,85 @@ def chat(
     prompt_lookup: int,
     engine: EngineChoice,
 ) -> None:
-    """Chat with MODEL (default: smollm2-135m-instruct, pulled on first use)."""
-    local = local_model(model, precision)
+    if resume is not None and system is not None:
+        raise click.UsageError(
+            "--system and --resume exclude each other (a saved chat has its own system prompt)"
+        )
+    if system is not None:
+        checked_text(system, "--system")
+    conversations = Conversations()
+    saved = _saved_conversation(conversations, resume)
+    name = model or default_model()
+    role = "read as the model (chat takes no message on the command line: type it at the prompt)"
+    local = local_model(name, precision, role=role if model else "")
     pulled_note(local)
     loaded = load_model(local, engine, assistant=assistant)
+    overrides = _reply_overrides(loaded, temperature, seed, prompt_lookup)
+    repl = ChatRepl(
+        loaded,
+        system=system,
+        budget=max_tokens,
+        overrides=overrides,
+        name=local.name,
+        conversations=conversations,
+    )
+    try:
+        if resume is not None and saved is not None:
+            _resume(repl, resume, saved)
+        say(dim("/help lists the commands; Ctrl-D or /exit leaves."))
+        _run_interactively(repl)
+    finally:
+        repl.close()
+        loaded.close()
+    if repl.conversation_id is not None:
+        say(
+            dim(f"saved as {repl.conversation_id!r}; resume with: clika chat --resume {repl.conversation_id}")
+        )
+
+
+def _reply_overrides(
+    model: GenerativeModel, temperature: float | None, seed: int | None, prompt_lookup: int
+) -> dict[str, Any]:
+    """How the chat's replies decode, from the command line (``/set`` changes them later)."""
     # A temperature on the command line takes the sampling policy over whole.
-    overrides = chat_sampling(loaded) if temperature is None else {"temperature": temperature}
+    overrides = chat_sampling(model) if temperature is None else {"temperature": temperature}
     if seed is not None:
         overrides["seed"] = seed
     if prompt_lookup:
         overrides["prompt_lookup_num_tokens"] = prompt_lookup
-    say(dim("/help lists the commands; Ctrl-D or /exit leaves."))
-    repl = ChatRepl(loaded, system=system, budget=max_tokens, overrides=overrides)
+    return overrides
+
+
+def _saved_conversation(conversations: Conversations, resume: str | None) -> list[dict[str, Any]] | None:
+    """The transcript ``--resume`` names, read before the model loads so a wrong id fails fast."""
+    if resume is None:
+        return None
     try:
+        return conversations.load(resume)
+    except ConversationError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _resume(repl: ChatRepl, conversation_id: str, saved: list[dict[str, Any]]) -> None:
+    try:
+        turns = repl.adopt(conversation_id, saved)
+    except ConversationError as exc:
+        raise click.ClickException(str(exc)) from None
+    say(dim(f"resumed {conversation_id!r} ({turns} turns)"))
+    last = next((m for m in reversed(saved) if m.get("role") == "assistant"), None)
+    if last is not None and isinstance(last.get("content"), str):
+        say(dim("last reply: ") + last["content"])
+
+
+def _run_interactively(repl: ChatRepl) -> None:
+    """The loop, with line editing and history when a person types (stdin is a terminal)."""
+    if not sys.stdin.isatty():
         repl.run()
-    finally:
-        repl.close()
-        loaded.close()
+        return
+    with line_editing(history_file()) as warning:
+        if warning:
+            say(dim(warning))
+        repl.run()
 
 
 # What an interactive chat samples with when the checkpoint names no policy of its
@@ -90,125 +150,3 @@ def chat_sampling(model: GenerativeModel) -> dict[str, Any]:
     if model.defaults.temperature > 0:
         return {}
     return dict(INTERACTIVE_SAMPLING)
-
-
-class ChatRepl:
-    """The read-reply loop over one ChatSession (replaced by /system)."""
-
-    def __init__(self, model: GenerativeModel, *, system: str | None, budget: int, overrides: dict) -> None:
-        self.model = model
-        self.system = system
-        self.budget = budget
-        self.overrides: dict[str, Any] = overrides
-        self.session: ChatSession = self._new_session()
-
-    def _new_session(self) -> ChatSession:
-        return self.model.chat_session(system=self.system, default_budget=self.budget)
-
-    def close(self) -> None:
-        self.session.close()
-
-    def run(self) -> None:
-        interrupted = False  # the last prompt ended in Ctrl-C
-        while True:
-            try:
-                text = read_message()
-            except EOFError:
-                click.echo()
-                return
-            except KeyboardInterrupt:
-                click.echo()
-                if interrupted:
-                    return
-                interrupted = True
-                say(dim("(Ctrl-C again, /exit or Ctrl-D to leave)"))
-                continue
-            interrupted = False
-            if not text:
-                continue
-            if text.startswith("/"):
-                if not self.command(text):
-                    return
-                continue
-            self.reply(text)
-
-    def reply(self, text: str) -> None:
-        pieces = self.session.send(text, stream=True, **self.overrides)
-        try:
-            for piece in pieces:
-                if isinstance(piece, str):
-                    sys.stdout.write(piece)
-                    sys.stdout.flush()
-        except KeyboardInterrupt:
-            pieces.close()  # type: ignore[attr-defined]  # cancels the decode; the partial reply stays
-            click.echo()
-            say(dim("[stopped]"))
-        else:
-            click.echo()
-        self.stats()
-
-    def stats(self) -> None:
-        report = self.session.report
-        if report is None:
-            return
-        parts = [f"{report.completion_tokens} tokens"]
-        if report.decode_tokens_per_s:
-            parts.append(f"{report.decode_tokens_per_s:.1f} tokens/s")
-        if report.time_to_first_token_s is not None:
-            parts.append(f"first token {report.time_to_first_token_s:.2f} s")
-        tally = draft_tally(report)
-        if tally:
-            parts.append(tally)
-        say(dim(", ".join(parts)))
-
-    def command(self, line: str) -> bool:
-        """Run a slash command; False when the chat should end."""
-        name, _, argument = line.partition(" ")
-        argument = argument.strip()
-        if name in ("/exit", "/quit", "/bye"):
-            return False
-        if name == "/help":
-            say(HELP)
-        elif name == "/reset":
-            self.session.reset()
-            say(dim("(conversation cleared)"))
-        elif name == "/system":
-            self._system(argument)
-        else:
-            say(f"unknown command {name}; /help lists them")
-        return True
-
-    def _system(self, text: str) -> None:
-        if not text:
-            say(f"system prompt: {self.system!r}" if self.system else "no system prompt")
-            return
-        self.session.close()
-        self.system = text
-        self.session = self._new_session()
-        say(dim("(system prompt set; new conversation)"))
-
-
-def read_message() -> str:
-    """One message: a line, continued lines (``\\``), or a triple-quoted block; stripped."""
-    line = input(PROMPT)
-    stripped = line.strip()
-    if stripped.startswith(BLOCK):
-        return _read_block(stripped[len(BLOCK) :])
-    lines = []
-    while line.endswith("\\"):
-        lines.append(line[:-1])
-        line = input(MORE)
-    lines.append(line)
-    return "\n".join(lines).strip()
-
-
-def _read_block(first: str) -> str:
-    if first.endswith(BLOCK):  # """one line"""
-        return first[: -len(BLOCK)].strip()
-    lines = [first] if first else []
-    while True:
-        line = input(MORE)
-        if line.rstrip().endswith(BLOCK):
-            lines.append(line.rstrip()[: -len(BLOCK)])
-            return "\n".join(lines).strip()
-        lines.append(line)

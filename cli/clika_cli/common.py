@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from clika_cli.arguments import check_model_word
 from clika_cli.models import PRECISIONS, LocalModel, ModelError, human_size, resolve
 from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
 from clika_runtime.engine.config import MAX_DRAFT_TOKENS
@@ -26,11 +28,28 @@ precision_option = click.option(
     default=None,
     help="Weight precision of the export (default: int4; an exported folder keeps its own).",
 )
+# More ONNX Runtime threads than logical CPUs only take turns on the same cores
+# (and spinning ones fight each other), so more is refused.
+MAX_THREADS = os.cpu_count() or 1
+
+
+def at_most_max_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """A click callback: a thread count the user gave above MAX_THREADS is a usage error."""
+    given = ctx.get_parameter_source(param.name or "") is not click.core.ParameterSource.DEFAULT
+    if given and value is not None and value > MAX_THREADS:
+        raise click.BadParameter(
+            f"{value} is more than this machine's {MAX_THREADS} logical CPUs (at most {MAX_THREADS})",
+            param=param,
+        )
+    return value
+
+
 _threads = click.option(
     "--threads",
     type=click.IntRange(min=1),
+    callback=at_most_max_threads,
     default=None,
-    help="ONNX Runtime threads (default: one per core).",
+    help=f"ONNX Runtime threads, 1 to {MAX_THREADS} (this machine's logical CPUs; default: one per core).",
 )
 _kv_cache_mode = click.option(
     "--kv-cache-mode",
@@ -144,14 +163,20 @@ def dim(text: str) -> str:
     return click.style(text, dim=True) if sys.stderr.isatty() else text
 
 
-def local_model(spec: str, precision: str | None, *, pull: bool = True, quiet: bool = False) -> LocalModel:
-    """Resolve ``spec`` (pulling it when needed), turning a ModelError into a clean CLI error."""
+def local_model(
+    spec: str, precision: str | None, *, pull: bool = True, quiet: bool = False, role: str = ""
+) -> LocalModel:
+    """Resolve ``spec`` (pulling it when needed), turning a ModelError into a clean CLI error.
+
+    ``role`` says how ``spec`` came to be read as the model, for the error.
+    """
+    check_model_word(spec)
     try:
         return resolve(
             spec, precision, pull=pull, say=(lambda _t: None) if quiet else say, progress=not quiet
         )
     except ModelError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(f"{exc}; {spec!r} was {role}" if role else str(exc)) from None
 
 
 def load_model(

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from clika_cli.common import at_most_max_threads
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
@@ -31,8 +33,9 @@ import click
 @click.option(
     "--threads",
     type=click.IntRange(min=1),
+    callback=at_most_max_threads,
     default=None,
-    help="ONNX Runtime threads for the export's check (default: ORT's).",
+    help="ONNX Runtime threads for the export's check (default: ORT's; at most one per logical CPU).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--no-verify", is_flag=True, help="Skip the check against the float reference.")

@@ -8,14 +8,22 @@ from pathlib import Path
 
 import click
 
-from clika_cli.common import local_model, precision_option, pulled_note, say, threads_option
-from clika_cli.models import DEFAULT_MODEL, LocalModel
+from clika_cli.common import (
+    at_most_max_threads,
+    local_model,
+    precision_option,
+    pulled_note,
+    say,
+    threads_option,
+)
+from clika_cli.models import LocalModel
+from clika_export.catalog import default_model
 
 BENCH_SCRIPT = "run.py"
 
 
 @click.command()
-@click.argument("model", required=False, default=DEFAULT_MODEL)
+@click.argument("model", required=False, default=default_model())
 @precision_option
 @click.option("--workloads", default="W1,W2,W3,W4", show_default=True, help="Comma list of W1-W4.")
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True)
@@ -25,7 +33,9 @@ BENCH_SCRIPT = "run.py"
     show_default=True,
     help="Comma list (peers: llama-cpp-python, onnxruntime-genai).",
 )
-@click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--threads", type=click.IntRange(min=1), callback=at_most_max_threads, default=2, show_default=True
+)
 @click.option(
     "--benchmarks",
     "bench_dir",
@@ -96,7 +106,7 @@ def _catalog_name_of(folder: Path) -> str | None:
 
 
 @click.command(name="eval")
-@click.argument("model", required=False, default=DEFAULT_MODEL)
+@click.argument("model", required=False, default=default_model())
 @precision_option
 @click.option(
     "--tokens", type=click.IntRange(min=64), default=4096, show_default=True, help="Perplexity token budget."

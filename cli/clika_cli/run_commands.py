@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from clika_cli.arguments import ModelAndPrompt, checked_text, read_model_and_prompt, read_stdin_prompt
 from clika_cli.common import (
     EngineChoice,
     assistant_option,
@@ -21,20 +22,20 @@ from clika_cli.common import (
     reply_options,
     say,
 )
-from clika_cli.models import DEFAULT_MODEL
+from clika_export.catalog import default_model
 
 
 @click.command()
-@click.argument("model")
-@click.argument("prompt", required=False, default="-")
+@click.argument("model", required=False, default=None)
+@click.argument("prompt", required=False, default=None)
 @precision_option
 @reply_options(max_tokens=256)
 @click.option("--system", default=None, help="System prompt (models with a chat template).")
 @engine_options
 @click.option("-q", "--quiet", is_flag=True, help="Only the reply: no progress or statistics.")
 def generate(
-    model: str,
-    prompt: str,
+    model: str | None,
+    prompt: str | None,
     precision: str | None,
     max_tokens: int,
     temperature: float | None,
@@ -45,11 +46,21 @@ def generate(
     engine: EngineChoice,
     quiet: bool,
 ) -> None:
-    """Generate MODEL's reply to PROMPT ('-' or none: read it from stdin), streamed to stdout."""
-    text = sys.stdin.read() if prompt == "-" else prompt
+    """Generate MODEL's reply to PROMPT, streamed to stdout.
+
+    One word that names no model is the prompt (for the default model); a
+    model alone, or '-' as the prompt, reads the prompt from stdin.
+    """
+    words = read_model_and_prompt(model, prompt)
+    text = read_stdin_prompt() if words.prompt is None else checked_text(words.prompt, "the prompt")
+    if system is not None:
+        checked_text(system, "--system")
     if not text.strip():
-        raise click.UsageError("the prompt is empty")
-    local = local_model(model, precision, quiet=quiet)
+        raise click.UsageError(_empty_prompt(words))
+    model = words.model
+    if words.model_is_default and not quiet:
+        say(dim(f"model: {model} (the default; name one before the prompt to choose)"))
+    local = local_model(model, precision, quiet=quiet, role=_model_role(words))
     if not quiet:
         pulled_note(local)
     loaded = load_model(local, engine, quiet=quiet, assistant=assistant)
@@ -80,8 +91,11 @@ def generate(
         say(dim(f"{report.completion_tokens} tokens{rate}{drafts}, ended by {report.finish_reason}"))
 
 
-@click.command()
-@click.argument("model", required=False, default=DEFAULT_MODEL)
+@click.command(
+    help=f"Serve MODEL (default: {default_model()}) over an OpenAI-compatible HTTP API "
+    "(/v1/chat/completions, /v1/completions, /v1/models)."
+)
+@click.argument("model", required=False, default=None)
 @precision_option
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every interface)."
@@ -101,15 +115,10 @@ def generate(
     "--default-max-tokens", minimum=1, default=1024, help="Reply length when a request names no max_tokens."
 )
 @click.option("--model-id", default=None, help="The id clients send as 'model' (default: MODEL as given).")
-@click.option(
-    "--cors-origins",
-    default="",
-    help="Origins browsers may call from, comma-separated ('*': any); none by default.",
-)
 @assistant_option
 @engine_options
 def serve(
-    model: str,
+    model: str | None,
     precision: str | None,
     host: str,
     port: int,
@@ -118,11 +127,9 @@ def serve(
     max_queued: int,
     default_max_tokens: int,
     model_id: str | None,
-    cors_origins: str,
     assistant: str | None,
     engine: EngineChoice,
 ) -> None:
-    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     from clika_runtime.server import require_server_stack
     from clika_runtime.server import serve as run_server
 
@@ -130,7 +137,8 @@ def serve(
         require_server_stack()
     except ImportError as exc:
         raise click.ClickException(str(exc)) from None
-    local = local_model(model, precision)
+    role = "read as the model (serve takes a model only; clients send the prompts)"
+    local = local_model(model or default_model(), precision, role=role if model else "")
     pulled_note(local)
     if api_key is None and not _is_loopback(host):
         say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
@@ -152,7 +160,6 @@ def serve(
             default_max_tokens=default_max_tokens,
             on_ready=ready,
             log_level="warning",
-            cors_origins=[origin.strip() for origin in cors_origins.split(",") if origin.strip()],
         )
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
         say("stopped")
@@ -160,6 +167,27 @@ def serve(
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
     finally:
         loaded.close()
+
+
+def _empty_prompt(words: ModelAndPrompt) -> str:
+    where = "on stdin" if words.prompt is None else "given"
+    return (
+        f"the prompt {where} is empty ({words.model!r} was read as the model); "
+        'give the prompt after the model, e.g. clika generate MODEL "Write a haiku", or on stdin'
+    )
+
+
+def _model_role(words: ModelAndPrompt) -> str:
+    """How the model word came to be read as the model, for an error about it."""
+    if words.model_is_default:
+        return f"the default model (the prompt was {_quoted(words.prompt)})"
+    return f"read as the model (the prompt: {_quoted(words.prompt)})"
+
+
+def _quoted(prompt: str | None) -> str:
+    if prompt is None:
+        return "stdin"
+    return repr(prompt if len(prompt) <= 40 else prompt[:40] + "...")
 
 
 def _is_loopback(host: str) -> bool:

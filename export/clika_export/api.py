@@ -68,7 +68,8 @@ def export(
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists (pass overwrite=True to replace it)")
     quantizer = _quantizer(precision)
-    report = Progress(progress)
+    # read, build, (quantize,) (verify,) write, calibrate
+    report = Progress(progress, stages=4 + (precision != "fp32") + bool(verify))
     with report.stage(f"reading {source.name}"):
         checkpoint = read_source(source)
         check_chat_template(checkpoint)
@@ -93,9 +94,15 @@ def export(
             expected = reference.logits() if reference else None
             record = {"weights": "fp32", "matrices": built.matrices}
             if precision != "fp32":
-                with report.stage(f"quantizing to {precision}"):
+                with report.steps(
+                    f"quantizing to {precision}", len(built.matrices), unit="matrix"
+                ) as on_matrix:
                     record = quantizer(
-                        work / built.model_file, checkpoint, precision, matrices=built.matrices
+                        work / built.model_file,
+                        checkpoint,
+                        precision,
+                        matrices=built.matrices,
+                        on_matrix=on_matrix,
                     )
             quality: dict[str, Any] = {}
             if expected is not None:

@@ -59,6 +59,7 @@ class CatalogItem:
     family: str | None = None  # GGUF `general.architecture`
     description: str = ""
     license: str = ""
+    purpose: str = ""  # what a person would use it for, as `clika list --available` says
 
     @property
     def is_tree(self) -> bool:
@@ -112,6 +113,7 @@ _ITEMS = (
         family="llama",
         description="SmolLM2-135M-Instruct, Q4_1 (llama family, tied embeddings, chat template)",
         license="Apache-2.0",
+        purpose="the smallest chat model: quick answers, trying things out, tests",
     ),
     CatalogItem(
         name="qwen2.5-coder-0.5b-instruct",
@@ -123,6 +125,7 @@ _ITEMS = (
         family="qwen2",
         description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (qwen2 family, chat template with tools)",
         license="Apache-2.0",
+        purpose="code: questions, completion and edits; tool calls",
     ),
     CatalogItem(
         name="qwen2.5-coder-1.5b-instruct",
@@ -134,6 +137,7 @@ _ITEMS = (
         family="qwen2",
         description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (qwen2 family; same tokenizer as the 0.5B)",
         license="Apache-2.0",
+        purpose="code, better answers than the 0.5B (slower); the 0.5B drafts for it",
     ),
     CatalogItem(
         name="gemma-3-270m",
@@ -150,6 +154,7 @@ _ITEMS = (
         family="gemma3",
         description="gemma-3-270m base, Q4_K_M (gemma3 family, SentencePiece, no chat template)",
         license="Gemma Terms of Use",
+        purpose="a base model (no chat template): text continuation",
     ),
     CatalogItem(
         name="wiki-summaries",
@@ -188,6 +193,14 @@ _ITEMS = (
 )
 
 CATALOG: dict[str, CatalogItem] = {item.name: item for item in _ITEMS}
+
+# What `clika chat`, `generate` and `serve` run when no model is named.
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def default_model() -> str:
+    """The catalog name of the model the commands run when none is named."""
+    return DEFAULT_MODEL
 
 
 def names(kind: str | None = None) -> list[str]:

@@ -43,8 +43,11 @@ def quantize_model(
     precision: str,
     matrices: dict[str, dict[str, Any]] | None = None,
     options: QuantOptions | dict[str, Any] | None = None,
+    on_matrix: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Quantize the graph at ``model_path`` (and its external data file) in place; return the record."""
+    """Quantize the graph at ``model_path`` (and its external data file) in place; return the record.
+
+    ``on_matrix`` is told each matrix's name once it is quantized (for a progress bar)."""
     model_path = Path(model_path)
     check_precision(precision)
     if precision == "fp32":
@@ -53,7 +56,7 @@ def quantize_model(
     data_names = {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
     data_name = data_names.pop() if len(data_names) == 1 else f"{model_path.name}.data"
     arrays: dict[str, np.ndarray] = {}
-    model, record = quantize_proto(model, checkpoint, precision, matrices, options, load, arrays)
+    model, record = quantize_proto(model, checkpoint, precision, matrices, options, load, arrays, on_matrix)
     save_graph(model, model_path, data_name, load, arrays)
     return record
 
@@ -66,6 +69,7 @@ def quantize_proto(
     options: QuantOptions | dict[str, Any] | None = None,
     load: Callable[[str], np.ndarray] | None = None,
     arrays: dict[str, np.ndarray] | None = None,
+    on_matrix: Callable[[str], None] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Quantize the weights of ``model`` (modified in place and returned) and describe what was done.
 
@@ -98,6 +102,8 @@ def quantize_proto(
         record["matrices"][name] = _quantize_matrix(
             rewriter, name, {**info, "num_layers": num_layers}, precision, options, load, raw
         )
+        if on_matrix is not None:
+            on_matrix(name)
     rewriter.apply()
     if arrays is not None:
         arrays.update(rewriter.arrays)

@@ -195,6 +195,10 @@ class Manifest:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ManifestError(f"{path.name} is not valid JSON: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ManifestError(f"{path.name} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+        if not isinstance(data, dict):
+            raise ManifestError(f"{path.name} is not a JSON object (it holds a {type(data).__name__})")
         manifest = cls.from_dict(data)
         manifest.check_files(Path(folder))
         return manifest

@@ -90,6 +90,9 @@ class ChatSession:
 
     The turns run on the model's engine; ``max_active`` and ``max_queued``
     raise its limits to those when they are higher (they never lower them).
+
+    ``messages=`` continues a conversation kept elsewhere (a saved transcript,
+    system turn included); it and ``system=`` are exclusive.
     """
 
     def __init__(
@@ -102,15 +105,17 @@ class ChatSession:
         max_queued: int = 256,
         default_budget: int = 256,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         check_chat_arguments(default_budget, system)
+        history = _seed_history(system, messages)
         self._model = model
         self._tools = offered_tools(model, tools)
         self._defaults = model.defaults.overlay({"max_new_tokens": default_budget})
         self._card = chat_card(model, model_id)
         model.raise_limits(max_active=max_active, max_queued=max_queued)
         self._lock = threading.RLock()
-        self._history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        self._history: list[dict[str, Any]] = history
         self._live: tuple[Iterator[str | ToolCall], RequestStream] | None = None
         self._report: ChatOutcome | None = None
         self._tool_calls: list[ToolCall] = []
@@ -362,3 +367,13 @@ class ChatSession:
 def _visible(events: list[ReplyEvent]) -> list[str]:
     """The visible text pieces among a reply's events."""
     return [event.text for event in events if isinstance(event, TextDelta)]
+
+
+def _seed_history(system: str | None, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The history a session starts from: ``messages`` copied (checked), or the system turn alone."""
+    checked = checked_messages(messages)
+    if checked and system is not None:
+        raise ValueError("give the system prompt inside messages or as system=, not both")
+    if checked:
+        return checked
+    return [{"role": "system", "content": system}] if system else []

@@ -90,7 +90,9 @@ def _export_manifests() -> Iterator[tuple[Path, dict[str, Any]]]:
     for folder in sorted(exports.iterdir()):
         if folder.name.startswith(".") or not (folder / MANIFEST).is_file():
             continue  # a partial export in progress, or debris
-        yield folder, _manifest(folder)
+        data = _manifest(folder)
+        if data:  # an unreadable manifest, or JSON that is no object, is debris too
+            yield folder, data
 
 
 def _source_sha(data: dict[str, Any]) -> str:

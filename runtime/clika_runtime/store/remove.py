@@ -57,6 +57,11 @@ def _checkpoint_sha(spec: str) -> str | None:
 
 
 def _remove_export(export: CachedExport, say: Say) -> Path:
+    if export.folder.is_symlink():  # an entry linked into the cache: the link goes, never what it points to
+        target = export.folder.readlink()
+        export.folder.unlink()
+        say(f"removed the link {export.folder} (to {target}, which stays)")
+        return export.folder
     shutil.rmtree(export.folder)
     say(f"removed {export.name} {export.precision} ({human_size(export.size)}) {export.folder}")
     return export.folder

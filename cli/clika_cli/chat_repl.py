@@ -1,0 +1,180 @@
+"""The read-reply loop of ``clika chat`` over one ChatSession, and what the slash commands change.
+
+Ctrl-C during a reply stops it (what was said stays in the conversation);
+Ctrl-C at the prompt twice in a row, ``/exit`` or EOF (Ctrl-D) leaves. A
+conversation saved once (``/save``, ``/load``, ``--resume``) is bound to its id
+and saved again after every reply, so leaving never loses a turn of it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from clika_cli.arguments import utf8_problem
+from clika_cli.chat_input import read_message
+from clika_cli.common import dim, draft_tally, say
+from clika_cli.conversations import ConversationError, Conversations
+
+if TYPE_CHECKING:
+    from clika_runtime.chat.session import ChatSession
+    from clika_runtime.modelverse import GenerativeModel
+
+
+class ChatRepl:
+    """One chat: the session, how replies are decoded, and the id it is saved under (if any)."""
+
+    def __init__(
+        self,
+        model: GenerativeModel,
+        *,
+        system: str | None,
+        budget: int,
+        overrides: dict,
+        name: str = "",
+        conversations: Conversations | None = None,
+    ) -> None:
+        self.model = model
+        self.name = name or model.local_dir.name
+        self.budget = budget
+        self.overrides: dict[str, Any] = overrides
+        self.conversations = conversations or Conversations()
+        self.conversation_id: str | None = None
+        self.session: ChatSession = self._new_session(system=system)
+
+    @property
+    def system(self) -> str | None:
+        history = self.session.messages
+        return history[0]["content"] if history and history[0]["role"] == "system" else None
+
+    def _new_session(self, *, system: str | None = None, messages: list | None = None) -> ChatSession:
+        return self.model.chat_session(system=system, messages=messages or (), default_budget=self.budget)
+
+    def close(self) -> None:
+        self.session.close()
+        self.conversations.close()
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        from clika_cli.chat_slash import run_command
+
+        interrupted = False  # the last prompt ended in Ctrl-C
+        while True:
+            try:
+                text = read_message()
+            except EOFError:
+                click.echo()
+                return
+            except KeyboardInterrupt:
+                click.echo()
+                if interrupted:
+                    return
+                interrupted = True
+                say(dim("(Ctrl-C again, /exit or Ctrl-D to leave)"))
+                continue
+            interrupted = False
+            if not text:
+                continue
+            problem = utf8_problem(text)
+            if problem:
+                say(f"Error: the line was not sent: {problem}")
+                continue
+            if text.startswith("/"):
+                if not run_command(self, text):
+                    return
+                continue
+            self.reply(text)
+
+    def reply(self, text: str) -> None:
+        try:
+            pieces = self.session.send(text, stream=True, **self.overrides, max_new_tokens=self.budget)
+        except ValueError as exc:  # the conversation no longer fits, a setting the model refuses
+            say(f"Error: {exc}")
+            return
+        try:
+            for piece in pieces:
+                if isinstance(piece, str):
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            pieces.close()  # type: ignore[attr-defined]  # cancels the decode; the partial reply stays
+            click.echo()
+            say(dim("[stopped]"))
+        else:
+            click.echo()
+        self.stats()
+        self.autosave()
+
+    def stats(self) -> None:
+        report = self.session.report
+        if report is None:
+            return
+        parts = [f"{report.completion_tokens} tokens"]
+        if report.decode_tokens_per_s:
+            parts.append(f"{report.decode_tokens_per_s:.1f} tokens/s")
+        if report.time_to_first_token_s is not None:
+            parts.append(f"first token {report.time_to_first_token_s:.2f} s")
+        tally = draft_tally(report)
+        if tally:
+            parts.append(tally)
+        say(dim(", ".join(parts)))
+
+    # -- what the slash commands change ------------------------------------------------------------
+
+    def clear(self) -> str | None:
+        """Start over (the system prompt stays); returns the id the old conversation stays saved under.
+
+        The new conversation is bound to no id, so it never overwrites the saved one.
+        """
+        self.session.reset()
+        kept, self.conversation_id = self.conversation_id, None
+        return kept
+
+    def set_system(self, text: str | None) -> None:
+        """Replace the system prompt, keeping the conversation."""
+        turns = [m for m in self.session.messages if m["role"] != "system"]
+        messages = ([{"role": "system", "content": text}] if text else []) + turns
+        self._replace_session(messages)
+
+    def save(self, conversation_id: str | None) -> str:
+        """Save under ``conversation_id`` (None: the bound id, else a new one) and bind to it."""
+        chosen = conversation_id or self.conversation_id or self.conversations.unused_id()
+        self.conversations.save(chosen, self.session.messages)
+        self.conversation_id = chosen
+        return chosen
+
+    def load(self, conversation_id: str) -> int:
+        """Continue a saved conversation (bound to its id); returns how many turns it holds."""
+        return self.adopt(conversation_id, self.conversations.load(conversation_id))
+
+    def adopt(self, conversation_id: str, messages: list[dict[str, Any]]) -> int:
+        """Continue ``messages``, saved under ``conversation_id``; returns how many turns they hold."""
+        try:
+            self._replace_session(messages)
+        except ValueError as exc:
+            raise ConversationError(
+                f"{conversation_id!r} is no transcript this chat can continue: {exc}"
+            ) from None
+        self.conversation_id = conversation_id
+        return sum(1 for m in messages if m.get("role") != "system")
+
+    def autosave(self) -> None:
+        if self.conversation_id is None:
+            return
+        try:
+            self.conversations.save(self.conversation_id, self.session.messages)
+        except ConversationError as exc:
+            say(f"Error: {exc}")
+
+    def _replace_session(self, messages: list[dict[str, Any]]) -> None:
+        """A new session holding ``messages``; on a ValueError the old conversation goes on."""
+        kept = self.session.messages
+        self.session.close()  # first, so that two sessions' KV caches never coexist
+        try:
+            self.session = self._new_session(messages=messages)
+        except ValueError:
+            self.session = self._new_session(messages=kept)
+            raise
