@@ -18,6 +18,7 @@ from typing import Any
 
 from clika_runtime.server.errors import bad_request
 from clika_runtime.server.protocol import AUTO, NONE, ChatRequest, ToolChoice, check_tools
+from clika_runtime.server.structured import ollama_constraint
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -73,6 +74,7 @@ def parse_ollama_chat(body: Any) -> ChatRequest:
     _refuse_unsupported(body)
     tools = check_tools(body.get("tools"))
     options, given = ollama_options(body.get("options"))
+    _add_format(body, options)
     if isinstance(body.get("think"), bool):
         options["enable_thinking"] = body["think"]
     messages = body.get("messages", [])  # none: the client only asks for the model to be loaded
@@ -102,6 +104,7 @@ def parse_ollama_generate(body: Any) -> GenerateRequest:
     if system is not None and not isinstance(system, str):
         raise bad_request("'system' must be a string", "system")
     options, given = ollama_options(body.get("options"))
+    _add_format(body, options)
     think = body.get("think") if isinstance(body.get("think"), bool) else None
     if think is not None:
         options["enable_thinking"] = think
@@ -115,6 +118,12 @@ def parse_ollama_generate(body: Any) -> GenerateRequest:
         max_tokens_given=given,
         think=think,
     )
+
+
+def _add_format(body: Mapping[str, Any], options: dict[str, Any]) -> None:
+    constraint = ollama_constraint(body.get("format"))
+    if constraint is not None:
+        options["response_format"] = constraint
 
 
 def model_name(body: Mapping[str, Any]) -> str:
@@ -174,8 +183,6 @@ def _stops(value: Any) -> tuple[str, ...]:
 
 
 def _refuse_unsupported(body: Mapping[str, Any]) -> None:
-    if body.get("format") not in (None, ""):
-        raise bad_request("'format' (structured output) is not supported by this server yet", "format")
     if body.get("images"):
         raise bad_request("this model reads text only: 'images' are not supported", "images")
     if body.get("logprobs"):

@@ -2,8 +2,9 @@
 
 Sampling fields become :class:`~clika_runtime.engine.types.GenerationConfig`
 overrides (``max_tokens`` / ``max_completion_tokens`` -> ``max_new_tokens``);
-fields this server cannot honour (``n`` > 1, ``logprobs``, a JSON response
-format, ``suffix``) are refused rather than silently ignored, so a
+``response_format`` / ``json_schema`` / ``grammar`` become a compiled
+constraint (:mod:`clika_runtime.server.structured`); fields this server
+cannot honour (``n`` > 1, ``logprobs``, ``suffix``) are refused rather than silently ignored, so a
 client never reads an answer that does not mean what it asked for.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from clika_runtime.server.errors import bad_request
 from clika_runtime.server.json_input import load_json
+from clika_runtime.server.structured import openai_constraint
 
 AUTO, NONE, REQUIRED = "auto", "none", "required"
 MAX_STOP_STRINGS = 4
@@ -116,12 +118,6 @@ def _refuse_unsupported(body: Mapping[str, Any]) -> None:
         raise bad_request(f"'n' must be 1 on this server, got {body.get('n')!r}", "n")
     if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
         raise bad_request("'logprobs' are not supported by this server", "logprobs")
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
-        raise bad_request(
-            "'response_format' other than {'type': 'text'} is not supported by this server",
-            "response_format",
-        )
 
 
 def _bool(body: Mapping[str, Any], name: str) -> bool:
@@ -313,6 +309,9 @@ def sampling_options(body: Mapping[str, Any], *token_fields: str) -> dict[str, A
     stop = _stops(body.get("stop"))
     if stop:
         options["stop"] = stop
+    constraint = openai_constraint(body)
+    if constraint is not None:
+        options["response_format"] = constraint
     kwargs = body.get("chat_template_kwargs")
     if isinstance(kwargs, Mapping) and kwargs.get("enable_thinking") is not None:
         options["enable_thinking"] = kwargs["enable_thinking"]

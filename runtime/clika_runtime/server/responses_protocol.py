@@ -26,6 +26,7 @@ from clika_runtime.server.protocol import (
     check_tools,
     sampling_options,
 )
+from clika_runtime.server.structured import responses_constraint
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _STATEFUL = ("previous_response_id", "conversation", "prompt")
@@ -52,6 +53,9 @@ def parse_responses(body: Any) -> ResponsesRequest:
     if stream is not None and not isinstance(stream, bool):
         raise bad_request(f"'stream' must be true or false, got {stream!r}", "stream")
     options = sampling_options({k: v for k, v in body.items() if k != "stop"}, "max_output_tokens")
+    constraint = responses_constraint(body.get("text"))
+    if constraint is not None:
+        options["response_format"] = constraint
     reasoning = body.get("reasoning")
     if isinstance(reasoning, Mapping) and reasoning.get("effort") is not None:
         options["reasoning_effort"] = reasoning["effort"]
@@ -89,9 +93,6 @@ def _refuse_unsupported(body: Mapping[str, Any]) -> None:
             )
     if body.get("background"):
         raise bad_request("'background' responses are not supported by this server", "background")
-    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), Mapping) else None
-    if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
-        raise bad_request("'text.format' other than {'type': 'text'} is not supported by this server", "text")
     if body.get("include"):
         raise bad_request("'include' is not supported by this server", "include")
     if body.get("top_logprobs"):
