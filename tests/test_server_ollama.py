@@ -98,7 +98,7 @@ def test_ollama_options_reach_the_engine(client):
         ({"options": {"num_predict": 0}}, 400, "num_predict"),
         ({"options": {"repeat_last_n": 64}}, 400, "repeat_last_n"),
         ({"options": {"no_such_option": 1}}, 400, "no_such_option"),
-        ({"format": "json"}, 400, "format"),
+        ({"format": {"type": "nope"}}, 400, "format"),
         ({"model": "llama3"}, 404, "llama3"),
         ({"messages": [{"role": "robot", "content": "x"}]}, 400, "role"),
     ],

@@ -98,7 +98,7 @@ def test_streamed_events_in_the_responses_shape(client):
             "input[0].content[0]",
         ),
         ({"tool_choice": "required"}, "tool_choice"),
-        ({"text": {"format": {"type": "json_object"}}}, "text"),
+        ({"text": {"format": {"type": "yaml"}}}, "text.format"),
         ({"input": [{"type": "file_search_call", "id": "x"}]}, "input[0]"),
         ({"temperature": 3}, "temperature"),
     ],

@@ -115,6 +115,11 @@ def generate(
     "--default-max-tokens", minimum=1, default=1024, help="Reply length when a request names no max_tokens."
 )
 @click.option("--model-id", default=None, help="The id clients send as 'model' (default: MODEL as given).")
+@click.option(
+    "--cors-origins",
+    default="",
+    help="Origins browsers may call from, comma-separated ('*': any); none by default.",
+)
 @assistant_option
 @engine_options
 def serve(
@@ -127,6 +132,7 @@ def serve(
     max_queued: int,
     default_max_tokens: int,
     model_id: str | None,
+    cors_origins: str,
     assistant: str | None,
     engine: EngineChoice,
 ) -> None:
@@ -160,6 +166,7 @@ def serve(
             default_max_tokens=default_max_tokens,
             on_ready=ready,
             log_level="warning",
+            cors_origins=[origin.strip() for origin in cors_origins.split(",") if origin.strip()],
         )
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
         say("stopped")
