@@ -10,7 +10,9 @@ Accepted shapes (each front end speaks one of them):
   ``{"type": "lark", "grammar"}``, ``{"type": "gbnf", "grammar"}``.
 
 Object schemas are closed (``additionalProperties: false`` where a schema lists its
-properties and says nothing of others) unless ``json_schema.strict`` is False.
+properties and says nothing of others) and numbers without bounds get 16 digits
+before the point at most (as llama.cpp's grammars do), unless
+``json_schema.strict`` is False.
 
 Compiling is bounded: a source larger than ``MAX_SOURCE_CHARS``, or a grammar
 the engine would need more than its item or lexer-state limits for, is refused
@@ -26,6 +28,7 @@ from typing import Any
 
 MAX_SOURCE_CHARS = 200_000
 MAX_SCHEMA_DEPTH = 64
+NUMBER_BOUND = 10**16 - 1
 KINDS = ("json_schema", "json", "regex", "lark", "gbnf")
 # Bounds on what compiling one grammar may cost (llguidance's own defaults are larger).
 LIMITS = {"max_items_in_row": 2000, "max_lexer_states": 50_000, "max_grammar_size": 500_000}
@@ -110,6 +113,11 @@ def closed_schema(schema: Any, depth: int = 0) -> Any:
     closed = {key: closed_schema(value, depth + 1) for key, value in schema.items()}
     if isinstance(schema.get("properties"), Mapping) and "additionalProperties" not in schema:
         closed["additionalProperties"] = False
+    if schema.get("type") in ("integer", "number"):
+        # A small model can repeat a digit until its budget ends: like llama.cpp's grammars,
+        # give a number at most 16 digits before its point unless the schema bounds it.
+        closed.setdefault("minimum", -NUMBER_BOUND)
+        closed.setdefault("maximum", NUMBER_BOUND)
     return closed
 
 
