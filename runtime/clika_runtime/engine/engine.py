@@ -277,8 +277,11 @@ class Engine:
             if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 0:
                 raise ValueError(f"max_queued must be an integer >= 0, got {max_queued!r}")
             with self._lock:
-                self._max_queued = max(self._max_queued, max_queued)
-            self._inbox.put(("queued", self._max_queued))
+                raised = max_queued > self._max_queued
+                if raised:
+                    self._max_queued = max_queued
+            if raised:
+                self._inbox.put(("queued", max_queued))
         if max_active is not None and max_active > self.max_active:
             self.set_max_active(max_active)
 
