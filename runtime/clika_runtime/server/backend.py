@@ -137,6 +137,11 @@ class ModelBackend:
 
     def start_chat(self, request: ChatRequest) -> ReplyRun:
         """Render the conversation, submit it, and return the run (400 / 503 ApiError when refused)."""
+        return self.start_chat_choices(request, 1)[0]
+
+    def start_chat_choices(self, request: ChatRequest, n: int) -> list[ReplyRun]:
+        """``n`` replies to one conversation, rendered once and submitted together (they decode in
+        the same steps and share the prompt's KV); a given seed becomes seed + i for choice i."""
         offered = self._offered_tools(request)
         config = self._config(request.options)
         try:
@@ -144,18 +149,30 @@ class ModelBackend:
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"the conversation cannot be rendered: {exc}", "messages") from None
         template = self.model.chat_template
-        parser = reply_parser_for(template, prompt, offered)
         prefill = _call_opener(template, prompt, request.tool_choice, offered) if offered else ""
         ids = self.prompt_bound.encode(prompt + prefill, "messages")
         keep_special = keeps_special_tokens(template, offered)
-        stream = self._submit(ids, config, request.max_tokens_given, skip_special_tokens=not keep_special)
-        return ReplyRun(stream, parser, prefill)
+        runs: list[ReplyRun] = []
+        try:
+            for choice in range(n):
+                stream = self._submit(
+                    ids,
+                    _choice_config(config, choice),
+                    request.max_tokens_given,
+                    skip_special_tokens=not keep_special,
+                )
+                runs.append(ReplyRun(stream, reply_parser_for(template, prompt, offered), prefill))
+        except BaseException:
+            for run in runs:
+                run.cancel()
+            raise
+        return runs
 
     def start_completion(
-        self, prompt: str | list[int], options: Mapping[str, Any], max_tokens_given: bool
+        self, prompt: str | list[int], options: Mapping[str, Any], max_tokens_given: bool, choice: int = 0
     ) -> ReplyRun:
-        """Submit raw text (no chat template) or token ids."""
-        config = self._config(options)
+        """Submit raw text (no chat template) or token ids (``choice``: which of n, for its seed)."""
+        config = _choice_config(self._config(options), choice)
         if isinstance(prompt, str):
             ids = self.prompt_bound.encode(prompt, "prompt")
         else:
@@ -232,6 +249,13 @@ class ModelBackend:
     def _leave(self) -> None:
         with self._in_flight_lock:
             self._in_flight -= 1
+
+
+def _choice_config(config: GenerationConfig, choice: int) -> GenerationConfig:
+    """Choice ``choice``'s decode policy: its own seed when the request gave one."""
+    if choice == 0 or config.seed is None:
+        return config
+    return config.overlay({"seed": config.seed + choice})
 
 
 def _call_opener(template: Any, prompt: str, choice: ToolChoice, offered: list[dict[str, Any]]) -> str:

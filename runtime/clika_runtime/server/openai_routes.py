@@ -15,7 +15,8 @@ from starlette.routing import Route
 
 from clika_runtime.server.backend import Finished, ReplyRun
 from clika_runtime.server.bridge import run_events
-from clika_runtime.server.errors import error_body
+from clika_runtime.server.choices import merged_chunks
+from clika_runtime.server.errors import bad_request, error_body
 from clika_runtime.server.protocol import CompletionRequest, parse_chat, parse_completion
 from clika_runtime.server.served import Served
 from clika_runtime.server.shapes import (
@@ -67,21 +68,32 @@ class _OpenAI:
         self.served.intake.authorize(request)
         parsed = await self.served.prepare(parse_chat, await self.served.intake.json(request))
         self.backend.check_model(parsed.model)
-        run = await self.served.prepare(self.backend.start_chat, parsed)
+        runs = await self.served.prepare(self.backend.start_chat_choices, parsed, parsed.n)
+        run = runs[0]
         reply_id = new_id("chatcmpl")
         if parsed.stream:
+            if len(runs) > 1:
+                return self._stream_choices(reply_id, runs, parsed.include_usage, request)
             chunks = ChatChunks(reply_id, self.backend.model_id, run.created, parsed.include_usage)
             return self._stream(_chat_stream(self.served, run, chunks), run, request)
-        [reply] = await gather([run], request, self.served.closing, self.served.metrics.record_reply)
-        return JSONResponse(chat_completion(reply_id, self.backend.model_id, run.created, reply))
+        replies = await gather(runs, request, self.served.closing, self.served.metrics.record_reply)
+        return JSONResponse(chat_completion(reply_id, self.backend.model_id, run.created, replies))
 
     async def completions(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         parsed = await self.served.prepare(parse_completion, await self.served.intake.json(request))
         self.backend.check_model(parsed.model)
         runs = await self.served.prepare(self._start_completions, parsed)
-        echoes = [await self.served.prepare(self._echo, parsed, prompt) for prompt in parsed.prompts]
+        echoes = [
+            await self.served.prepare(self._echo, parsed, prompt)
+            for prompt in parsed.prompts
+            for _ in range(parsed.n)
+        ]
         reply_id = new_id("cmpl")
+        if parsed.stream and parsed.n > 1:
+            raise bad_request(
+                "a streamed completion takes one choice ('n': 1); chat completions stream n", "n"
+            )
         if parsed.stream:
             chunks = CompletionChunks(reply_id, self.backend.model_id, runs[0].created, parsed.include_usage)
             return self._stream(_completion_stream(self.served, runs[0], chunks, echoes[0]), runs[0], request)
@@ -95,7 +107,10 @@ class _OpenAI:
         runs: list[ReplyRun] = []
         try:
             for prompt in parsed.prompts:  # all submitted before any is read: they decode together
-                runs.append(self.backend.start_completion(prompt, parsed.options, parsed.max_tokens_given))
+                for choice in range(parsed.n):
+                    runs.append(
+                        self.backend.start_completion(prompt, parsed.options, parsed.max_tokens_given, choice)
+                    )
         except BaseException:
             for run in runs:
                 run.cancel()
@@ -106,6 +121,30 @@ class _OpenAI:
         if not parsed.echo:
             return ""
         return prompt if isinstance(prompt, str) else self.backend.model.tokenizer.decode(prompt)
+
+    def _stream_choices(
+        self, reply_id: str, runs: list[ReplyRun], include_usage: bool, request: Request
+    ) -> Response:
+        model, created = self.backend.model_id, runs[0].created
+        makers = [ChatChunks(reply_id, model, created, include_usage, index=i) for i in range(len(runs))]
+        usage_base = makers[0].base if include_usage else None
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for maker in makers:
+                yield sse(maker.first())
+            merged = merged_chunks(
+                runs, [m.for_event for m in makers], usage_base, self.served.metrics.record_reply
+            )
+            async for chunk in merged:
+                yield sse(chunk)
+            yield DONE
+
+        def cancel() -> None:
+            for run in runs:
+                run.cancel()
+
+        where = f"{request.method} {request.url.path}"
+        return EventStream(guarded(chunks(), where, sse_failure), cancel, self.served.closing, sse_farewell)
 
     def _stream(self, chunks: AsyncIterator[bytes], run: ReplyRun, request: Request) -> Response:
         where = f"{request.method} {request.url.path}"

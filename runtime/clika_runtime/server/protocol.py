@@ -4,7 +4,8 @@ Sampling fields become :class:`~clika_runtime.engine.types.GenerationConfig`
 overrides (``max_tokens`` / ``max_completion_tokens`` -> ``max_new_tokens``);
 ``response_format`` / ``json_schema`` / ``grammar`` become a compiled
 constraint (:mod:`clika_runtime.server.structured`); fields this server
-cannot honour (``n`` > 1, ``logprobs``, ``suffix``) are refused rather than silently ignored, so a
+cannot honour (``logprobs``, ``suffix``) are refused; ``n`` choices
+decode together (``MAX_CHOICES`` at most) rather than silently ignored, so a
 client never reads an answer that does not mean what it asked for.
 """
 
@@ -20,6 +21,7 @@ from clika_runtime.server.structured import openai_constraint
 
 AUTO, NONE, REQUIRED = "auto", "none", "required"
 MAX_STOP_STRINGS = 4
+MAX_CHOICES = 8  # n: choices of one request decode together, sharing the prompt's KV
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -43,6 +45,7 @@ class ChatRequest:
     tool_choice: ToolChoice = ToolChoice()
     options: dict[str, Any] = field(default_factory=dict)  # GenerationConfig overrides
     max_tokens_given: bool = False
+    n: int = 1  # choices
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class CompletionRequest:
     options: dict[str, Any] = field(default_factory=dict)
     max_tokens_given: bool = False
     echo: bool = False  # the reply's text starts with the prompt's
+    n: int = 1  # choices per prompt
 
 
 def parse_chat(body: Any) -> ChatRequest:
@@ -72,6 +76,7 @@ def parse_chat(body: Any) -> ChatRequest:
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
         options=sampling_options(body, "max_completion_tokens", "max_tokens"),
         max_tokens_given=body.get("max_completion_tokens", body.get("max_tokens")) is not None,
+        n=_choices(body),
     )
 
 
@@ -91,6 +96,7 @@ def parse_completion(body: Any) -> CompletionRequest:
         options=sampling_options(body, "max_tokens"),
         max_tokens_given=body.get("max_tokens") is not None,
         echo=_bool(body, "echo"),
+        n=_choices(body),
     )
     if request.stream and len(request.prompts) != 1:
         raise bad_request("a streamed completion takes exactly one prompt", "prompt")
@@ -113,9 +119,16 @@ def _model(body: Mapping[str, Any]) -> str:
     return model
 
 
+def _choices(body: Mapping[str, Any]) -> int:
+    n = body.get("n")
+    if n is None:
+        return 1
+    if not _is_token(n) or not 1 <= n <= MAX_CHOICES:
+        raise bad_request(f"'n' must be an integer from 1 to {MAX_CHOICES}, got {n!r}", "n")
+    return n
+
+
 def _refuse_unsupported(body: Mapping[str, Any]) -> None:
-    if body.get("n") not in (None, 1):
-        raise bad_request(f"'n' must be 1 on this server, got {body.get('n')!r}", "n")
     if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
         raise bad_request("'logprobs' are not supported by this server", "logprobs")
 
