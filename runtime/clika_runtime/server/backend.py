@@ -11,6 +11,7 @@ parser a :class:`~clika_runtime.chat.session.ChatSession` uses.
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 import time
@@ -32,6 +33,7 @@ from clika_runtime.chat.tools import normalize_tools
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, RequestStream
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
+from clika_runtime.engine.logprobs import TokenLogprob
 from clika_runtime.modelverse import GenerativeModel
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.prompt_bound import PromptBound
@@ -50,6 +52,15 @@ class ReplyRun:
         self.parser = parser
         self.prefill = prefill
         self.created = int(time.time())
+        # Token log-probabilities as they arrive (when asked for), taken by a streamed reply's chunks.
+        self.fresh_logprobs: collections.deque[TokenLogprob] = collections.deque()
+
+    def take_logprobs(self) -> list[TokenLogprob]:
+        """The log-probabilities that arrived since the last call."""
+        taken = []
+        while self.fresh_logprobs:
+            taken.append(self.fresh_logprobs.popleft())
+        return taken
 
     def cancel(self) -> None:
         """Stop the decode at the next engine step (no-op once it ended)."""
@@ -58,7 +69,7 @@ class ReplyRun:
     def events(self) -> Iterator[Event]:
         """The reply as events; the last is :class:`Finished` (an engine failure raises RuntimeError)."""
         reader = ReplyReader(self.parser)
-        pieces = self.stream.texts()
+        pieces = self._texts()
         try:
             yield from reply_events(self._with_prefill(pieces), reader)
         finally:
@@ -68,6 +79,16 @@ class ReplyRun:
         if report.finish_reason == "error":
             raise RuntimeError(f"the model failed while generating: {report.error}")
         yield reader.finished(report)
+
+    def _texts(self) -> Iterator[str]:
+        deltas = iter(self.stream)
+        try:
+            for delta in deltas:
+                self.fresh_logprobs.extend(delta.logprobs)  # before its text: a chunk finds them there
+                if delta.text:
+                    yield delta.text
+        finally:
+            deltas.close()  # type: ignore[attr-defined]  # a consumer that stopped early cancels
 
     def _with_prefill(self, pieces: Iterator[str]) -> Iterator[str]:
         if self.prefill:
@@ -107,6 +128,10 @@ class ModelBackend:
         self._in_flight_lock = threading.Lock()
 
     # -- what is served ------------------------------------------------------------------------
+
+    def token_text(self, token: int) -> str:
+        """One token's text as a logprobs entry shows it."""
+        return self.model.tokenizer.decode([token], skip_special_tokens=False)
 
     def check_model(self, requested: str) -> None:
         """404 unless ``requested`` names the served model."""

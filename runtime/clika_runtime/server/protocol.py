@@ -4,7 +4,8 @@ Sampling fields become :class:`~clika_runtime.engine.types.GenerationConfig`
 overrides (``max_tokens`` / ``max_completion_tokens`` -> ``max_new_tokens``);
 ``response_format`` / ``json_schema`` / ``grammar`` become a compiled
 constraint (:mod:`clika_runtime.server.structured`); fields this server
-cannot honour (``logprobs``, ``suffix``) are refused; ``n`` choices
+cannot honour (``suffix``) are refused; ``logprobs`` come from the model's raw
+distribution; ``n`` choices
 decode together (``MAX_CHOICES`` at most) rather than silently ignored, so a
 client never reads an answer that does not mean what it asked for.
 """
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from clika_runtime.engine.config import MAX_LOGPROBS
 from clika_runtime.server.errors import bad_request
 from clika_runtime.server.json_input import load_json
 from clika_runtime.server.structured import openai_constraint
@@ -65,7 +67,6 @@ class CompletionRequest:
 def parse_chat(body: Any) -> ChatRequest:
     """Check a chat completions body (raises a 400 ApiError naming the bad field)."""
     body = _object(body)
-    _refuse_unsupported(body)
     tools = check_tools(body.get("tools"))
     return ChatRequest(
         model=_model(body),
@@ -74,7 +75,9 @@ def parse_chat(body: Any) -> ChatRequest:
         include_usage=_include_usage(body),
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
-        options=sampling_options(body, "max_completion_tokens", "max_tokens"),
+        options=_with_logprobs(
+            sampling_options(body, "max_completion_tokens", "max_tokens"), chat_logprobs(body)
+        ),
         max_tokens_given=body.get("max_completion_tokens", body.get("max_tokens")) is not None,
         n=_choices(body),
     )
@@ -83,7 +86,6 @@ def parse_chat(body: Any) -> ChatRequest:
 def parse_completion(body: Any) -> CompletionRequest:
     """Check a (legacy) completions body."""
     body = _object(body)
-    _refuse_unsupported(body)
     if body.get("suffix"):
         raise bad_request("'suffix' (fill-in-the-middle) is not supported by this server", "suffix")
     if body.get("best_of") not in (None, 1):
@@ -93,7 +95,7 @@ def parse_completion(body: Any) -> CompletionRequest:
         prompts=_prompts(body.get("prompt")),
         stream=_bool(body, "stream"),
         include_usage=_include_usage(body),
-        options=sampling_options(body, "max_tokens"),
+        options=_with_logprobs(sampling_options(body, "max_tokens"), completion_logprobs(body)),
         max_tokens_given=body.get("max_tokens") is not None,
         echo=_bool(body, "echo"),
         n=_choices(body),
@@ -119,6 +121,12 @@ def _model(body: Mapping[str, Any]) -> str:
     return model
 
 
+def _with_logprobs(options: dict[str, Any], logprobs: int | None) -> dict[str, Any]:
+    if logprobs is not None:
+        options["logprobs"] = logprobs
+    return options
+
+
 def _choices(body: Mapping[str, Any]) -> int:
     n = body.get("n")
     if n is None:
@@ -128,9 +136,30 @@ def _choices(body: Mapping[str, Any]) -> int:
     return n
 
 
-def _refuse_unsupported(body: Mapping[str, Any]) -> None:
-    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
-        raise bad_request("'logprobs' are not supported by this server", "logprobs")
+def chat_logprobs(body: Mapping[str, Any]) -> int | None:
+    """Chat's ``logprobs`` (a flag) and ``top_logprobs`` (0..20) as the engine's option."""
+    wanted, top = body.get("logprobs"), body.get("top_logprobs")
+    if wanted not in (None, True, False):
+        raise bad_request(f"'logprobs' must be true or false, got {wanted!r}", "logprobs")
+    if top is not None and (not _is_token(top) or not 0 <= top <= MAX_LOGPROBS):
+        raise bad_request(
+            f"'top_logprobs' must be an integer from 0 to {MAX_LOGPROBS}, got {top!r}", "top_logprobs"
+        )
+    if top and not wanted:
+        raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    return (top or 0) if wanted else None
+
+
+def completion_logprobs(body: Mapping[str, Any]) -> int | None:
+    """Completions' ``logprobs`` (how many alternatives, 0..5 in OpenAI's API; up to 20 here)."""
+    value = body.get("logprobs")
+    if value is None or value is False:
+        return None
+    if not _is_token(value) or not 0 <= value <= MAX_LOGPROBS:
+        raise bad_request(
+            f"'logprobs' must be an integer from 0 to {MAX_LOGPROBS}, got {value!r}", "logprobs"
+        )
+    return value
 
 
 def _bool(body: Mapping[str, Any], name: str) -> bool:
