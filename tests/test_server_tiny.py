@@ -263,7 +263,7 @@ def test_404_unknown_model_and_route(client, http):
             "num_assistant_tokens",
             "needs an assistant model",
         ),
-        (json.dumps(hello(n=2)).encode(), "n", "'n' must be 1"),
+        (json.dumps(hello(n=9)).encode(), "n", "'n' must be an integer from 1 to 8"),
         (json.dumps(hello(stop=["a", "b", "c", "d", "e"])).encode(), "stop", "at most 4"),
         (json.dumps(hello(tool_choice="required")).encode(), "tool_choice", "needs 'tools'"),
         (json.dumps(hello(stream_options={"include_usage": True})).encode(), "stream_options", "stream"),

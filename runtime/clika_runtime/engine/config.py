@@ -42,6 +42,9 @@ class GenerationConfig:
     ``response_format`` holds the reply to a JSON schema, JSON, a regex or a
     grammar (anything :func:`clika_runtime.grammar.constraint_from` takes;
     stored compiled, as a :class:`~clika_runtime.grammar.Constraint`).
+    ``logprobs`` (None: off) reports each new token's log-probability under
+    the model's own distribution, with that many most likely alternatives
+    (0 to ``MAX_LOGPROBS``); a request asking for them decodes without drafts.
     """
 
     max_new_tokens: int = 256
@@ -59,6 +62,7 @@ class GenerationConfig:
     prompt_lookup_num_tokens: int = 0
     num_assistant_tokens: int = 0
     response_format: Any = None
+    logprobs: int | None = None
     # Read by the chat layer (template rendering); the engine ignores them.
     enable_thinking: bool | None = None
     reasoning_effort: str | None = None
@@ -161,6 +165,11 @@ def _check_penalties(c: GenerationConfig) -> None:
             raise ValueError(f"{name} must be a number in [-2, 2], got {value!r}")
 
 
+def _check_logprobs(c: GenerationConfig) -> None:
+    if c.logprobs is not None and (not _is_int(c.logprobs) or not 0 <= c.logprobs <= MAX_LOGPROBS):
+        raise ValueError(f"logprobs must be an integer in 0..{MAX_LOGPROBS} or None, got {c.logprobs!r}")
+
+
 def _check_seed(c: GenerationConfig) -> None:
     if c.seed is not None and (not _is_int(c.seed) or c.seed < 0):
         raise ValueError(f"seed must be an integer >= 0 or None, got {c.seed!r}")
@@ -186,6 +195,7 @@ def _check_flags(c: GenerationConfig) -> None:
 
 # More drafted tokens than this only make rejected steps wider.
 MAX_DRAFT_TOKENS = 64
+MAX_LOGPROBS = 20  # alternatives a token's log-probability comes with, at most (as OpenAI)
 
 
 def _check_drafting(c: GenerationConfig) -> None:
@@ -206,6 +216,7 @@ _CHECKS: tuple[Callable[[GenerationConfig], None], ...] = (
     _check_stops,
     _check_flags,
     _check_drafting,
+    _check_logprobs,
 )
 
 

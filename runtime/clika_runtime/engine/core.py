@@ -27,6 +27,7 @@ from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.drafting import PROMPT_LOOKUP, Drafter, PromptLookupDrafter, propose_drafts
 from clika_runtime.engine.errors import QueueFullError
 from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.logprobs import TokenLogprob, log_softmax, token_logprob
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sampler import Sampler
@@ -45,10 +46,12 @@ from clika_runtime.text.tokenizer import Tokenizer
 
 @dataclass(frozen=True)
 class Delta:
-    """What one step added to a reply: its token ids and the text that became visible."""
+    """What one step added to a reply: its token ids, the text that became visible and, when the
+    request asked for them, the tokens' log-probabilities."""
 
     token_ids: tuple[int, ...]
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 class ReplySink(Protocol):
@@ -96,6 +99,7 @@ class _Live:
     flushed: bool = False
     text: list[str] = field(default_factory=list)
     grammar: GrammarMatcher | None = None  # the reply's grammar state (structured output)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # when the request asked for them
 
 
 class EngineCore:
@@ -241,15 +245,18 @@ class EngineCore:
         try:
             masks = self._grammar_masks(plan).start()  # computed while the model runs
             logits = self.executor.run(plan, before_call=self.deliver_pending)
+            raw = self._raw_logprobs(plan, logits)  # before any mask: the model's own view
             dead = self._dead_ends(plan, masks.apply(logits), logits)
-            outputs, texts = self._read(plan, self._picks(plan, logits), dead)
+            picks = self._picks(plan, logits)
+            outputs, texts = self._read(plan, picks, dead)
             self.scheduler.update(plan, outputs)
             self._end_dead_ends(dead)
         except Exception as exc:  # the step's own requests end with the error
             self._fail(plan, f"{type(exc).__name__}: {exc}")
             return plan
         for row, out, pieces in zip(plan.sample_rows, outputs, texts, strict=True):
-            self._deliver(self._live[row.seq.request_id], out.tokens, pieces)
+            chances = _picked_logprobs(raw.get(row.seq.request_id), out.tokens, row.seq.config.logprobs)
+            self._deliver(self._live[row.seq.request_id], out.tokens, pieces, chances)
         self._account(plan, time.perf_counter() - began)
         return plan
 
@@ -291,9 +298,24 @@ class EngineCore:
 
     # -- structured output -------------------------------------------------------------
 
+    def _raw_logprobs(self, plan: StepPlan, logits: np.ndarray) -> dict[int, np.ndarray]:
+        """By request id: the log-probabilities of the position a plain sample row picks from,
+        for the rows whose request asked for logprobs (such requests never draft)."""
+        wanted: dict[int, np.ndarray] = {}
+        at = 0
+        for row in plan.sample_rows:
+            if row.seq.config.logprobs is not None and not row.draft:
+                wanted[row.seq.request_id] = log_softmax(logits[at])
+            at += row.num_new if row.draft else 1
+        return wanted
+
     def _grammar_drafts(self, drafts: dict[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
-        """Drafts of constrained sequences cut to what their grammar allows."""
+        """Drafts of constrained sequences cut to what their grammar allows; none for a request
+        that reports logprobs (one distribution per step)."""
         for rid, draft in list(drafts.items()):
+            if self._live[rid].seq.config.logprobs is not None:
+                del drafts[rid]
+                continue
             grammar = self._live[rid].grammar
             if grammar is not None:
                 drafts[rid] = draft[: grammar.accepted_prefix(draft)]
@@ -375,7 +397,9 @@ class EngineCore:
         live.detok_s += time.perf_counter() - began
         return piece
 
-    def _deliver(self, live: _Live, tokens: tuple[int, ...], pieces: list[str]) -> None:
+    def _deliver(
+        self, live: _Live, tokens: tuple[int, ...], pieces: list[str], chances: tuple[TokenLogprob, ...] = ()
+    ) -> None:
         seq = live.seq
         if seq.num_completion_tokens == len(tokens):
             self._observe_prefill(seq)
@@ -383,7 +407,8 @@ class EngineCore:
             if seq.finished and i == len(tokens) - 1:
                 piece += self._flush(live)
             live.text.append(piece)
-            self._outbox.append((live.sink, Delta((token,), piece)))
+            live.logprobs.extend(chances[i : i + 1])
+            self._outbox.append((live.sink, Delta((token,), piece, chances[i : i + 1])))
         if seq.finished:
             self._finalize(live)
 
@@ -404,7 +429,7 @@ class EngineCore:
         if tail:
             live.text.append(tail)
             self._outbox.append((live.sink, Delta((), tail)))
-        report = _report(seq, live.stops.matched)
+        report = _report(seq, live.stops.matched, tuple(live.logprobs))
         self._observe_end(live, report)
         self.sampler.release(seq.request_id)
         self._live.pop(seq.request_id, None)
@@ -483,13 +508,21 @@ class EngineCore:
         )
 
 
+def _picked_logprobs(
+    logprobs: np.ndarray | None, tokens: tuple[int, ...], top: int | None
+) -> tuple[TokenLogprob, ...]:
+    if logprobs is None or not tokens or top is None:
+        return ()
+    return (token_logprob(logprobs, tokens[0], top),)
+
+
 def _grammar_complete(grammar: GrammarMatcher, token: int) -> bool:
     """Advance ``grammar`` past ``token``: True once the grammar allows nothing more."""
     grammar.accept(token)
     return grammar.finished
 
 
-def _report(seq: Seq, stop_string: str | None) -> GenerationReport:
+def _report(seq: Seq, stop_string: str | None, logprobs: tuple[TokenLogprob, ...] = ()) -> GenerationReport:
     arrival = seq.request.arrival_time
     finish = seq.finish_time or time.perf_counter()
     first = seq.first_token_time
@@ -510,4 +543,5 @@ def _report(seq: Seq, stop_string: str | None) -> GenerationReport:
         error=seq.error,
         draft_tokens=seq.num_draft_tokens,
         accepted_draft_tokens=seq.num_accepted_draft_tokens,
+        logprobs=logprobs,
     )

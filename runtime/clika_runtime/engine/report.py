@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clika_runtime.engine.logprobs import TokenLogprob
+
 
 @dataclass(frozen=True)
 class GenerationReport:
@@ -16,6 +18,8 @@ class GenerationReport:
     first sampled token; ``decode_tokens_per_s`` covers the tokens after it.
     ``draft_tokens`` / ``accepted_draft_tokens``: the speculative decoding
     tally (tokens drafted by prompt lookup, and those the model confirmed).
+    ``logprobs``: each new token's log-probability and alternatives, when the
+    request asked for them (``GenerationConfig.logprobs``).
     """
 
     finish_reason: str
@@ -30,6 +34,7 @@ class GenerationReport:
     error: str | None = None
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] = ()
 
     @property
     def total_tokens(self) -> int:

@@ -11,6 +11,7 @@ parser a :class:`~clika_runtime.chat.session.ChatSession` uses.
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 import time
@@ -32,6 +33,7 @@ from clika_runtime.chat.tools import normalize_tools
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, RequestStream
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
+from clika_runtime.engine.logprobs import TokenLogprob
 from clika_runtime.modelverse import GenerativeModel
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.prompt_bound import PromptBound
@@ -50,6 +52,15 @@ class ReplyRun:
         self.parser = parser
         self.prefill = prefill
         self.created = int(time.time())
+        # Token log-probabilities as they arrive (when asked for), taken by a streamed reply's chunks.
+        self.fresh_logprobs: collections.deque[TokenLogprob] = collections.deque()
+
+    def take_logprobs(self) -> list[TokenLogprob]:
+        """The log-probabilities that arrived since the last call."""
+        taken = []
+        while self.fresh_logprobs:
+            taken.append(self.fresh_logprobs.popleft())
+        return taken
 
     def cancel(self) -> None:
         """Stop the decode at the next engine step (no-op once it ended)."""
@@ -58,7 +69,7 @@ class ReplyRun:
     def events(self) -> Iterator[Event]:
         """The reply as events; the last is :class:`Finished` (an engine failure raises RuntimeError)."""
         reader = ReplyReader(self.parser)
-        pieces = self.stream.texts()
+        pieces = self._texts()
         try:
             yield from reply_events(self._with_prefill(pieces), reader)
         finally:
@@ -68,6 +79,16 @@ class ReplyRun:
         if report.finish_reason == "error":
             raise RuntimeError(f"the model failed while generating: {report.error}")
         yield reader.finished(report)
+
+    def _texts(self) -> Iterator[str]:
+        deltas = iter(self.stream)
+        try:
+            for delta in deltas:
+                self.fresh_logprobs.extend(delta.logprobs)  # before its text: a chunk finds them there
+                if delta.text:
+                    yield delta.text
+        finally:
+            deltas.close()  # type: ignore[attr-defined]  # a consumer that stopped early cancels
 
     def _with_prefill(self, pieces: Iterator[str]) -> Iterator[str]:
         if self.prefill:
@@ -108,6 +129,10 @@ class ModelBackend:
 
     # -- what is served ------------------------------------------------------------------------
 
+    def token_text(self, token: int) -> str:
+        """One token's text as a logprobs entry shows it."""
+        return self.model.tokenizer.decode([token], skip_special_tokens=False)
+
     def check_model(self, requested: str) -> None:
         """404 unless ``requested`` names the served model."""
         if requested != self.model_id:
@@ -137,6 +162,11 @@ class ModelBackend:
 
     def start_chat(self, request: ChatRequest) -> ReplyRun:
         """Render the conversation, submit it, and return the run (400 / 503 ApiError when refused)."""
+        return self.start_chat_choices(request, 1)[0]
+
+    def start_chat_choices(self, request: ChatRequest, n: int) -> list[ReplyRun]:
+        """``n`` replies to one conversation, rendered once and submitted together (they decode in
+        the same steps and share the prompt's KV); a given seed becomes seed + i for choice i."""
         offered = self._offered_tools(request)
         config = self._config(request.options)
         try:
@@ -144,18 +174,30 @@ class ModelBackend:
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"the conversation cannot be rendered: {exc}", "messages") from None
         template = self.model.chat_template
-        parser = reply_parser_for(template, prompt, offered)
         prefill = _call_opener(template, prompt, request.tool_choice, offered) if offered else ""
         ids = self.prompt_bound.encode(prompt + prefill, "messages")
         keep_special = keeps_special_tokens(template, offered)
-        stream = self._submit(ids, config, request.max_tokens_given, skip_special_tokens=not keep_special)
-        return ReplyRun(stream, parser, prefill)
+        runs: list[ReplyRun] = []
+        try:
+            for choice in range(n):
+                stream = self._submit(
+                    ids,
+                    _choice_config(config, choice),
+                    request.max_tokens_given,
+                    skip_special_tokens=not keep_special,
+                )
+                runs.append(ReplyRun(stream, reply_parser_for(template, prompt, offered), prefill))
+        except BaseException:
+            for run in runs:
+                run.cancel()
+            raise
+        return runs
 
     def start_completion(
-        self, prompt: str | list[int], options: Mapping[str, Any], max_tokens_given: bool
+        self, prompt: str | list[int], options: Mapping[str, Any], max_tokens_given: bool, choice: int = 0
     ) -> ReplyRun:
-        """Submit raw text (no chat template) or token ids."""
-        config = self._config(options)
+        """Submit raw text (no chat template) or token ids (``choice``: which of n, for its seed)."""
+        config = _choice_config(self._config(options), choice)
         if isinstance(prompt, str):
             ids = self.prompt_bound.encode(prompt, "prompt")
         else:
@@ -232,6 +274,13 @@ class ModelBackend:
     def _leave(self) -> None:
         with self._in_flight_lock:
             self._in_flight -= 1
+
+
+def _choice_config(config: GenerationConfig, choice: int) -> GenerationConfig:
+    """Choice ``choice``'s decode policy: its own seed when the request gave one."""
+    if choice == 0 or config.seed is None:
+        return config
+    return config.overlay({"seed": config.seed + choice})
 
 
 def _call_opener(template: Any, prompt: str, choice: ToolChoice, offered: list[dict[str, Any]]) -> str:

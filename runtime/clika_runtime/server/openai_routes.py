@@ -6,7 +6,7 @@ on a worker thread, never on the event loop.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -15,7 +15,9 @@ from starlette.routing import Route
 
 from clika_runtime.server.backend import Finished, ReplyRun
 from clika_runtime.server.bridge import run_events
-from clika_runtime.server.errors import error_body
+from clika_runtime.server.choices import merged_chunks
+from clika_runtime.server.errors import bad_request, error_body
+from clika_runtime.server.logprob_shapes import TokenText, chat_logprobs
 from clika_runtime.server.protocol import CompletionRequest, parse_chat, parse_completion
 from clika_runtime.server.served import Served
 from clika_runtime.server.shapes import (
@@ -67,21 +69,35 @@ class _OpenAI:
         self.served.intake.authorize(request)
         parsed = await self.served.prepare(parse_chat, await self.served.intake.json(request))
         self.backend.check_model(parsed.model)
-        run = await self.served.prepare(self.backend.start_chat, parsed)
+        runs = await self.served.prepare(self.backend.start_chat_choices, parsed, parsed.n)
+        run = runs[0]
         reply_id = new_id("chatcmpl")
+        token_text = self._token_text(parsed.options)
         if parsed.stream:
+            if len(runs) > 1:
+                return self._stream_choices(reply_id, runs, parsed.include_usage, request, token_text)
             chunks = ChatChunks(reply_id, self.backend.model_id, run.created, parsed.include_usage)
-            return self._stream(_chat_stream(self.served, run, chunks), run, request)
-        [reply] = await gather([run], request, self.served.closing, self.served.metrics.record_reply)
-        return JSONResponse(chat_completion(reply_id, self.backend.model_id, run.created, reply))
+            return self._stream(_chat_stream(self.served, run, chunks, token_text), run, request)
+        replies = await gather(runs, request, self.served.closing, self.served.metrics.record_reply)
+        return JSONResponse(
+            chat_completion(reply_id, self.backend.model_id, run.created, replies, token_text)
+        )
 
     async def completions(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         parsed = await self.served.prepare(parse_completion, await self.served.intake.json(request))
         self.backend.check_model(parsed.model)
         runs = await self.served.prepare(self._start_completions, parsed)
-        echoes = [await self.served.prepare(self._echo, parsed, prompt) for prompt in parsed.prompts]
+        echoes = [
+            await self.served.prepare(self._echo, parsed, prompt)
+            for prompt in parsed.prompts
+            for _ in range(parsed.n)
+        ]
         reply_id = new_id("cmpl")
+        if parsed.stream and parsed.n > 1:
+            raise bad_request(
+                "a streamed completion takes one choice ('n': 1); chat completions stream n", "n"
+            )
         if parsed.stream:
             chunks = CompletionChunks(reply_id, self.backend.model_id, runs[0].created, parsed.include_usage)
             return self._stream(_completion_stream(self.served, runs[0], chunks, echoes[0]), runs[0], request)
@@ -89,13 +105,18 @@ class _OpenAI:
         for reply, echo in zip(replies, echoes, strict=True):
             if echo:
                 reply.text.insert(0, echo)
-        return JSONResponse(completion(reply_id, self.backend.model_id, runs[0].created, replies))
+                reply.echoed = True
+        token_text = self._token_text(parsed.options)
+        return JSONResponse(completion(reply_id, self.backend.model_id, runs[0].created, replies, token_text))
 
     def _start_completions(self, parsed: CompletionRequest) -> list[ReplyRun]:
         runs: list[ReplyRun] = []
         try:
             for prompt in parsed.prompts:  # all submitted before any is read: they decode together
-                runs.append(self.backend.start_completion(prompt, parsed.options, parsed.max_tokens_given))
+                for choice in range(parsed.n):
+                    runs.append(
+                        self.backend.start_completion(prompt, parsed.options, parsed.max_tokens_given, choice)
+                    )
         except BaseException:
             for run in runs:
                 run.cancel()
@@ -106,6 +127,40 @@ class _OpenAI:
         if not parsed.echo:
             return ""
         return prompt if isinstance(prompt, str) else self.backend.model.tokenizer.decode(prompt)
+
+    def _token_text(self, options: dict[str, Any]) -> TokenText | None:
+        """How logprobs entries name a token, when the request asked for logprobs."""
+        return self.backend.token_text if options.get("logprobs") is not None else None
+
+    def _stream_choices(
+        self,
+        reply_id: str,
+        runs: list[ReplyRun],
+        include_usage: bool,
+        request: Request,
+        token_text: TokenText | None = None,
+    ) -> Response:
+        model, created = self.backend.model_id, runs[0].created
+        makers = [ChatChunks(reply_id, model, created, include_usage, index=i) for i in range(len(runs))]
+        usage_base = makers[0].base if include_usage else None
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for maker in makers:
+                yield sse(maker.first())
+            chunkers = [
+                _with_logprobs(m.for_event, run, token_text) for m, run in zip(makers, runs, strict=True)
+            ]
+            merged = merged_chunks(runs, chunkers, usage_base, self.served.metrics.record_reply)
+            async for chunk in merged:
+                yield sse(chunk)
+            yield DONE
+
+        def cancel() -> None:
+            for run in runs:
+                run.cancel()
+
+        where = f"{request.method} {request.url.path}"
+        return EventStream(guarded(chunks(), where, sse_failure), cancel, self.served.closing, sse_farewell)
 
     def _stream(self, chunks: AsyncIterator[bytes], run: ReplyRun, request: Request) -> Response:
         where = f"{request.method} {request.url.path}"
@@ -121,14 +176,35 @@ class _OpenAI:
         }
 
 
-async def _chat_stream(served: Served, run: ReplyRun, chunks: ChatChunks) -> AsyncIterator[bytes]:
+async def _chat_stream(
+    served: Served, run: ReplyRun, chunks: ChatChunks, token_text: TokenText | None = None
+) -> AsyncIterator[bytes]:
     yield sse(chunks.first())
+    chunker = _with_logprobs(chunks.for_event, run, token_text)
     async for event in run_events(run):
         if isinstance(event, Finished):
             served.metrics.record_reply(event.report)
-        for chunk in chunks.for_event(event):
+        for chunk in chunker(event):
             yield sse(chunk)
     yield DONE
+
+
+def _with_logprobs(
+    chunker: Callable[[Any], list[dict[str, Any]]], run: ReplyRun, token_text: TokenText | None
+) -> Callable[[Any], list[dict[str, Any]]]:
+    """``chunker`` whose first chunk of an event carries the log-probabilities of the tokens that
+    arrived with it (when the request asked for them)."""
+    if token_text is None:
+        return chunker
+
+    def chunks(event: Any) -> list[dict[str, Any]]:
+        made = chunker(event)
+        entries = run.take_logprobs()
+        if entries and made and made[0].get("choices"):
+            made[0]["choices"][0]["logprobs"] = chat_logprobs(entries, token_text)
+        return made
+
+    return chunks
 
 
 async def _completion_stream(

@@ -4,7 +4,9 @@ Sampling fields become :class:`~clika_runtime.engine.types.GenerationConfig`
 overrides (``max_tokens`` / ``max_completion_tokens`` -> ``max_new_tokens``);
 ``response_format`` / ``json_schema`` / ``grammar`` become a compiled
 constraint (:mod:`clika_runtime.server.structured`); fields this server
-cannot honour (``n`` > 1, ``logprobs``, ``suffix``) are refused rather than silently ignored, so a
+cannot honour (``suffix``) are refused; ``logprobs`` come from the model's raw
+distribution; ``n`` choices
+decode together (``MAX_CHOICES`` at most) rather than silently ignored, so a
 client never reads an answer that does not mean what it asked for.
 """
 
@@ -14,12 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from clika_runtime.engine.config import MAX_LOGPROBS
 from clika_runtime.server.errors import bad_request
 from clika_runtime.server.json_input import load_json
 from clika_runtime.server.structured import openai_constraint
 
 AUTO, NONE, REQUIRED = "auto", "none", "required"
 MAX_STOP_STRINGS = 4
+MAX_CHOICES = 8  # n: choices of one request decode together, sharing the prompt's KV
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -43,6 +47,7 @@ class ChatRequest:
     tool_choice: ToolChoice = ToolChoice()
     options: dict[str, Any] = field(default_factory=dict)  # GenerationConfig overrides
     max_tokens_given: bool = False
+    n: int = 1  # choices
 
 
 @dataclass(frozen=True)
@@ -56,12 +61,12 @@ class CompletionRequest:
     options: dict[str, Any] = field(default_factory=dict)
     max_tokens_given: bool = False
     echo: bool = False  # the reply's text starts with the prompt's
+    n: int = 1  # choices per prompt
 
 
 def parse_chat(body: Any) -> ChatRequest:
     """Check a chat completions body (raises a 400 ApiError naming the bad field)."""
     body = _object(body)
-    _refuse_unsupported(body)
     tools = check_tools(body.get("tools"))
     return ChatRequest(
         model=_model(body),
@@ -70,15 +75,17 @@ def parse_chat(body: Any) -> ChatRequest:
         include_usage=_include_usage(body),
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
-        options=sampling_options(body, "max_completion_tokens", "max_tokens"),
+        options=_with_logprobs(
+            sampling_options(body, "max_completion_tokens", "max_tokens"), chat_logprobs(body)
+        ),
         max_tokens_given=body.get("max_completion_tokens", body.get("max_tokens")) is not None,
+        n=_choices(body),
     )
 
 
 def parse_completion(body: Any) -> CompletionRequest:
     """Check a (legacy) completions body."""
     body = _object(body)
-    _refuse_unsupported(body)
     if body.get("suffix"):
         raise bad_request("'suffix' (fill-in-the-middle) is not supported by this server", "suffix")
     if body.get("best_of") not in (None, 1):
@@ -88,9 +95,10 @@ def parse_completion(body: Any) -> CompletionRequest:
         prompts=_prompts(body.get("prompt")),
         stream=_bool(body, "stream"),
         include_usage=_include_usage(body),
-        options=sampling_options(body, "max_tokens"),
+        options=_with_logprobs(sampling_options(body, "max_tokens"), completion_logprobs(body)),
         max_tokens_given=body.get("max_tokens") is not None,
         echo=_bool(body, "echo"),
+        n=_choices(body),
     )
     if request.stream and len(request.prompts) != 1:
         raise bad_request("a streamed completion takes exactly one prompt", "prompt")
@@ -113,11 +121,45 @@ def _model(body: Mapping[str, Any]) -> str:
     return model
 
 
-def _refuse_unsupported(body: Mapping[str, Any]) -> None:
-    if body.get("n") not in (None, 1):
-        raise bad_request(f"'n' must be 1 on this server, got {body.get('n')!r}", "n")
-    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
-        raise bad_request("'logprobs' are not supported by this server", "logprobs")
+def _with_logprobs(options: dict[str, Any], logprobs: int | None) -> dict[str, Any]:
+    if logprobs is not None:
+        options["logprobs"] = logprobs
+    return options
+
+
+def _choices(body: Mapping[str, Any]) -> int:
+    n = body.get("n")
+    if n is None:
+        return 1
+    if not _is_token(n) or not 1 <= n <= MAX_CHOICES:
+        raise bad_request(f"'n' must be an integer from 1 to {MAX_CHOICES}, got {n!r}", "n")
+    return n
+
+
+def chat_logprobs(body: Mapping[str, Any]) -> int | None:
+    """Chat's ``logprobs`` (a flag) and ``top_logprobs`` (0..20) as the engine's option."""
+    wanted, top = body.get("logprobs"), body.get("top_logprobs")
+    if wanted not in (None, True, False):
+        raise bad_request(f"'logprobs' must be true or false, got {wanted!r}", "logprobs")
+    if top is not None and (not _is_token(top) or not 0 <= top <= MAX_LOGPROBS):
+        raise bad_request(
+            f"'top_logprobs' must be an integer from 0 to {MAX_LOGPROBS}, got {top!r}", "top_logprobs"
+        )
+    if top and not wanted:
+        raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    return (top or 0) if wanted else None
+
+
+def completion_logprobs(body: Mapping[str, Any]) -> int | None:
+    """Completions' ``logprobs`` (how many alternatives, 0..5 in OpenAI's API; up to 20 here)."""
+    value = body.get("logprobs")
+    if value is None or value is False:
+        return None
+    if not _is_token(value) or not 0 <= value <= MAX_LOGPROBS:
+        raise bad_request(
+            f"'logprobs' must be an integer from 0 to {MAX_LOGPROBS}, got {value!r}", "logprobs"
+        )
+    return value
 
 
 def _bool(body: Mapping[str, Any], name: str) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 from clika_runtime.chat.tools import ToolCall
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
+from clika_runtime.server.logprob_shapes import TokenText, chat_logprobs, completion_logprobs
 
 SYSTEM_FINGERPRINT = "clika-runtime"
 DONE = b"data: [DONE]\n\n"
@@ -41,6 +42,7 @@ class Reply:
     reasoning: list[str] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
     finished: Finished | None = None
+    echoed: bool = False  # text[0] is the prompt, put back by ``echo``
 
     def add(self, event: Event) -> None:
         if isinstance(event, TextDelta):
@@ -56,8 +58,28 @@ class Reply:
 # -- chat completions ------------------------------------------------------------------------
 
 
-def chat_completion(reply_id: str, model: str, created: int, reply: Reply) -> dict[str, Any]:
-    """The ``chat.completion`` object of a finished reply."""
+def chat_completion(
+    reply_id: str, model: str, created: int, replies: list[Reply], token_text: TokenText | None = None
+) -> dict[str, Any]:
+    """The ``chat.completion`` object of finished replies (one choice each; the prompt counted once);
+    with ``token_text``, each choice's token log-probabilities."""
+    choices = [_chat_choice(index, reply) for index, reply in enumerate(replies)]
+    if token_text is not None:
+        for choice, reply in zip(choices, replies, strict=True):
+            assert reply.finished is not None
+            choice["logprobs"] = chat_logprobs(reply.finished.report.logprobs, token_text)
+    return {
+        "id": reply_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "choices": choices,
+        "usage": choices_usage([reply.finished.report for reply in replies if reply.finished]),
+    }
+
+
+def _chat_choice(index: int, reply: Reply) -> dict[str, Any]:
     assert reply.finished is not None
     text = "".join(reply.text)
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not reply.calls else None}
@@ -65,22 +87,32 @@ def chat_completion(reply_id: str, model: str, created: int, reply: Reply) -> di
         message["tool_calls"] = [call.to_message() for call in reply.calls]
     if reply.reasoning:
         message["reasoning_content"] = "".join(reply.reasoning)
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finished.finish_reason}
     return {
-        "id": reply_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "system_fingerprint": SYSTEM_FINGERPRINT,
-        "choices": [choice],
-        "usage": usage(reply.finished.report),
+        "index": index,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": reply.finished.finish_reason,
+    }
+
+
+def choices_usage(reports: list[GenerationReport]) -> dict[str, Any]:
+    """Usage of n choices of one prompt: the prompt once, every choice's completion."""
+    if len(reports) == 1:
+        return usage(reports[0])
+    prompt = reports[0].prompt_tokens
+    completion = sum(report.completion_tokens for report in reports)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": reports[0].cached_tokens},
     }
 
 
 class ChatChunks:
     """``chat.completion.chunk`` objects for one streamed reply."""
 
-    def __init__(self, reply_id: str, model: str, created: int, include_usage: bool) -> None:
+    def __init__(self, reply_id: str, model: str, created: int, include_usage: bool, index: int = 0) -> None:
         self.base = {
             "id": reply_id,
             "object": "chat.completion.chunk",
@@ -89,9 +121,10 @@ class ChatChunks:
             "system_fingerprint": SYSTEM_FINGERPRINT,
         }
         self.include_usage = include_usage
+        self.index = index  # which of n choices these chunks carry
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": self.index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         payload = {**self.base, "choices": [choice]}
         if self.include_usage:
             payload["usage"] = None  # OpenAI's shape: null until the last chunk
@@ -121,8 +154,10 @@ class ChatChunks:
 # -- completions ----------------------------------------------------------------------------
 
 
-def completion(reply_id: str, model: str, created: int, replies: list[Reply]) -> dict[str, Any]:
-    """The ``text_completion`` object, one choice per prompt."""
+def completion(
+    reply_id: str, model: str, created: int, replies: list[Reply], token_text: TokenText | None = None
+) -> dict[str, Any]:
+    """The ``text_completion`` object, one choice per prompt (with ``token_text``, logprobs)."""
     choices = []
     totals = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     cached = 0
@@ -133,7 +168,7 @@ def completion(reply_id: str, model: str, created: int, replies: list[Reply]) ->
             {
                 "index": index,
                 "text": "".join(reply.text),
-                "logprobs": None,
+                "logprobs": None if token_text is None else _completion_logprobs(reply, token_text),
                 "finish_reason": reply.finished.finish_reason,
             }
         )
@@ -150,6 +185,12 @@ def completion(reply_id: str, model: str, created: int, replies: list[Reply]) ->
         "choices": choices,
         "usage": {**totals, "prompt_tokens_details": {"cached_tokens": cached}},
     }
+
+
+def _completion_logprobs(reply: Reply, token_text: TokenText) -> dict[str, Any]:
+    assert reply.finished is not None
+    echoed = len(reply.text[0]) if reply.echoed else 0
+    return completion_logprobs(reply.finished.report.logprobs, token_text, echoed)
 
 
 class CompletionChunks:
