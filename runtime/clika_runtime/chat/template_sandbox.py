@@ -46,6 +46,8 @@ __all__ = [
 # Real chat templates are a few to a few tens of kilobytes.
 MAX_SOURCE_CHARS = 1_000_000
 _HEADER = struct.Struct(">I")
+# How long a fresh render process may take to start (an interpreter importing jinja2).
+STARTUP_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,17 @@ class _RenderProcess:
                 stdout=subprocess.PIPE,
                 env=_worker_environment(),
             )
+            self._await_ready(self._proc)
         return self._proc
+
+    def _await_ready(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wait for a new process's ready frame, so its start-up (an interpreter and jinja2,
+        seconds on a busy machine) never counts against a render's time limit."""
+        try:
+            json.loads(_read_frame(proc.stdout.fileno(), time.monotonic() + STARTUP_SECONDS))
+        except (TimeoutError, OSError, EOFError):
+            self.stop()
+            raise TemplateError(f"the render process did not start within {STARTUP_SECONDS:g} s") from None
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

@@ -122,6 +122,8 @@ def main() -> None:
     requests = sys.stdin.buffer
     renderer = _Renderer(max_bytes)
     _cap_memory(max_bytes)
+    # Ready: the caller's time limit counts from here, not from the interpreter's start-up.
+    _write_frame(replies, json.dumps({"ready": True}).encode())
     while (frame := _read_frame(requests)) is not None:
         reply = renderer.handle(pickle.loads(frame))
         _write_frame(replies, json.dumps(reply).encode())
