@@ -143,3 +143,18 @@ def test_pulling_the_default_model_twice_does_the_work_once(smollm2_gguf):
     assert again.exit_code == 0 and "smollm2-135m-instruct (int4," in again.stdout
     assert "already pulled; nothing to do" in again.stdout
     assert again.stdout.count("\n") == 1  # one line: no download, verify or export ran again
+
+
+@pytest.mark.parametrize("command", ["pull", "rm"])
+def test_a_weights_entry_that_is_a_fifo_is_an_error_line(run, tiny_llama_hf, tmp_path, command):
+    import os
+    import shutil
+
+    folder = tmp_path / "with-fifo"
+    shutil.copytree(tiny_llama_hf, folder)
+    os.mkfifo(folder / "extra.safetensors")  # hashing it would wait for a writer for ever
+    result = run(command, folder)
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: extra.safetensors is not a regular file (a device, pipe or socket): not read"
+    )

@@ -105,7 +105,7 @@ def _resolve_path(path: Path, precision: str | None, pull: bool, say: Say, progr
         )
     precision = _checked_precision(precision or DEFAULT_PRECISION)
     say(f"hashing {path.name} ...")
-    sha256 = source_sha256(path)
+    sha256 = _hashed(source_sha256, path)
     name = path.stem if path.is_file() else path.name
     return _export(name, path, sha256, precision, pull, say, progress, fetch=None)
 
@@ -290,6 +290,16 @@ def remove(spec: str, precision: str | None = None, say: Say | None = None) -> l
     return removed
 
 
+def _hashed(digest: Any, path: Path) -> str:
+    """``digest(path)``; an unreadable checkpoint (a FIFO or device among its files) is a ModelError."""
+    from clika_export.checkpoint import CheckpointError
+
+    try:
+        return digest(path)
+    except CheckpointError as exc:
+        raise ModelError(str(exc)) from None
+
+
 def _source_sha(spec: str) -> str | None:
     """The sha256 a name or checkpoint path is cached under (None: match exports by name)."""
     from clika_export.catalog import CATALOG
@@ -302,7 +312,7 @@ def _source_sha(spec: str) -> str | None:
             raise ModelError(f"{path} is an exported folder outside the cache's care; delete it yourself")
         from clika_export.api import source_sha256
 
-        return source_sha256(path)
+        return _hashed(source_sha256, path)
     return None
 
 
