@@ -331,3 +331,18 @@ def test_show_tells_a_tool_calling_model_by_its_template(qwen05_gguf):
     assert info["architecture"]["family"] == "qwen2" and info["tool_call_format"] == "hermes"
     assert info["reasoning_mode"] == "never" and info["chat_template"]
     assert info["catalog"]["name"] == "qwen2.5-coder-0.5b-instruct" and "int4" in info["precision"]["pulled"]
+
+
+@pytest.mark.parametrize("command", ["pull", "rm"])
+def test_a_weights_entry_that_is_a_fifo_is_an_error_line(run, tiny_llama_hf, tmp_path, command):
+    import os
+    import shutil
+
+    folder = tmp_path / "with-fifo"
+    shutil.copytree(tiny_llama_hf, folder)
+    os.mkfifo(folder / "extra.safetensors")  # hashing it would wait for a writer for ever
+    result = run(command, folder)
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: extra.safetensors is not a regular file (a device, pipe or socket): not read"
+    )

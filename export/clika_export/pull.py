@@ -63,8 +63,14 @@ def known_records() -> list[NameRecord]:
 
 
 def source_sha256(path: str | Path) -> str:
-    """The sha256 a checkpoint's exports are keyed by (a folder digest for Hugging Face folders)."""
-    return _source_sha256(path)
+    """The sha256 a checkpoint's exports are keyed by (a folder digest for Hugging Face folders);
+    an unreadable checkpoint (a FIFO or device among its files) is a ModelError."""
+    from clika_export.checkpoint import CheckpointError
+
+    try:
+        return _source_sha256(path)
+    except CheckpointError as exc:
+        raise ModelError(str(exc)) from None
 
 
 def export_folder(sha256: str, precision: str) -> Path:
