@@ -11,7 +11,7 @@ import pytest
 from gguf import GGUFValueType
 
 from clika_export.checkpoint import CheckpointError
-from clika_export.fetch import fetch_data
+from clika_export.fetch import fetch_data, fetch_gguf
 from clika_export.readers.gguf import read_gguf
 from clika_export.tokenizer_gguf import read_gguf_tokenizer
 
@@ -87,8 +87,8 @@ def test_checkpoint_carries_the_tokenizer(tiny_gguf):
     ("metadata", "message"),
     [
         (
-            {"tokenizer.ggml.model": ("llama", GGUFValueType.STRING)},
-            "tokenizer kind 'llama'.*supported: 'gpt2'",
+            {"tokenizer.ggml.model": ("t5", GGUFValueType.STRING)},
+            "tokenizer kind 't5'.*supported: .*'gpt2' .*'llama' \\(SentencePiece\\)",
         ),
         (
             {"tokenizer.ggml.pre": ("chameleon", GGUFValueType.STRING)},
@@ -180,7 +180,10 @@ def _compare(gguf_path: Path, texts: list[str], skip=None) -> int:
             assert ours.decode(got, skip_special_tokens=skip_special) == reference.decode(
                 expected, skip_special_tokens=skip_special
             ), f"decoding differs for {text[:60]!r}"
-        assert ours.decode(got, skip_special_tokens=False) == text  # byte-level: lossless
+        plain = ours.encode(text, add_special_tokens=False).ids
+        assert (
+            ours.decode(plain, skip_special_tokens=False) == text
+        )  # byte-level BPE and SentencePiece: lossless
     return compared
 
 
@@ -195,6 +198,23 @@ def test_smollm2_tokenizer_matches_transformers(smollm2_gguf):
     texts = CORPUS + _wiki_texts(300)
     compared = _compare(smollm2_gguf, texts, skip=_SMOLLM_DIGIT_SPLIT_DIFFERS)
     assert compared >= len(texts) - 5  # the digit-split cases are few; everything else is compared
+
+
+@pytest.mark.slow
+def test_gemma3_sentencepiece_tokenizer_matches_transformers():
+    """gemma-3's SentencePiece vocabulary: no space prefix, user-defined runs of spaces and newlines."""
+    gemma3_gguf = fetch_gguf("gemma-3-270m", progress=False)
+    texts = (
+        CORPUS + ["<start_of_turn>user\nHi  there<end_of_turn>\n<start_of_turn>model\n"] + _wiki_texts(300)
+    )
+    assert _compare(gemma3_gguf, texts) == len(texts)
+    rebuilt, reference = read_gguf_tokenizer(gemma3_gguf), _reference(gemma3_gguf)
+    assert (
+        (rebuilt.bos_token, rebuilt.eos_token)
+        == (reference.bos_token, reference.eos_token)
+        == ("<bos>", "<eos>")
+    )
+    assert rebuilt.add_bos_token and rebuilt.tokenizer().encode("Hi").ids[0] == reference.bos_token_id
 
 
 @pytest.mark.slow

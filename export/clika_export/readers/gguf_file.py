@@ -297,6 +297,11 @@ class GGUFMetadata:
         items = self._array(key, _INTEGER_TYPES, "an array of integers", max_items)
         return self._default(key, default) if items is None else [int(v) for v in items.tolist()]
 
+    def numbers(self, key: str, default: Any = _MISSING, *, max_items: int = 1 << 22) -> list[float]:
+        """An array of numbers (float or integer items), e.g. a vocabulary's scores."""
+        items = self._array(key, _FLOAT_TYPES | _INTEGER_TYPES, "an array of numbers", max_items)
+        return self._default(key, default) if items is None else [float(v) for v in items.tolist()]
+
     def _get(self, key: str, allowed: set, what: str) -> Value | None:
         value = self._values.get(key)
         if value is not None and value.kind not in allowed:
