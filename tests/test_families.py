@@ -168,3 +168,47 @@ def test_the_gguf_twin_matches_transformers(family: str, make_tiny_hf, tmp_path:
     with torch.no_grad():
         expected = model(torch.tensor([tokens])).logits[0].numpy()
     assert relative_error(logits, expected) < FP32_TOLERANCE
+
+
+def test_phi3_past_its_original_window_takes_the_long_factors(make_tiny_hf, tmp_path: Path) -> None:
+    """Exported for 128 tokens (original window 32), a 40-token prompt matches transformers' long-factor rope."""
+    case = CASES["phi3"]
+    model = build_case(make_tiny_hf, tmp_path / "hf", case)
+    out = export(tmp_path / "hf", tmp_path / "model", progress=False)
+    manifest = Manifest.read(out)
+    assert manifest.context_window == 128
+    tokens = np.random.default_rng(7).integers(0, 259, size=40).tolist()
+    (logits,) = StepRunner.open(out / "model.onnx", manifest.architecture, 1, 64, 1).step([(0, tokens, True)])
+    with torch.no_grad():
+        expected = model(torch.tensor([tokens])).logits[0].numpy()
+    assert relative_error(logits, expected) < FP32_TOLERANCE
+
+
+@pytest.mark.parametrize("family", ["gemma3", "mistral"])
+@pytest.mark.parametrize("kv_mode", ["continuous", "paged"])
+def test_windowed_layers_with_prefix_reuse_in_the_engine(family, kv_mode, make_tiny_hf, tmp_path) -> None:
+    """A second turn reuses the first's cached KV (past several windows) and replies as a fresh engine does."""
+    from clika_runtime import modelverse
+
+    case = CASES[family]
+    # The tiny tokenizer's own vocabulary (259), so every reply decodes.
+    make_tiny_hf(
+        tmp_path / "hf", case.model_type, layers=case.layers, max_position_embeddings=256, **case.config
+    )
+    out = export(tmp_path / "hf", tmp_path / "model", progress=False, verify=False)
+    reused = modelverse.load(out, threads=1, kv_cache_mode=kv_mode)
+    fresh = modelverse.load(out, threads=1, kv_cache_mode=kv_mode, prefix_reuse=False)
+    try:
+        turn = [
+            {"role": "user", "content": "a first question that runs well past a window of five tokens " * 2}
+        ]
+        first = reused.chat(turn, max_new_tokens=8, ignore_eos=True)
+        turn += [{"role": "assistant", "content": first}, {"role": "user", "content": "and a second one"}]
+        second = reused.chat(turn, max_new_tokens=8, ignore_eos=True)
+        assert reused.report.cached_tokens > 64
+        assert (
+            second == fresh.chat(turn, max_new_tokens=8, ignore_eos=True) and fresh.report.cached_tokens == 0
+        )
+    finally:
+        reused.close()
+        fresh.close()
