@@ -64,6 +64,12 @@ def chat(
     local = local_model(model, precision)
     pulled_note(local)
     loaded = load_model(local, engine, assistant=assistant)
+    if not loaded.has_chat_template:
+        loaded.close()
+        raise click.ClickException(
+            f"{model} has no chat template (a base model: it continues text, it does not take turns); "
+            f'use `clika generate {model} "your text"`'
+        )
     # A temperature on the command line takes the sampling policy over whole.
     overrides = chat_sampling(loaded) if temperature is None else {"temperature": temperature}
     if seed is not None:
