@@ -137,8 +137,11 @@ def _gguf_name(name: str, arch: str) -> str:
     return f"blk.{layer}.{gguf}.{kind}"
 
 
-def write_family_gguf(path: Path, model, case: FamilyCase) -> Path:
-    """Write ``model`` (a transformers model of ``case``) as an F32 GGUF with the tiny byte-level vocabulary."""
+def write_family_gguf(path: Path, model, case: FamilyCase, drop: tuple[str, ...] = ()) -> Path:
+    """Write ``model`` (a transformers model of ``case``) as an F32 GGUF with the tiny byte-level vocabulary.
+
+    ``drop`` names GGUF tensors to leave out (a broken file).
+    """
     from conftest import _llama_cpp_permute, _tiny_vocab
     from gguf import GGUFValueType, GGUFWriter
 
@@ -201,10 +204,14 @@ def write_family_gguf(path: Path, model, case: FamilyCase) -> Path:
         if arch in _PERMUTED and (".q_proj." in name or ".k_proj." in name):
             heads = cfg.num_attention_heads if ".q_proj." in name else cfg.num_key_value_heads
             values = _llama_cpp_permute(values, heads)
-        writer.add_tensor(_gguf_name(name, arch), np.ascontiguousarray(values, dtype=np.float32))
+        if _gguf_name(name, arch) not in drop:
+            writer.add_tensor(_gguf_name(name, arch), np.ascontiguousarray(values, dtype=np.float32))
     if rope.get("rope_type") == "longrope":
         for kind in ("long", "short"):
-            writer.add_tensor(f"rope_factors_{kind}.weight", np.asarray(rope[f"{kind}_factor"], np.float32))
+            if f"rope_factors_{kind}.weight" not in drop:
+                writer.add_tensor(
+                    f"rope_factors_{kind}.weight", np.asarray(rope[f"{kind}_factor"], np.float32)
+                )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -232,3 +232,28 @@ def test_the_int8_kv_cache_follows_the_float_one(exported: Exported) -> None:
         assert np.abs(got - want).max() < 0.05 * float(want.max() - want.min())
         agree += list(got.argmax(-1) == want.argmax(-1))
     assert np.mean(agree) >= 0.9  # single near-ties may flip (measured: 1-2 of 24 positions)
+
+
+@pytest.mark.parametrize(
+    ("family", "dropped", "message"),
+    [
+        (
+            "gemma3",
+            "blk.1.post_ffw_norm.weight",
+            "missing tensor model.layers.1.post_feedforward_layernorm.weight",
+        ),
+        ("qwen3", "blk.0.attn_k_norm.weight", "missing tensor model.layers.0.self_attn.k_norm.weight"),
+        ("phi3", "rope_factors_short.weight", "longrope needs both rope_factors_long and rope_factors_short"),
+    ],
+)
+def test_a_gguf_without_a_tensor_its_family_needs_is_refused_by_name(
+    family, dropped, message, make_tiny_hf, tmp_path
+) -> None:
+    from clika_export.checkpoint import CheckpointError
+
+    case = CASES[family]
+    model = build_case(make_tiny_hf, tmp_path / "hf", case, gguf=True)
+    source = write_family_gguf(tmp_path / f"{family}.gguf", model, case, drop=(dropped,))
+    with pytest.raises(CheckpointError, match=message):
+        export(source, tmp_path / "model", progress=False)
+    assert not (tmp_path / "model").exists()
