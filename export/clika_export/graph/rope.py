@@ -31,10 +31,15 @@ from clika_export.checkpoint import CheckpointError
 SUPPORTED_ROPE_TYPES = ("default", "dynamic", "linear", "llama3", "longrope", "yarn")
 
 
+# Older names transformers still reads: early Phi-3 configs say "su" for longrope.
+_ALIASES = {"su": "longrope"}
+
+
 def rope_type(scaling: dict[str, Any] | None) -> str:
     if not scaling:
         return "default"
-    return str(scaling.get("rope_type") or scaling.get("type") or "default")
+    kind = str(scaling.get("rope_type") or scaling.get("type") or "default")
+    return _ALIASES.get(kind, kind)
 
 
 def check_rope_type(scaling: dict[str, Any] | None) -> None:

@@ -107,8 +107,11 @@ def family_config(meta: GGUFMetadata, family: str, arch: Architecture, rotary_di
     """The file's settings under transformers' config.json keys."""
     key = f"{family}."
     config: dict[str, Any] = {"hidden_act": "gelu_pytorch_tanh" if family in GEMMA else "silu"}
-    if meta.has(key + "attention.sliding_window"):
-        config["sliding_window"] = meta.integer(key + "attention.sliding_window", low=1, high=1 << 24)
+    # 0 means no window (llama.cpp's converter writes 0 for Phi-4); llama.cpp currently runs Phi-3's
+    # windowed layers unwindowed, the window kept here is the checkpoint's (and transformers').
+    window = meta.integer(key + "attention.sliding_window", 0, low=0, high=1 << 24)
+    if window:
+        config["sliding_window"] = window
     if family in GEMMA:
         # llama.cpp: 1/sqrt(head_dim), but 1/sqrt(hidden / heads) for the 27B models (46 and 62 layers).
         big = arch.num_layers == (46 if family == "gemma2" else 62)

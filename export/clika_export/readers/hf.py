@@ -21,6 +21,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from clika_export.checkpoint import Checkpoint, CheckpointError
+from clika_export.graph.rope import rope_type
 from clika_export.readers.layouts import SHIFTED_NORM_FAMILIES, fused_phi3_names, row_slices, shifted_norm
 from clika_export.readers.safetensors_file import tensor_loaders
 from clika_runtime.manifest import Architecture
@@ -141,7 +142,7 @@ def rope_settings(config: dict[str, Any], layer_type: str) -> tuple[float, dict[
     theta = float(local or params.get("rope_theta") or config.get("rope_theta") or 10000.0)
     scaling = dict(old) if old and not local else {k: v for k, v in params.items() if k != "rope_theta"}
     scaling.pop("partial_rotary_factor", None)
-    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    kind = rope_type(scaling)
     if kind == "default":
         return theta, None
     max_positions = int(config.get("max_position_embeddings", 2048))
