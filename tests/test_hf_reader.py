@@ -128,6 +128,7 @@ def test_add_bos_follows_the_tokenizer_when_the_config_is_silent(tiny, tmp_path)
     [
         (lambda c: c.update(hidden_act="gelu"), "hidden_act 'gelu'"),
         (lambda c: c.update(mlp_bias=True), "mlp_bias"),
+        (lambda c: c.update(text_config=c.pop("num_hidden_layers") and {}), "multimodal checkpoint"),
         (lambda c: c.pop("num_hidden_layers"), "num_hidden_layers"),
         (lambda c: c.update(tie_word_embeddings=False), "no lm_head.weight"),
         (lambda c: c.update(rope_parameters={"rope_type": "mrope", "rope_theta": 1e4, "factor": 4.0}), None),

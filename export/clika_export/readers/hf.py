@@ -157,6 +157,11 @@ def rope_settings(config: dict[str, Any], layer_type: str) -> tuple[float, dict[
 
 def _refuse_unsupported(config: dict[str, Any], family: str) -> None:
     """Features the step graph does not build, named instead of silently ignored."""
+    if isinstance(config.get("text_config"), dict) and "num_hidden_layers" not in config:
+        raise CheckpointError(
+            f"{family} here is a multimodal checkpoint (its config has a text_config): "
+            "only text checkpoints are exported"
+        )
     act = config.get("hidden_activation") or config.get("hidden_act", "silu")
     if act not in ACTIVATIONS:
         raise CheckpointError(f"hidden_act {act!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
