@@ -137,10 +137,13 @@ def _gguf_name(name: str, arch: str) -> str:
     return f"blk.{layer}.{gguf}.{kind}"
 
 
-def write_family_gguf(path: Path, model, case: FamilyCase, drop: tuple[str, ...] = ()) -> Path:
+def write_family_gguf(
+    path: Path, model, case: FamilyCase, drop: tuple[str, ...] = (), metadata: dict | None = None
+) -> Path:
     """Write ``model`` (a transformers model of ``case``) as an F32 GGUF with the tiny byte-level vocabulary.
 
-    ``drop`` names GGUF tensors to leave out (a broken file).
+    ``drop`` names GGUF tensors to leave out (a broken file); ``metadata`` adds entries
+    (key -> (value, GGUFValueType)).
     """
     from conftest import _llama_cpp_permute, _tiny_vocab
     from gguf import GGUFValueType, GGUFWriter
@@ -189,11 +192,13 @@ def write_family_gguf(path: Path, model, case: FamilyCase, drop: tuple[str, ...]
         "tokenizer.ggml.eos_token_id": (tokens.index("<|im_end|>"), u32),
         "tokenizer.ggml.add_bos_token": (False, GGUFValueType.BOOL),
     }
+    kv |= metadata or {}
     writer = GGUFWriter(path, arch)
     for key, (value, vtype) in kv.items():
         sub = None
         if vtype == GGUFValueType.ARRAY:
             sub = GGUFValueType.STRING if isinstance(value[0], str) else GGUFValueType.INT32
+            sub = GGUFValueType.BOOL if isinstance(value[0], bool) else sub
         writer.add_key_value(key, value, vtype, sub)
     for name, param in model.state_dict().items():
         if name == "lm_head.weight" and cfg.tie_word_embeddings:

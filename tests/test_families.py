@@ -257,3 +257,30 @@ def test_a_gguf_without_a_tensor_its_family_needs_is_refused_by_name(
     with pytest.raises(CheckpointError, match=message):
         export(source, tmp_path / "model", progress=False)
     assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize(
+    ("pattern", "types"),
+    [(2, "SFSF"), ([True, False, True, True], "SFSS")],
+    ids=["period", "per-layer"],
+)
+def test_a_gemma3_gguf_names_its_sliding_layers(pattern, types, make_tiny_hf, tmp_path) -> None:
+    """``attention.sliding_window_pattern`` as llama.cpp reads it: a period, or a flag per layer."""
+    from dataclasses import replace
+
+    from gguf import GGUFValueType
+
+    names = {"S": "sliding_attention", "F": "full_attention"}
+    case = replace(CASES["gemma3"], layers=4)
+    case = replace(case, config={**case.config, "layer_types": [names[t] for t in types]})
+    model = build_case(make_tiny_hf, tmp_path / "hf", case, gguf=True)
+    kind = GGUFValueType.ARRAY if isinstance(pattern, list) else GGUFValueType.UINT32
+    metadata = {"gemma3.attention.sliding_window_pattern": (pattern, kind)}
+    source = write_family_gguf(tmp_path / "g.gguf", model, case, metadata=metadata)
+    out = export(source, tmp_path / "model", progress=False)
+    tokens = np.random.default_rng(9).integers(0, 259, size=14).tolist()
+    runner = StepRunner.open(out / "model.onnx", Manifest.read(out).architecture, 1, 64, 1)
+    (logits,) = runner.step([(0, tokens, True)])
+    with torch.no_grad():
+        expected = model(torch.tensor([tokens])).logits[0].numpy()
+    assert relative_error(logits, expected) < FP32_TOLERANCE

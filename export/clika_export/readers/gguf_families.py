@@ -5,16 +5,19 @@ Per family: which GGUF layer tensors map to which Hugging Face names (Gemma's
 which tensors a layer must have, whether llama.cpp permuted Q/K rows, and the
 metadata mapped onto transformers' config.json keys (``Checkpoint.config``),
 so a family reads one vocabulary whatever the source. Where llama.cpp fixes a
-setting in code rather than in the file, the same value is used here: Gemma
-3's local rope base 10000 and its one-in-six global layers, SmolLM3's NoPE
-layer every fourth, Gemma's attention scale ``1/sqrt(head_dim)`` (27B:
-``1/sqrt(hidden / heads)``).
+setting in code rather than in the file, the same default is used here:
+Gemma's sliding layers (``attention.sliding_window_pattern``, a per-layer
+list or a period: 2 for Gemma 2, 6 for Gemma 3; Gemma 2's window 4096 when
+the file names none, Gemma 3 none without one), Gemma 3's local rope base
+(``rope.freq_base_swa``, 10000), SmolLM3's NoPE layer every fourth, Gemma's
+attention scale ``1/sqrt(head_dim)`` (27B: ``1/sqrt(hidden / heads)``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from clika_export.checkpoint import CheckpointError
 from clika_export.readers.gguf_file import GGUFMetadata
 from clika_runtime.manifest import Architecture
 
@@ -113,20 +116,17 @@ def family_config(meta: GGUFMetadata, family: str, arch: Architecture, rotary_di
     if window:
         config["sliding_window"] = window
     if family in GEMMA:
+        config |= _gemma_layers(meta, family, arch.num_layers, config.get("sliding_window"))
         # llama.cpp: 1/sqrt(head_dim), but 1/sqrt(hidden / heads) for the 27B models (46 and 62 layers).
         big = arch.num_layers == (46 if family == "gemma2" else 62)
         config["query_pre_attn_scalar"] = arch.hidden_size // arch.num_heads if big else arch.head_dim
-    if family == "gemma2":
         for name in ("attn_logit_softcapping", "final_logit_softcapping"):
             if meta.has(key + name):
                 config[name] = meta.number(key + name, low=0.0, high=1e6)
     if family == "gemma3":
-        if meta.has(key + "attention.sliding_window_pattern"):
-            config["sliding_window_pattern"] = meta.integer(
-                key + "attention.sliding_window_pattern", low=1, high=1 << 10
-            )
         full = {"rope_theta": arch.rope_theta, **(arch.rope_scaling or {})}
-        config["rope_parameters"] = {"full_attention": full, "sliding_attention": {"rope_theta": 10000.0}}
+        local = meta.number(key + "rope.freq_base_swa", 10000.0, low=1.0, high=1e12)
+        config["rope_parameters"] = {"full_attention": full, "sliding_attention": {"rope_theta": local}}
     if family == "granite":
         names = {
             "embedding_scale": "embedding_multiplier",
@@ -142,3 +142,21 @@ def family_config(meta: GGUFMetadata, family: str, arch: Architecture, rotary_di
     if family == "smollm3":
         config["no_rope_layer_interval"] = 4
     return config
+
+
+def _gemma_layers(meta: GGUFMetadata, family: str, layers: int, window: int | None) -> dict[str, Any]:
+    """Gemma's layer types (and Gemma 2's default window), as llama.cpp decides them."""
+    key = f"{family}.attention.sliding_window_pattern"
+    if family == "gemma2" and window is None:
+        window = 4096
+    if window is None:
+        return {"layer_types": ["full_attention"] * layers}
+    if meta.is_array(key):
+        sliding = meta.booleans(key)
+        if len(sliding) < layers:
+            raise CheckpointError(f"{meta.source}: {key} lists {len(sliding)} layers of {layers}")
+    else:
+        period = meta.integer(key, 2 if family == "gemma2" else 6, low=0, high=1 << 10)
+        sliding = [period == 0 or i % period < period - 1 for i in range(layers)]
+    types = ["sliding_attention" if s else "full_attention" for s in sliding[:layers]]
+    return {"sliding_window": window, "layer_types": types}
