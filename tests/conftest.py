@@ -162,14 +162,14 @@ def build_tiny_hf(
 ):
     """Save a tiny random ``family`` checkpoint (hidden 64, 4 heads / 2 KV heads) to ``folder``.
 
+    ``family`` is a transformers ``model_type`` ("llama", "qwen3", "gemma3_text" ...).
+
     Weights are drawn wide enough (std 0.1, norms around 1) that logits differ
     clearly between tokens. Returns the transformers model (float32, eval).
     """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    kinds = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
-    config_type, model_type = kinds[family]
     settings = dict(
         vocab_size=256 + len(TINY_SPECIALS), hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=tied,
@@ -177,11 +177,19 @@ def build_tiny_hf(
     )  # fmt: skip
     settings.update(config)
     torch.manual_seed(seed)
-    model = model_type(config_type(**settings)).eval()
+    model = (
+        AutoModelForCausalLM.from_config(
+            AutoConfig.for_model(family, **settings), attn_implementation="eager"
+        )
+        .float()
+        .eval()
+    )
+    # Gemma's norms multiply by 1 + w: centre w on 0 so every family's norms scale by about 1.
+    centre = 0.0 if family.startswith("gemma") else 1.0
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name:
-                param.copy_(1 + 0.1 * torch.randn_like(param))
+                param.copy_(centre + 0.1 * torch.randn_like(param))
             else:
                 param.normal_(0, 0.1)
     folder.mkdir(parents=True, exist_ok=True)

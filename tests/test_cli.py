@@ -36,11 +36,34 @@ def test_help_lists_every_command(run):
         assert f"  {command} " in result.output
 
 
-def test_a_family_the_export_does_not_build_is_refused_by_name(run, tmp_cache):
-    result = run("pull", "gemma-3-270m")
+def test_a_family_the_export_does_not_build_is_refused_by_name(run, tmp_cache, monkeypatch):
+    import dataclasses
+
+    from clika_export.catalog import CATALOG
+
+    # Every family of the catalog is built: a catalog entry of another one, made here.
+    falcon = dataclasses.replace(CATALOG["gemma-3-270m"], name="falcon-test", family="falcon")
+    monkeypatch.setitem(CATALOG, falcon.name, falcon)
+    result = run("pull", "falcon-test")
     assert result.exit_code == 1
-    assert "gemma-3-270m is a gemma3 model" in result.output and "llama, qwen2" in result.output
+    assert "falcon-test is a falcon model" in result.output and "gemma3, granite, llama" in result.output
     assert not (tmp_cache / "blobs").exists()  # refused before fetching anything
+
+
+def test_chat_with_a_base_model_says_why_it_cannot(run, make_tiny_hf, tmp_path):
+    import json
+
+    from clika_export.api import export
+
+    make_tiny_hf(tmp_path / "hf", "qwen3")
+    config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    del config["chat_template"]  # a base model: it continues text
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(config))
+    folder = export(tmp_path / "hf", tmp_path / "base", progress=False, verify=False)
+    result = run("chat", folder, "--threads", "1")
+    assert result.exit_code == 1
+    assert "has no chat template" in result.output and "clika generate" in result.output
+    assert run("generate", folder, "hello", "--max-tokens", "3", "-q", "--threads", "1").exit_code == 0
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,8 @@ def test_unknown_family_is_refused_by_name(tiny_llama_hf: Path, tmp_path: Path) 
     config = json.loads((source / "config.json").read_text())
     config["model_type"] = "gpt_neox"
     (source / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"'gpt_neox' is not supported \(supported: llama, qwen2\)"):
+    supported = "gemma2, gemma3, granite, llama, mistral, olmo2, phi3, qwen2, qwen3, smollm3"
+    with pytest.raises(CheckpointError, match=rf"'gpt_neox' is not supported \(supported: {supported}\)"):
         export(source, tmp_path / "out", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mistery"]
 

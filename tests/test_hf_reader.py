@@ -128,10 +128,11 @@ def test_add_bos_follows_the_tokenizer_when_the_config_is_silent(tiny, tmp_path)
     ("edit", "message"),
     [
         (lambda c: c.update(hidden_act="gelu"), "hidden_act 'gelu'"),
-        (lambda c: c.update(use_sliding_window=True), "sliding-window"),
+        (lambda c: c.update(mlp_bias=True), "mlp_bias"),
+        (lambda c: c.update(text_config=c.pop("num_hidden_layers") and {}), "multimodal checkpoint"),
         (lambda c: c.pop("num_hidden_layers"), "num_hidden_layers"),
         (lambda c: c.update(tie_word_embeddings=False), "no lm_head.weight"),
-        (lambda c: c.update(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}), None),
+        (lambda c: c.update(rope_parameters={"rope_type": "mrope", "rope_theta": 1e4, "factor": 4.0}), None),
     ],
 )
 def test_unsupported_configs_are_refused_by_name(tiny, tmp_path, edit, message) -> None:
@@ -141,8 +142,9 @@ def test_unsupported_configs_are_refused_by_name(tiny, tmp_path, edit, message) 
     edit(config)
     (target / "config.json").write_text(json.dumps(config))
     if message is None:  # read fine, refused when the graph needs the rotary tables
-        assert read_hf(target).architecture.rope_scaling["rope_type"] == "yarn"
-        with pytest.raises(CheckpointError, match="rope scaling type 'yarn'"):
+        assert read_hf(target).architecture.rope_scaling["rope_type"] == "mrope"
+        supported = r"\(supported: default, dynamic, linear, llama3, longrope, yarn\)"
+        with pytest.raises(CheckpointError, match=rf"rope scaling type 'mrope' is not supported {supported}"):
             export(target, tmp_path / "out", progress=False)
         assert not (tmp_path / "out").exists()
         return

@@ -137,9 +137,9 @@ def test_a_graph_without_the_step_pattern_is_refused(folder: Path, tmp_path: Pat
     manifest = Manifest.read(folder)
     model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
     gqa = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
-    gqa.attribute.append(onnx.helper.make_attribute("local_window_size", 16))
+    gqa.attribute.append(onnx.helper.make_attribute("smooth_softmax", 1))
     (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
-    with pytest.raises(PagedGraphError, match="local_window_size=16 has no paged form"):
+    with pytest.raises(PagedGraphError, match="smooth_softmax=1 has no paged form"):
         derive_paged_graph(tmp_path / "model.onnx", tmp_path, manifest.architecture)
 
 

@@ -70,6 +70,12 @@ def chat(
     local = local_model(name, precision, role=role if model else "")
     pulled_note(local)
     loaded = load_model(local, engine, assistant=assistant)
+    if not loaded.has_chat_template:
+        loaded.close()
+        raise click.ClickException(
+            f"{name} has no chat template (a base model: it continues text, it does not take turns); "
+            f'use `clika generate {name} "your text"`'
+        )
     overrides = _reply_overrides(loaded, temperature, seed, prompt_lookup)
     repl = ChatRepl(
         loaded,

@@ -82,7 +82,8 @@ def export(
         try:
             # The float reference runs alongside the build, on the tensors it reads.
             sequences = check_sequences(checkpoint.architecture)
-            reference = StreamingReference(checkpoint.architecture, sequences) if verify else None
+            spec = family.decoder_spec(checkpoint, context)
+            reference = StreamingReference(spec, sequences) if verify else None
             with report.steps("building graph", checkpoint.architecture.num_layers) as on_layer:
                 built = family.build(
                     checkpoint,

@@ -4,7 +4,10 @@ Readers (``clika_export.readers.hf`` for Hugging Face folders,
 ``clika_export.readers.gguf`` for GGUF files) turn a source into a
 ``Checkpoint``: architecture facts, tensors under Hugging Face names in Hugging
 Face layout (a Linear weight is ``[out_features, in_features]``), the tokenizer
-as ``tokenizers`` JSON, the chat template and generation defaults. Tensors load
+as ``tokenizers`` JSON, the chat template and generation defaults. Norm weights
+are the multipliers applied (Gemma's ``1 + w``, as llama.cpp stores them), and
+fused projections (Phi-3's ``qkv_proj``, ``gate_up_proj``) come split into the
+llama names, so every family reads one layout. Tensors load
 lazily so a large checkpoint never has to sit in memory twice.
 
 A GGUF reader also offers each block-quantized tensor's original blocks
@@ -110,6 +113,9 @@ class Checkpoint:
     eos_token: str | None = None
     # name -> loader of the original quantized blocks (GGUF only).
     raw_loaders: dict[str, Callable[[], RawBlocks]] = field(default_factory=dict)
+    # The architecture's settings in transformers' config.json vocabulary (a GGUF
+    # reader maps its metadata onto it), for what a family reads beyond ``architecture``.
+    config: dict[str, Any] = field(default_factory=dict)
 
     def names(self) -> Iterator[str]:
         return iter(self.tensor_loaders)

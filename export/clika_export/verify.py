@@ -21,6 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 from clika_export.checkpoint import Checkpoint
+from clika_export.graph.decoder_spec import DecoderSpec, LayerSpec
 from clika_export.graph.rope import inverse_frequencies
 from clika_runtime.manifest import Architecture
 from clika_runtime.model_folder import session_options
@@ -124,12 +125,20 @@ class StreamingReference:
     then the final norm and head); handed the same arrays through ``observe``
     and told when a layer is complete, this runs the reference alongside, so a
     checked export dequantizes its source once and holds one layer at a time.
+    It follows the family's ``DecoderSpec`` (an ``Architecture`` alone means the
+    llama layout).
     """
 
-    def __init__(self, arch: Architecture, sequences: Sequence[Sequence[int]]) -> None:
-        self.arch = arch
+    def __init__(self, spec: DecoderSpec | Architecture, sequences: Sequence[Sequence[int]]) -> None:
+        if isinstance(spec, Architecture):
+            spec = DecoderSpec(spec, spec.max_position_embeddings, qkv_bias=spec.attention_bias)
+        self.spec = spec
+        self.arch = spec.arch
         self.sequences = [list(s) for s in sequences]
-        self.inv_freq = inverse_frequencies(arch.head_dim, arch.rope_theta, arch.rope_scaling)
+        self.ropes = {
+            key: (*inverse_frequencies(r.rotary_dim, r.theta, r.scaling, spec.context_window), r.rotary_dim)
+            for key, r in spec.ropes.items()
+        }
         self.lengths = [len(s) for s in self.sequences]
         self.hidden: np.ndarray | None = None  # the sequences stacked: [sum of lengths, hidden]
         self.layer: dict[str, np.ndarray] = {}
@@ -139,7 +148,8 @@ class StreamingReference:
     def observe(self, name: str, array: np.ndarray) -> None:
         array = np.asarray(array, dtype=np.float32)
         if name == "model.embed_tokens.weight":
-            self.hidden = array[np.asarray([t for s in self.sequences for t in s], dtype=np.int64)]
+            ids = np.asarray([t for s in self.sequences for t in s], dtype=np.int64)
+            self.hidden = array[ids] * np.float32(self.spec.embedding_scale)
             if self.arch.tie_word_embeddings:
                 self.kept["lm_head.weight"] = array
         elif name.startswith("model.layers."):
@@ -150,7 +160,9 @@ class StreamingReference:
     def layer_done(self, layer: int) -> None:
         if self.hidden is None or layer != self.done:
             raise RuntimeError(f"reference fed out of order: layer {layer} after {self.done} layers")
-        self.hidden = _layer_forward(self.arch, self.layer, self.hidden, self.lengths, self.inv_freq)
+        layer_spec = self.spec.layers[layer]
+        rope = self.ropes[layer_spec.rope] if layer_spec.rope is not None else None
+        self.hidden = _layer_forward(self.spec, layer_spec, self.layer, self.hidden, self.lengths, rope)
         assert self.hidden.dtype == np.float32, self.hidden.dtype
         self.layer = {}
         self.done += 1
@@ -161,13 +173,19 @@ class StreamingReference:
             raise RuntimeError(f"reference incomplete: {self.done} of {self.arch.num_layers} layers")
         norm, head = self.kept.pop("model.norm.weight"), self.kept.pop("lm_head.weight")
         logits = _rms_norm(self.hidden, norm, self.arch.rms_norm_eps) @ head.T
+        logits = logits * np.float32(self.spec.logits_scale)
+        if self.spec.final_softcap > 0:
+            cap = np.float32(self.spec.final_softcap)
+            logits = np.tanh(logits / cap) * cap
         return np.split(logits, np.cumsum(self.lengths)[:-1])
 
 
-def reference_logits(checkpoint: Checkpoint, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
+def reference_logits(
+    checkpoint: Checkpoint, sequences: Sequence[Sequence[int]], spec: DecoderSpec | None = None
+) -> list[np.ndarray]:
     """Every position's logits ``[len, vocab]`` of each sequence, read straight from the checkpoint."""
     arch = checkpoint.architecture
-    reference = StreamingReference(arch, sequences)
+    reference = StreamingReference(spec or arch, sequences)
     reference.observe("model.embed_tokens.weight", checkpoint.tensor("model.embed_tokens.weight"))
     for layer in range(arch.num_layers):
         prefix = f"model.layers.{layer}."
@@ -189,47 +207,91 @@ def _linear(w: dict[str, np.ndarray], name: str, x: np.ndarray) -> np.ndarray:
     return y + bias if bias is not None else y
 
 
-def _rotate(x: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
-    """Rotary embedding of ``x [heads, len, head_dim]`` at positions ``0..len-1``."""
+# A rope table for the reference: inverse frequencies, attention factor, rotary dims.
+Rope = tuple[np.ndarray, float, int]
+
+
+def _rotate(x: np.ndarray, rope: Rope) -> np.ndarray:
+    """Rotary embedding of the leading ``rotary_dim`` dims of ``x [heads, len, head_dim]``, positions from 0."""
+    inv_freq, factor, dim = rope
     angles = np.outer(np.arange(x.shape[1], dtype=np.float32), inv_freq)
-    cos, sin = np.cos(angles), np.sin(angles)
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    cos, sin = np.cos(angles) * np.float32(factor), np.sin(angles) * np.float32(factor)
+    half = dim // 2
+    x1, x2, rest = x[..., :half], x[..., half:dim], x[..., dim:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
+
+
+def _qk_normed(
+    spec: DecoderSpec, w: dict[str, np.ndarray], x: np.ndarray, name: str, heads: int
+) -> np.ndarray:
+    if spec.qk_norm is None:
+        return x
+    weight, eps = w[f"self_attn.{name}_norm.weight"], spec.arch.rms_norm_eps
+    if spec.qk_norm == "full":
+        return _rms_norm(x, weight, eps)
+    length = x.shape[0]
+    return _rms_norm(x.reshape(length, heads, -1), weight, eps).reshape(length, -1)
 
 
 def _layer_forward(
-    arch: Architecture, w: dict[str, np.ndarray], h: np.ndarray, lengths: Sequence[int], inv_freq: np.ndarray
+    spec: DecoderSpec,
+    layer: LayerSpec,
+    w: dict[str, np.ndarray],
+    h: np.ndarray,
+    lengths: Sequence[int],
+    rope: Rope | None,
 ) -> np.ndarray:
     """One decoder layer over the sequences stacked in ``h`` (``lengths`` rows each)."""
-    n, hd, kv = arch.num_heads, arch.head_dim, arch.num_kv_heads
-    x = _rms_norm(h, w["input_layernorm.weight"], arch.rms_norm_eps)
+    arch = spec.arch
+    eps, scale = arch.rms_norm_eps, np.float32(spec.residual_scale)
+    pre_attn, post_attn, pre_mlp, post_mlp = spec.norm_names()
+    x = _rms_norm(h, w[f"{pre_attn}.weight"], eps) if pre_attn else h
     q, k, v = (_linear(w, f"self_attn.{p}_proj", x) for p in "qkv")
+    q, k = _qk_normed(spec, w, q, "q", arch.num_heads), _qk_normed(spec, w, k, "k", arch.num_kv_heads)
     bounds = np.cumsum([0, *lengths])
     context = np.concatenate(
         [
-            _attention(q[a:b], k[a:b], v[a:b], n, kv, hd, inv_freq)
+            _attention(spec, layer, q[a:b], k[a:b], v[a:b], rope)
             for a, b in zip(bounds[:-1], bounds[1:], strict=True)
         ]
     )
-    h = h + _linear(w, "self_attn.o_proj", context)
-    x = _rms_norm(h, w["post_attention_layernorm.weight"], arch.rms_norm_eps)
+    out = _linear(w, "self_attn.o_proj", context)
+    out = _rms_norm(out, w[f"{post_attn}.weight"], eps) if post_attn else out
+    h = h + out * scale
+    x = _rms_norm(h, w[f"{pre_mlp}.weight"], eps) if pre_mlp else h
     gate = _linear(w, "mlp.gate_proj", x)
     up = _linear(w, "mlp.up_proj", x)
-    return h + _linear(w, "mlp.down_proj", gate / (1 + np.exp(-gate)) * up)
+    if spec.activation == "gelu_tanh":
+        c = np.float32(math.sqrt(2 / math.pi))
+        act = 0.5 * gate * (1 + np.tanh(c * (gate + np.float32(0.044715) * gate**3)))
+    else:
+        act = gate / (1 + np.exp(-gate))
+    out = _linear(w, "mlp.down_proj", act * up)
+    out = _rms_norm(out, w[f"{post_mlp}.weight"], eps) if post_mlp else out
+    return (h + out * scale).astype(np.float32)
 
 
 def _attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, n: int, kv: int, hd: int, inv_freq: np.ndarray
+    spec: DecoderSpec, layer: LayerSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray, rope: Rope | None
 ) -> np.ndarray:
     """Causal grouped-query attention of one sequence (positions from 0), ``[len, n * hd]``."""
+    n, kv, hd = spec.arch.num_heads, spec.arch.num_kv_heads, spec.arch.head_dim
     length = q.shape[0]
-    q = _rotate(q.reshape(length, n, hd).transpose(1, 0, 2), inv_freq)
-    k = _rotate(k.reshape(length, kv, hd).transpose(1, 0, 2), inv_freq)
+    q = q.reshape(length, n, hd).transpose(1, 0, 2)
+    k = k.reshape(length, kv, hd).transpose(1, 0, 2)
+    if rope is not None:
+        q, k = _rotate(q, rope), _rotate(k, rope)
     v = v.reshape(length, kv, hd).transpose(1, 0, 2)
     k, v = np.repeat(k, n // kv, axis=0), np.repeat(v, n // kv, axis=0)
-    scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)  # a Python float keeps float32
-    scores = np.where(np.tril(np.ones((length, length), dtype=bool)), scores, -np.inf)
+    scores = q @ k.transpose(0, 2, 1) * np.float32(spec.scale)
+    if spec.attn_softcap > 0:
+        cap = np.float32(spec.attn_softcap)
+        scores = np.tanh(scores / cap) * cap
+    offsets = np.arange(length)[:, None] - np.arange(length)[None, :]  # query position - key position
+    visible = offsets >= 0
+    if layer.window is not None:
+        visible &= offsets < layer.window
+    scores = np.where(visible, scores, -np.inf)
     scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
     context = (scores / scores.sum(axis=-1, keepdims=True)) @ v
     return context.transpose(1, 0, 2).reshape(length, n * hd)
@@ -290,8 +352,10 @@ def check_graph(
     }
 
 
-def check_export(model_path: Path, checkpoint: Checkpoint, *, threads: int | None = None) -> dict[str, Any]:
+def check_export(
+    model_path: Path, checkpoint: Checkpoint, *, threads: int | None = None, spec: DecoderSpec | None = None
+) -> dict[str, Any]:
     """``check_graph`` against the reference computed from ``checkpoint`` (reads every tensor again)."""
     sequences = check_sequences(checkpoint.architecture)
-    reference = reference_logits(checkpoint, sequences)
+    reference = reference_logits(checkpoint, sequences, spec)
     return check_graph(model_path, checkpoint.architecture, sequences, reference, threads=threads)

@@ -1,10 +1,12 @@
 """Architecture families: each module turns a ``Checkpoint`` of its family into a step graph.
 
-A family module exposes ``NAME`` and ``build(checkpoint, folder, context_window,
-on_layer, on_tensor) -> BuiltGraph`` (the hooks as in
-``clika_export.graph.decoder.build_decoder``), which the llama-shaped families
-take from :class:`~clika_export.families.decoder_family.DecoderFamily`; ``family_for`` picks the module by
-``Checkpoint.architecture.family`` and refuses an unknown family by name.
+A family module exposes ``NAME``, ``decoder_spec(checkpoint, context_window) ->
+DecoderSpec`` (what the export's float reference follows too) and
+``build(checkpoint, folder, context_window, on_layer, on_tensor) -> BuiltGraph``
+(the hooks as in ``clika_export.graph.decoder.build_decoder``), which every
+family takes from :class:`~clika_export.families.decoder_family.DecoderFamily`;
+``family_for`` picks the module by ``Checkpoint.architecture.family`` and
+refuses an unknown family by name.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from clika_export.checkpoint import Checkpoint, CheckpointError
-from clika_export.families import llama, qwen2
+from clika_export.families import gemma2, gemma3, granite, llama, mistral, olmo2, phi3, qwen2, qwen3, smollm3
 
-FAMILIES: dict[str, ModuleType] = {llama.NAME: llama, qwen2.NAME: qwen2}
+FAMILIES: dict[str, ModuleType] = {
+    module.NAME: module
+    for module in (gemma2, gemma3, granite, llama, mistral, olmo2, phi3, qwen2, qwen3, smollm3)
+}
 
 
 def supported() -> tuple[str, ...]:

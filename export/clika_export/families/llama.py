@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from clika_export.checkpoint import Checkpoint, CheckpointError
+from clika_export.families.config_facts import llama_layers
 from clika_export.families.decoder_family import DecoderFamily
 from clika_export.graph.decoder import DecoderSpec
 
@@ -19,7 +20,9 @@ def decoder_spec(checkpoint: Checkpoint, context_window: int) -> DecoderSpec:
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             if not checkpoint.has(f"model.layers.0.self_attn.{name}.bias"):
                 raise CheckpointError(f"llama checkpoint declares attention_bias but has no {name} bias")
-    return DecoderSpec(arch, context_window, qkv_bias=arch.attention_bias, o_bias=arch.attention_bias)
+    ropes, layers = llama_layers(checkpoint)
+    bias = arch.attention_bias
+    return DecoderSpec(arch, context_window, qkv_bias=bias, o_bias=bias, ropes=ropes, layers=layers)
 
 
 build = DecoderFamily(NAME, decoder_spec).build

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from clika_export.checkpoint import Checkpoint, CheckpointError
+from clika_export.families.config_facts import llama_layers
 from clika_export.families.decoder_family import DecoderFamily
 from clika_export.graph.decoder import DecoderSpec
 
@@ -14,7 +15,8 @@ def decoder_spec(checkpoint: Checkpoint, context_window: int) -> DecoderSpec:
     for name in ("q_proj", "k_proj", "v_proj"):
         if not checkpoint.has(f"model.layers.0.self_attn.{name}.bias"):
             raise CheckpointError(f"qwen2 checkpoint has no {name} bias (qwen2 attention has q/k/v biases)")
-    return DecoderSpec(checkpoint.architecture, context_window, qkv_bias=True, o_bias=False)
+    ropes, layers = llama_layers(checkpoint)
+    return DecoderSpec(checkpoint.architecture, context_window, qkv_bias=True, ropes=ropes, layers=layers)
 
 
 build = DecoderFamily(NAME, decoder_spec).build

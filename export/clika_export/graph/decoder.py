@@ -1,4 +1,4 @@
-"""The step graph of a llama-style decoder (llama, qwen2) built from fused CPU ops.
+"""The step graph of a llama-style decoder (every family of ``clika_export.families``) from fused CPU ops.
 
 One ORT call = one engine step for a batch of rows; the inputs are described
 in ``clika_runtime.step_graph``. Dataflow::
@@ -10,6 +10,10 @@ in ``clika_runtime.step_graph``. Dataflow::
 
 The weight MatMuls run on the packed tokens ``[T, H]``; only attention runs on
 the padded ``[B, S]`` grid. The head runs on the ``N`` picked positions only.
+What a family changes (``DecoderSpec``): q/k norms before the grid, norms after
+a block (``sandwich``/``post``: the pending branch is normed before its skip
+add), the activation, multipliers, soft-caps, and per layer the attention
+window (GQA's ``local_window_size``) and the rotary table (or none).
 
 Weights are named predictably and stored for MatMul as ``[in, out]``
 (``model.layers.3.attn.qkv.weight``); ``BuiltGraph.matrices`` records which
@@ -27,9 +31,9 @@ import numpy as np
 
 from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.graph.builder import MS_DOMAIN, ExternalData, GraphBuilder, save_model
+from clika_export.graph.decoder_spec import GLOBAL_ROPE, DecoderSpec, LayerSpec, RopeSpec
 from clika_export.graph.rope import cos_sin_caches
 from clika_runtime import step_graph as io
-from clika_runtime.manifest import Architecture
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -38,14 +42,7 @@ DATA_FILE = "model.onnx.data"
 TOKENS, GRID_COLS, ROWS, PICKED, CAPACITY = "tokens", "grid_cols", "rows", "logits_rows", "capacity"
 
 
-@dataclass(frozen=True)
-class DecoderSpec:
-    """What a family tells the builder beyond the architecture facts."""
-
-    arch: Architecture
-    context_window: int
-    qkv_bias: bool
-    o_bias: bool = False
+__all__ = ["BuiltGraph", "DecoderSpec", "LayerSpec", "RopeSpec", "build_decoder"]
 
 
 @dataclass
@@ -89,10 +86,16 @@ def build_decoder(
     )
 
 
-def _expected_shapes(a: Architecture) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
     """Tensor shapes by ``<module>.<param>`` (HF layout: ``[out, in]`` for a Linear)."""
+    a = spec.arch
     q, kv, h, i = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.hidden_size, a.intermediate_size
+    full = spec.qk_norm == "full"
     return {
+        "q_norm.weight": (q,) if full else (a.head_dim,),
+        "k_norm.weight": (kv,) if full else (a.head_dim,),
+        "pre_feedforward_layernorm.weight": (h,),
+        "post_feedforward_layernorm.weight": (h,),
         "embed_tokens.weight": (a.vocab_size, h),
         "lm_head.weight": (a.vocab_size, h),
         "q_proj.weight": (q, h),
@@ -126,7 +129,8 @@ class _DecoderBuilder:
         self.ckpt = checkpoint
         self.g = graph
         self.matrices: dict[str, dict[str, Any]] = {}
-        self._shapes = _expected_shapes(spec.arch)
+        self._shapes = _expected_shapes(spec)
+        self._constants: dict[str, str] = {}
 
     # -- whole graph ---------------------------------------------------------
 
@@ -163,11 +167,17 @@ class _DecoderBuilder:
             g.output(io.PRESENT_VALUE.format(layer=layer), np.float32, kv_shape)
 
     def _shared_tables(self) -> None:
-        """Rotary tables, made once and read by every layer."""
-        a = self.arch
-        cos, sin = cos_sin_caches(self.spec.context_window, a.head_dim, a.rope_theta, a.rope_scaling)
-        self.cos = self.g.weight("model.rotary.cos_cache", cos)
-        self.sin = self.g.weight("model.rotary.sin_cache", sin)
+        """Rotary tables (one per rope the layers use), made once and read by every layer."""
+        used = {layer.rope for layer in self.spec.layers if layer.rope is not None}
+        self.tables: dict[str, tuple[str, str]] = {}
+        for key in sorted(used):
+            rope = self.spec.ropes[key]
+            cos, sin = cos_sin_caches(self.spec.context_window, rope.rotary_dim, rope.theta, rope.scaling)
+            prefix = "model.rotary" if key == GLOBAL_ROPE else f"model.rotary.{key}"
+            self.tables[key] = (
+                self.g.weight(f"{prefix}.cos_cache", cos),
+                self.g.weight(f"{prefix}.sin_cache", sin),
+            )
 
     # -- embedding and head ----------------------------------------------------
 
@@ -176,11 +186,12 @@ class _DecoderBuilder:
         self.embed_name = self.g.weight("model.embed_tokens.weight", table.astype(np.float32, copy=False))
         with self.g.scope("embed_tokens"):
             hidden = self.g.op("Gather", [self.embed_name, io.INPUT_IDS], axis=0)
+            hidden = self._scaled(hidden, self.spec.embedding_scale, "model.embed_scale")
         self._record(self.embed_name, "embed", "/model/embed_tokens/Gather", None, "out_in", table.shape)
         return hidden
 
     def _head(self, mlp_out: str, residual: str) -> None:
-        """Final norm and lm_head on the picked positions only.
+        """Final norm and lm_head on the picked positions only (then the logits' scale and soft-cap).
 
         ::
 
@@ -188,74 +199,129 @@ class _DecoderBuilder:
                                                    SkipSimplifiedLayerNorm -> [N,H] -> lm_head -> logits[N,V]
             residual[T,H] --Gather(logits_index)--/
         """
-        g, a = self.g, self.arch
+        g, a, spec = self.g, self.arch, self.spec
         with g.scope("norm"):
             picked_mlp = g.op("Gather", [mlp_out, io.LOGITS_INDEX], label="GatherMlp", axis=0)
             picked_res = g.op("Gather", [residual, io.LOGITS_INDEX], label="GatherResidual", axis=0)
             weight = self._norm_weight("model.norm.weight")
             normed = self._skip_norm([picked_mlp, picked_res, weight], want_sum=False)
+        shaped = spec.logits_scale != 1.0 or spec.final_softcap > 0
+        logits = [g.node_name("lm_head") + "/raw"] if shaped else [io.LOGITS]
         with g.scope("lm_head"):
             if self.arch.tie_word_embeddings:
                 # Tied: read the embedding table as [V, H] (transB) instead of storing a transpose.
-                g.op("Gemm", [normed, self.embed_name], outputs=[io.LOGITS], transB=1)
+                g.op("Gemm", [normed, self.embed_name], outputs=logits, transB=1)
                 self._add_role(self.embed_name, "lm_head", "/model/lm_head/Gemm")
             else:
                 head = self._tensor("lm_head.weight")
                 name = g.weight("lm_head.weight", head.astype(np.float32, copy=False).T)
-                g.op("MatMul", [normed, name], outputs=[io.LOGITS])
+                g.op("MatMul", [normed, name], outputs=logits)
                 self._record(
                     name, "lm_head", "/model/lm_head/MatMul", None, "in_out", (a.hidden_size, a.vocab_size)
                 )
                 self.matrices[name]["sources"] = ["lm_head.weight"]
+        if shaped:
+            with g.scope("logits"):
+                self._shape_logits(logits[0])
+
+    def _shape_logits(self, raw: str) -> None:
+        """``logits * scale``, then ``cap * tanh(logits / cap)`` (Gemma 2's final soft-capping)."""
+        g, spec = self.g, self.spec
+        cap = spec.final_softcap
+        if cap <= 0:
+            g.op(
+                "Mul",
+                [raw, g.constant("model.logits_scale", np.float32(spec.logits_scale))],
+                outputs=[io.LOGITS],
+            )
+            return
+        scaled = self._scaled(raw, spec.logits_scale / cap, "model.logits_softcap_in")
+        capped = g.op("Tanh", [scaled])
+        g.op("Mul", [capped, g.constant("model.logits_softcap", np.float32(cap))], outputs=[io.LOGITS])
 
     # -- one decoder layer ------------------------------------------------------
 
-    def _layer(self, layer: int, prev_mlp: str | None, residual: str) -> tuple[str, str]:
+    def _layer(self, layer: int, pending: str | None, residual: str) -> tuple[str, str]:
+        """One layer; ``pending`` is the previous block's output not yet added to ``residual``.
+
+        The add is fused into the next pre-norm (SkipSimplifiedLayerNorm); a block
+        with a post-norm has it applied to its output before that add.
+        """
         prefix = f"model.layers.{layer}"
+        pre_attn, post_attn, pre_mlp, post_mlp = self.spec.norm_names()
         with self.g.scope("input_layernorm"):
-            weight = self._norm_weight(f"{prefix}.input_layernorm.weight")
-            if prev_mlp is None:
-                # Layer 0 has no residual to add yet.
-                x = self.g.op(
+            x, residual = self._block_input(pending, residual, pre_attn and f"{prefix}.{pre_attn}.weight")
+        with self.g.scope("attn"):
+            attn_out = self._attention(layer, x)
+        attn_out = self._block_output(
+            attn_out, post_attn and f"{prefix}.{post_attn}.weight", "post_attention_norm"
+        )
+        with self.g.scope("post_attention_layernorm"):
+            x, residual = self._block_input(attn_out, residual, pre_mlp and f"{prefix}.{pre_mlp}.weight")
+        with self.g.scope("mlp"):
+            mlp_out = self._mlp(layer, x)
+        mlp_out = self._block_output(mlp_out, post_mlp and f"{prefix}.{post_mlp}.weight", "post_mlp_norm")
+        return mlp_out, residual
+
+    def _block_input(self, pending: str | None, residual: str, norm: str | None) -> tuple[str, str]:
+        """A block's input and the new residual: ``norm(residual + pending)``, or the sum itself."""
+        g = self.g
+        if norm is None:
+            total = residual if pending is None else g.op("Add", [pending, residual], label="Residual")
+            return total, total
+        weight = self._norm_weight(norm)
+        if pending is None:
+            # Layer 0 has no residual to add yet.
+            x = g.op(
+                "SimplifiedLayerNormalization", [residual, weight], axis=-1, epsilon=self.arch.rms_norm_eps
+            )
+            return x, residual
+        return self._skip_norm([pending, residual, weight], want_sum=True)
+
+    def _block_output(self, out: str, norm: str | None, scope: str) -> str:
+        """A block's output as added to the residual: post-normed and scaled where the family says."""
+        g = self.g
+        if norm is not None:
+            with g.scope(scope):
+                out = g.op(
                     "SimplifiedLayerNormalization",
-                    [residual, weight],
+                    [out, self._norm_weight(norm)],
                     axis=-1,
                     epsilon=self.arch.rms_norm_eps,
                 )
-            else:
-                x, residual = self._skip_norm([prev_mlp, residual, weight], want_sum=True)
-        with self.g.scope("attn"):
-            attn_out = self._attention(layer, x)
-        with self.g.scope("post_attention_layernorm"):
-            weight = self._norm_weight(f"{prefix}.post_attention_layernorm.weight")
-            x, residual = self._skip_norm([attn_out, residual, weight], want_sum=True)
-        with self.g.scope("mlp"):
-            mlp_out = self._mlp(layer, x)
-        return mlp_out, residual
+        if self.spec.residual_scale != 1.0:
+            with g.scope(scope.replace("norm", "scale")):
+                out = self._scaled(out, self.spec.residual_scale, "model.residual_scale")
+        return out
 
     def _attention(self, layer: int, x: str) -> str:
         """Fused QKV projection, grouped-query attention on the padded grid, output projection.
 
         ::
 
-            x[T,H] -> MatMul(Wqkv) (+bias) -> qkv[T,D] -> Gather(grid_index[B,S]) -> [B,S,D]
+            x[T,H] -> MatMul(Wqkv) (+bias) (-> q/k RMSNorm) -> qkv[T,D] -> Gather(grid_index[B,S]) -> [B,S,D]
               -> GroupQueryAttention(rotary inside; past/present share one buffer) -> [B,S,nh*hd]
               -> GatherND(token_cell[T,2]) -> [T, nh*hd] -> MatMul(Wo) (+bias)
 
         The 2-D index arrays shape the grid themselves: no Reshape on either side.
         """
-        g, a, src = self.g, self.arch, f"model.layers.{layer}.self_attn"
+        g, a, spec, src = self.g, self.arch, self.spec, f"model.layers.{layer}.self_attn"
+        layer_spec = spec.layers[layer]
         qkv = self._linear(
             layer, "attn.qkv", "qkv", x, [f"{src}.{p}_proj" for p in "qkv"], self.spec.qkv_bias
         )
+        if spec.qk_norm:
+            with g.scope("qk_norm"):
+                qkv = self._qk_norm(layer, qkv)
         with g.scope("grid"):
             grid = g.op("Gather", [qkv, io.GRID_INDEX], axis=0)
         with g.scope("gqa"):
             present = [io.PRESENT_KEY.format(layer=layer), io.PRESENT_VALUE.format(layer=layer)]
+            cos, sin = self.tables[layer_spec.rope] if layer_spec.rope is not None else ("", "")
             inputs = [
                 grid, "", "",
                 io.PAST_KEY.format(layer=layer), io.PAST_VALUE.format(layer=layer),
-                io.SEQLENS_K, io.TOTAL_SEQUENCE_LENGTH, self.cos, self.sin,
+                io.SEQLENS_K, io.TOTAL_SEQUENCE_LENGTH, cos, sin,
                 "", "", "", "", "", "", "",  # position_ids .. k_norm_weight: unused
                 io.QUERY_SEQLENS,
             ]  # fmt: skip
@@ -267,20 +333,65 @@ class _DecoderBuilder:
                 domain=MS_DOMAIN,
                 num_heads=a.num_heads,
                 kv_num_heads=a.num_kv_heads,
-                do_rotary=1,
+                do_rotary=int(layer_spec.rope is not None),
                 rotary_interleaved=0,
+                **self._attention_options(layer_spec),
             )[0]
         with g.scope("ungrid"):
             packed = g.op("GatherND", [context, io.TOKEN_CELL], batch_dims=0)
         return self._linear(layer, "attn.o", "o_proj", packed, [f"{src}.o_proj"], self.spec.o_bias)
 
+    def _attention_options(self, layer_spec: LayerSpec) -> dict[str, Any]:
+        """GQA attributes beyond the llama defaults: scale, soft-cap, the local window."""
+        spec, options = self.spec, {}
+        if spec.attention_scale is not None:
+            options["scale"] = float(spec.attention_scale)
+        if spec.attn_softcap > 0:
+            options["softcap"] = float(spec.attn_softcap)
+        if layer_spec.window is not None and layer_spec.window < spec.context_window:
+            # Both count the keys a query sees, itself included (measured against transformers).
+            options["local_window_size"] = int(layer_spec.window)
+        return options
+
+    def _qk_norm(self, layer: int, qkv: str) -> str:
+        """RMSNorm of q and k before rotary: per head (weights ``[head_dim]``) or over the whole projection.
+
+        ::
+
+            qkv[T,D] -> Split -> q[T,nh*hd], k, v;  q -> [T,nh,hd] -> RMSNorm(q_norm) -> [T,nh*hd] (k alike)
+            -> Concat(q, k, v) -> qkv[T,D]
+        """
+        g, a, src = self.g, self.arch, f"model.layers.{layer}.self_attn"
+        widths = [a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.head_dim]
+        split = g.constant(f"model.layers.{layer}.attn.qkv_split", np.asarray(widths, np.int64))
+        q, k, v = g.op("Split", [qkv, split], outputs=3, axis=-1)
+        normed = []
+        for part, heads, name in ((q, a.num_heads, "q"), (k, a.num_kv_heads, "k")):
+            weight = self._norm_weight(f"{src}.{name}_norm.weight")
+            with g.scope(f"{name}_norm"):
+                if self.spec.qk_norm == "head":
+                    shape = g.constant(
+                        f"model.layers.{layer}.attn.{name}_heads", np.asarray([0, heads, a.head_dim])
+                    )
+                    part = g.op("Reshape", [part, shape], label="Heads")
+                part = g.op(
+                    "SimplifiedLayerNormalization", [part, weight], axis=-1, epsilon=self.arch.rms_norm_eps
+                )
+                if self.spec.qk_norm == "head":
+                    flat = g.constant(
+                        f"model.layers.{layer}.attn.{name}_flat", np.asarray([0, heads * a.head_dim])
+                    )
+                    part = g.op("Reshape", [part, flat], label="Flat")
+            normed.append(part)
+        return g.op("Concat", [*normed, v], axis=-1)
+
     def _mlp(self, layer: int, x: str) -> str:
-        """SwiGLU with gate and up fused in one MatMul.
+        """A gated MLP (SwiGLU, or GeGLU with tanh-approximated GELU) with gate and up fused in one MatMul.
 
         ::
 
             x[T,H] -> MatMul(W_gate_up)[T,2I] -> Split -> gate, up
-            silu(gate) * up = gate * Sigmoid(gate) * up -> MatMul(W_down) -> [T,H]
+            act(gate) * up -> MatMul(W_down) -> [T,H]      (silu(g) = g * Sigmoid(g))
         """
         g, src = self.g, f"model.layers.{layer}.mlp"
         gate_up = self._linear(
@@ -288,10 +399,21 @@ class _DecoderBuilder:
         )
         with g.scope("act"):
             gate, up = g.op("Split", [gate_up], outputs=2, axis=-1, num_outputs=2)
-            sigmoid = g.op("Sigmoid", [gate])
-            silu = g.op("Mul", [gate, sigmoid], label="Silu")
-            hidden = g.op("Mul", [silu, up], label="GateUp")
+            if self.spec.activation == "gelu_tanh":
+                act = g.op("Gelu", [gate], approximate="tanh")
+            else:
+                sigmoid = g.op("Sigmoid", [gate])
+                act = g.op("Mul", [gate, sigmoid], label="Silu")
+            hidden = g.op("Mul", [act, up], label="GateUp")
         return self._linear(layer, "mlp.down", "down", hidden, [f"{src}.down_proj"], False)
+
+    def _scaled(self, x: str, factor: float, name: str) -> str:
+        """``x * factor`` (no node when the factor is 1); the constant is shared by name."""
+        if factor == 1.0:
+            return x
+        if name not in self._constants:
+            self._constants[name] = self.g.constant(name, np.float32(factor))
+        return self.g.op("Mul", [x, self._constants[name]], label="Scale")
 
     # -- helpers ---------------------------------------------------------------
 

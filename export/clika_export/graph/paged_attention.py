@@ -47,6 +47,11 @@ name                       dtype, shape        meaning
 A key position ``j`` of a row is visible to a query at position ``p`` when
 ``j <= p``; block table padding and stale pool content beyond a row's length
 are masked that way (the pool must hold finite values: the runtime zeroes it).
+A layer with a local window of ``w`` keys (GroupQueryAttention's
+``local_window_size``) also hides ``j <= p - w``: its mask is made once per
+step for each window the layers use. Soft-capped scores (``softcap``) are
+``cap * tanh(s / cap)`` before the mask, as GroupQueryAttention does; a
+partial rotary table (``rotary_dim < head_dim``) rotates the leading dims only.
 """
 
 from __future__ import annotations
@@ -81,6 +86,9 @@ class AttentionSite:
     rotary: bool
     interleaved: bool
     scale: float
+    window: int | None = None  # keys a query sees, itself included (None: all before it)
+    softcap: float = 0.0
+    rotary_dim: int = 0  # 0: the whole head
     # An int8 cache: the continuous graph's per-channel scales ``[1, kv_heads, 1, head_dim]``.
     k_scale: str | None = None
     v_scale: str | None = None
@@ -106,8 +114,8 @@ class PagedAttentionEmitter:
             self._consts.add(self.g.constant(full, np.asarray(values, dtype=dtype)))
         return full
 
-    def step_tables(self) -> list[onnx.NodeProto]:
-        """Write indices, attention masks and which groups have rows, shared by every layer.
+    def step_tables(self, windows: tuple[int, ...] = ()) -> list[onnx.NodeProto]:
+        """Write indices, attention masks (one more pair per local window) and which groups have rows.
 
         ::
 
@@ -132,6 +140,9 @@ class PagedAttentionEmitter:
                     "Reshape", [queries, self.const("decode_query_shape", [1, -1, 1, 1])], label="Rows"
                 )
                 self.decode_bias = self._bias(io.DECODE_BLOCK_TABLES, queries, "decode")
+                self.decode_window_bias = {
+                    w: self._bias(io.DECODE_BLOCK_TABLES, queries, f"decode.window{w}", w) for w in windows
+                }
                 self.has_decode = self._has_rows(io.DECODE_QUERY_INDEX)
             with g.scope("wide_mask"):
                 queries = g.op(
@@ -139,6 +150,9 @@ class PagedAttentionEmitter:
                 )
                 queries = g.op("Unsqueeze", [queries, self.const("wide_query_axes", [0, 2, 4])], label="Rows")
                 self.wide_bias = self._bias(io.WIDE_BLOCK_TABLES, queries, "wide")
+                self.wide_window_bias = {
+                    w: self._bias(io.WIDE_BLOCK_TABLES, queries, f"wide.window{w}", w) for w in windows
+                }
                 self.has_wide = self._has_rows(io.WIDE_QUERY_INDEX)
             with g.scope("rotary"):
                 self.positions = g.op("Unsqueeze", [io.POSITION_IDS, self.const("axis0", [0])])
@@ -163,15 +177,21 @@ class PagedAttentionEmitter:
         ]
         return g.op("Concat", parts, label="Index", axis=2)
 
-    def _bias(self, tables: str, queries: str, prefix: str) -> str:
-        """0 where key position ``j <= `` the query's position, -inf elsewhere."""
+    def _bias(self, tables: str, queries: str, prefix: str, window: int | None = None) -> str:
+        """0 where key position ``j <= `` the query's position ``p`` (and ``j > p - window``), -inf elsewhere."""
         g = self.g
-        table_shape = g.op("Shape", [tables], label="TableShape")
-        blocks = g.op("Gather", [table_shape, self.const(f"{prefix}.block_dim", 1)], label="Blocks", axis=0)
-        length = g.op("Mul", [blocks, self.const(f"{prefix}.block_size", self.bs)])
-        keys = g.op("Range", [self.zero, length, self.const(f"{prefix}.key_step", 1)])
-        visible = g.op("LessOrEqual", [keys, queries])
-        return g.op("Where", [visible, self.visible, self.hidden])
+        with g.scope(f"window{window}" if window else "causal"):
+            table_shape = g.op("Shape", [tables], label="TableShape")
+            blocks = g.op(
+                "Gather", [table_shape, self.const(f"{prefix}.block_dim", 1)], label="Blocks", axis=0
+            )
+            length = g.op("Mul", [blocks, self.const(f"{prefix}.block_size", self.bs)])
+            keys = g.op("Range", [self.zero, length, self.const(f"{prefix}.key_step", 1)])
+            visible = g.op("LessOrEqual", [keys, queries])
+            if window:
+                first = g.op("Sub", [queries, self.const(f"{prefix}.window_left", window - 1)], label="First")
+                visible = g.op("And", [visible, g.op("GreaterOrEqual", [keys, first])], label="InWindow")
+            return g.op("Where", [visible, self.visible, self.hidden])
 
     def _has_rows(self, query_index: str) -> str:
         g = self.g
@@ -199,12 +219,14 @@ class PagedAttentionEmitter:
             split = self.const(f"{n}.split_v", [self.q_width + self.kv_width, self.kv_width])
             qk, v = g.op("Split", [qkv, split], label="SplitV", outputs=2, axis=2)
             if site.rotary:
+                partial = {"rotary_embedding_dim": site.rotary_dim} if site.rotary_dim else {}
                 qk = g.op(
                     "RotaryEmbedding",
                     [qk, self.positions, site.cos, site.sin],
                     domain=MS_DOMAIN,
                     interleaved=int(site.interleaved),
                     num_heads=a.num_heads + a.num_kv_heads,
+                    **partial,
                 )
             split = self.const(f"{n}.split_qk", [self.q_width, self.kv_width])
             q, k = g.op("Split", [qk, split], label="SplitQK", outputs=2, axis=2)
@@ -312,6 +334,16 @@ class PagedAttentionEmitter:
         )
         return self.g.op("Mul", [context, scale], label=f"{label}ScaleValues")
 
+    def _capped(self, scores: str, site: AttentionSite, label: str) -> str:
+        """``cap * tanh(scores / cap)`` for a soft-capped layer (Gemma 2), else the scores."""
+        if site.softcap <= 0:
+            return scores
+        cap = self.const(f"softcap{site.softcap}", site.softcap, np.float32)
+        capped = self.g.op(
+            "Tanh", [self.g.op("Div", [scores, cap], label=f"{label}CapIn")], label=f"{label}Cap"
+        )
+        return self.g.op("Mul", [capped, cap], label=f"{label}CapOut")
+
     def _decode(self, q: str, pools: tuple[str, str], site: AttentionSite, *, packed: bool) -> str:
         """Decode rows: ``[kvh, Bd, group, hd] @ [kvh, Bd, Md*bs, hd]^T``, softmax, ``@ V`` -> ``[Bd, nh*hd]``.
 
@@ -334,7 +366,9 @@ class PagedAttentionEmitter:
         scores = g.op(
             "FusedMatMul", [heads, keys], label=f"{label}Scores", domain=MS_DOMAIN, transB=1, alpha=site.scale
         )
-        scores = g.op("Add", [scores, self.decode_bias], label=f"{label}Mask")
+        scores = self._capped(scores, site, label)
+        bias = self.decode_window_bias[site.window] if site.window else self.decode_bias
+        scores = g.op("Add", [scores, bias], label=f"{label}Mask")
         weights = g.op("Softmax", [scores], label=f"{label}Softmax", axis=-1)
         context = g.op("MatMul", [weights, values], label=f"{label}Mix")  # [kvh, Bd, group, hd]
         context = self._value_scaled(context, site, 4, label)
@@ -363,7 +397,9 @@ class PagedAttentionEmitter:
         scores = g.op(
             "FusedMatMul", [queries, keys], label="WideScores", domain=MS_DOMAIN, transB=1, alpha=site.scale
         )
-        scores = g.op("Add", [scores, self.wide_bias], label="WideMask")  # [kvh, Bw, group, Sw, L]
+        scores = self._capped(scores, site, "Wide")
+        bias = self.wide_window_bias[site.window] if site.window else self.wide_bias
+        scores = g.op("Add", [scores, bias], label="WideMask")  # [kvh, Bw, group, Sw, L]
         weights = g.op("Softmax", [scores], label="WideSoftmax", axis=-1)
         context = g.op("MatMul", [weights, values], label="WideMix")  # [kvh, Bw, group, Sw, hd]
         context = self._value_scaled(context, site, 5, "Wide")

@@ -72,7 +72,7 @@ def derive_paged_graph(
     g = GraphBuilder("clika_paged_step", None)  # type: ignore[arg-type]  # small constants only
     int8 = any(site.k_scale is not None for site in sites)
     emitter = PagedAttentionEmitter(g, arch, block_size, int8=int8)
-    step_nodes = emitter.step_tables()
+    step_nodes = emitter.step_tables(tuple(sorted({site.window for site in sites if site.window})))
     layer_nodes = {site.layer: emitter.layer(site, kv_names) for site in sites}
     _splice(graph, sites, step_nodes, layer_nodes)
     graph.initializer.extend(g.initializers)
@@ -165,9 +165,13 @@ def _site(
             f"{gqa.name}: not the grid -> GroupQueryAttention -> ungrid pattern of the step graph"
         )
     attrs = {a.name: helper.get_attribute_value(a) for a in gqa.attribute}
-    for name, neutral in (("local_window_size", -1), ("softcap", 0.0), ("smooth_softmax", 0)):
+    for name, neutral in (("smooth_softmax", 0), ("sliding_window_cache", 0)):
         if attrs.get(name, neutral) != neutral:
             raise PagedGraphError(f"{gqa.name}: attribute {name}={attrs[name]} has no paged form yet")
+    if any(_input(gqa, i) for i in (9, 10, 11, 14, 15)):
+        raise PagedGraphError(
+            f"{gqa.name}: position ids, attention bias, head sinks or q/k norm inputs have no paged form"
+        )
     if attrs.get("num_heads") != arch.num_heads or attrs.get("kv_num_heads") != arch.num_kv_heads:
         raise PagedGraphError(f"{gqa.name}: head counts differ from the architecture")
     return AttentionSite(
@@ -180,9 +184,21 @@ def _site(
         rotary=bool(attrs.get("do_rotary", 0)),
         interleaved=bool(attrs.get("rotary_interleaved", 0)),
         scale=float(attrs.get("scale", 0.0)) or 1.0 / float(np.sqrt(arch.head_dim)),
+        window=int(attrs["local_window_size"]) if attrs.get("local_window_size", -1) > 0 else None,
+        softcap=float(attrs.get("softcap", 0.0)),
+        rotary_dim=_rotary_dim(graph, gqa.input[7], arch.head_dim),
         k_scale=_input(gqa, 12),
         v_scale=_input(gqa, 13),
     )
+
+
+def _rotary_dim(graph: onnx.GraphProto, cos: str, head_dim: int) -> int:
+    """Rotated dims of a partial rotary table (``[positions, rotary_dim / 2]``); 0 for whole heads."""
+    table = next((t for t in graph.initializer if t.name == cos), None)
+    if table is None or len(table.dims) != 2:
+        return 0
+    dim = 2 * int(table.dims[1])
+    return 0 if dim == head_dim else dim
 
 
 def _input(node: onnx.NodeProto, index: int) -> str | None:

@@ -1,10 +1,22 @@
 """Rotary position tables (cos/sin caches) for GroupQueryAttention's ``do_rotary``.
 
-The tables hold ``cos(p * inv_freq)`` and ``sin(p * inv_freq)`` for every
-position ``p`` of the context window, ``[context_window, head_dim / 2]``, in
-the non-interleaved (``rotate_half``) layout Hugging Face llama/qwen2 use.
-Frequencies follow transformers' rope types: ``default``, ``linear`` and
-``llama3``; other types are refused by name rather than approximated.
+The tables hold ``a * cos(p * inv_freq)`` and ``a * sin(p * inv_freq)`` for
+every position ``p`` of the context window, ``[context_window, rotary_dim / 2]``,
+in the non-interleaved (``rotate_half``) layout Hugging Face models use;
+``a`` is the rope type's attention factor (1 but for yarn and longrope), and
+``rotary_dim < head_dim`` rotates only the leading dims (partial rotary).
+Frequencies follow transformers' rope types; other types are refused by name
+rather than approximated.
+
+Two types depend on the sequence length in transformers; a static table
+fixes them for the export's context window:
+
+* ``dynamic`` (NTK) changes its base only past ``max_position_embeddings``,
+  which no context window exceeds: its table is the default one.
+* ``longrope`` uses its short factors up to ``original_max_position_embeddings``
+  and its long ones beyond; the table takes the long factors when the context
+  window exceeds the original one, as llama.cpp does (transformers switches
+  per sequence: rows shorter than the original window then differ).
 """
 
 from __future__ import annotations
@@ -16,30 +28,55 @@ import numpy as np
 
 from clika_export.checkpoint import CheckpointError
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "dynamic", "linear", "llama3", "longrope", "yarn")
+
+
+# Older names transformers still reads: early Phi-3 configs say "su" for longrope.
+_ALIASES = {"su": "longrope"}
 
 
 def rope_type(scaling: dict[str, Any] | None) -> str:
     if not scaling:
         return "default"
-    return str(scaling.get("rope_type") or scaling.get("type") or "default")
+    kind = str(scaling.get("rope_type") or scaling.get("type") or "default")
+    return _ALIASES.get(kind, kind)
 
 
-def inverse_frequencies(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> np.ndarray:
-    """``inv_freq[i] = theta ** (-2i / head_dim)``, adjusted by the rope scaling."""
-    # float32 like transformers, so positions far into the window round the same way.
-    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim
-    inv_freq = (1.0 / (np.float32(theta) ** exponent)).astype(np.float32)
+def check_rope_type(scaling: dict[str, Any] | None) -> None:
+    """Refuse a rope type without a table here, naming the ones there are."""
     kind = rope_type(scaling)
-    if kind == "default":
-        return inv_freq
-    if kind == "linear":
-        return (inv_freq / np.float32(scaling["factor"])).astype(np.float32)
-    if kind == "llama3":
-        return _llama3(inv_freq, scaling)
-    raise CheckpointError(
-        f"rope scaling type {kind!r} is not supported (supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
-    )
+    if kind not in SUPPORTED_ROPE_TYPES:
+        raise CheckpointError(
+            f"rope scaling type {kind!r} is not supported (supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
+        )
+
+
+def inverse_frequencies(
+    rotary_dim: int, theta: float, scaling: dict[str, Any] | None, context_window: int = 0
+) -> tuple[np.ndarray, float]:
+    """``inv_freq[i] = theta ** (-2i / rotary_dim)`` adjusted by the scaling, and the attention factor."""
+    check_rope_type(scaling)
+    kind = rope_type(scaling)
+    inv_freq = _default(rotary_dim, theta)
+    if kind in ("default", "dynamic"):
+        return inv_freq, 1.0
+    assert scaling is not None
+    try:
+        if kind == "linear":
+            return (inv_freq / np.float32(scaling["factor"])).astype(np.float32), 1.0
+        if kind == "llama3":
+            return _llama3(inv_freq, scaling), 1.0
+        if kind == "yarn":
+            return _yarn(rotary_dim, theta, scaling)
+        return _longrope(rotary_dim, theta, scaling, context_window)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"rope scaling {kind!r} is missing or has a bad {exc}") from None
+
+
+def _default(rotary_dim: int, theta: float) -> np.ndarray:
+    # float32 like transformers, so positions far into the window round the same way.
+    exponent = np.arange(0, rotary_dim, 2, dtype=np.int64).astype(np.float32) / rotary_dim
+    return (1.0 / (np.float32(theta) ** exponent)).astype(np.float32)
 
 
 def _llama3(inv_freq: np.ndarray, scaling: dict[str, Any]) -> np.ndarray:
@@ -56,11 +93,61 @@ def _llama3(inv_freq: np.ndarray, scaling: dict[str, Any]) -> np.ndarray:
     return np.where(medium, blended, scaled).astype(np.float32)
 
 
+def _yarn(dim: int, theta: float, scaling: dict[str, Any]) -> tuple[np.ndarray, float]:
+    """YaRN: interpolated low frequencies, extrapolated high ones, a linear ramp between."""
+    factor = float(scaling["factor"])
+    original = float(scaling["original_max_position_embeddings"])
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+    fast, slow = float(scaling.get("beta_fast") or 32), float(scaling.get("beta_slow") or 1)
+
+    def correction(rotations: float) -> float:
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = correction(fast), correction(slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    pos_freqs = np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / dim)
+    inv_freq = (1 / (factor * pos_freqs)) * (1 - extrapolation) + (1 / pos_freqs) * extrapolation
+    return inv_freq.astype(np.float32), float(attention)
+
+
+def _longrope(
+    dim: int, theta: float, scaling: dict[str, Any], context_window: int
+) -> tuple[np.ndarray, float]:
+    """LongRoPE (Phi-3.5, Phi-4-mini): per-frequency factors, short or long by the context window."""
+    original = int(scaling["original_max_position_embeddings"])
+    factor = float(scaling["factor"])
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    factors = np.asarray(scaling["long_factor" if context_window > original else "short_factor"], np.float32)
+    if factors.shape != (dim // 2,):
+        raise ValueError(f"factor list of {factors.shape[0]} entries for {dim // 2} frequencies")
+    exponent = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / dim
+    return (1.0 / (factors * np.float32(theta) ** exponent)).astype(np.float32), float(attention)
+
+
 def cos_sin_caches(
-    positions: int, head_dim: int, theta: float, scaling: dict[str, Any] | None
+    positions: int, rotary_dim: int, theta: float, scaling: dict[str, Any] | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The ``[positions, head_dim / 2]`` float32 cos and sin tables."""
-    inv_freq = inverse_frequencies(head_dim, theta, scaling)
-    angles = np.outer(np.arange(positions, dtype=np.float32), inv_freq)
+    """The ``[positions, rotary_dim / 2]`` float32 cos and sin tables (attention factor applied)."""
+    inv_freq, factor = inverse_frequencies(rotary_dim, theta, scaling, positions)
+    angles = np.outer(np.arange(positions, dtype=np.float32), inv_freq).astype(np.float32)
     cos = np.cos(angles)
-    return cos, np.sin(angles, out=angles)  # in place: two tables of memory, not five
+    sin = np.sin(angles, out=angles)  # in place: two tables of memory, not five
+    if factor != 1.0:
+        cos *= np.float32(factor)
+        sin *= np.float32(factor)
+    return cos, sin

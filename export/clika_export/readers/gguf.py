@@ -1,11 +1,13 @@
-"""Read a GGUF file into a ``Checkpoint`` (families llama and qwen2).
+"""Read a GGUF file into a ``Checkpoint`` (the families of ``readers.gguf_families``).
 
 Tensors come out under Hugging Face names in Hugging Face layout (float32,
 Linear weights ``[out, in]``), dequantized lazily from the memory-mapped file
 (``clika_export.readers.gguf_file``) with ``gguf.quants.dequantize``. llama.cpp stores the Q and K projections of
-``llama`` models with their rows permuted for its rotary layout; that is undone
-here, for the float tensors and for the raw quantized blocks alike (a row
-permutation never cuts through a quantization block).
+``llama`` models (and granite, smollm3) with their rows permuted for its rotary
+layout; that is undone here, for the float tensors and for the raw quantized
+blocks alike (a row permutation never cuts through a quantization block).
+Phi-3's fused ``attn_qkv`` and ``ffn_up`` (gate and up) are split into the
+llama names the same way, by rows.
 
 The file is untrusted: its header counts, metadata types and ranges, tensor
 types, shapes and extents are all checked, and each problem raises
@@ -29,14 +31,19 @@ from clika_export.checkpoint import (
     check_architecture,
     check_layers_exist,
 )
+from clika_export.readers.gguf_families import (
+    PERMUTED_FAMILIES,
+    ROPE_FACTOR_TENSORS,
+    SUPPORTED_FAMILIES,
+    family_config,
+    layer_names,
+    layer_shapes,
+)
 from clika_export.readers.gguf_file import GGUFFile, GGUFMetadata, TensorInfo
+from clika_export.readers.layouts import fused_phi3_names, row_slices
 from clika_export.readers.regular_file import file_sha256
 from clika_export.tokenizer_gguf import tokenizer_from_metadata
 from clika_runtime.manifest import Architecture
-
-SUPPORTED_FAMILIES = ("llama", "qwen2")
-# Families whose Q/K rows llama.cpp's converter permutes.
-_PERMUTED_FAMILIES = ("llama",)
 
 _FLOAT_TYPES = {"F32", "F16", "BF16"}
 _BLOCK_TYPES = set("Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS".split())
@@ -47,20 +54,6 @@ _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
-}
-_LAYER_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias",
-    "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
 }
 _LAYER_PATTERN = re.compile(r"blk\.(\d+)\.(.+)")
 
@@ -77,20 +70,24 @@ def read_gguf(path: str | Path) -> Checkpoint:
             f"{', '.join(SUPPORTED_FAMILIES)}"
         )
     tokenizer = tokenizer_from_metadata(meta)
-    tensors = _tensors_by_hf_name(gguf)
-    arch = _architecture(meta, family, tokenizer.vocab_size, tensors)
+    tensors = _tensors_by_hf_name(gguf, family)
+    factors = {ROPE_FACTOR_TENSORS[n]: tensors.pop(n) for n in list(tensors) if n in ROPE_FACTOR_TENSORS}
+    rotary = _rotary_dim(meta, family)
+    arch = _architecture(meta, family, tokenizer.vocab_size, tensors, _longrope(gguf, meta, family, factors))
     check_architecture(arch, path.name)
     check_layers_exist(arch, tensors, path.name)
     _check_tensors(tensors, arch, path.name)
-    permute = family in _PERMUTED_FAMILIES
+    permute = family in PERMUTED_FAMILIES
+    floats = {name: _float_loader(gguf, t, name, arch, permute) for name, t in tensors.items()}
+    raws = {
+        name: _raw_loader(gguf, t, name, arch, permute)
+        for name, t in tensors.items()
+        if t.is_block_quantized and len(t.shape) == 2
+    }
     return Checkpoint(
         architecture=arch,
-        tensor_loaders={name: _float_loader(gguf, t, name, arch, permute) for name, t in tensors.items()},
-        raw_loaders={
-            name: _raw_loader(gguf, t, name, arch, permute)
-            for name, t in tensors.items()
-            if t.is_block_quantized and len(t.shape) == 2
-        },
+        tensor_loaders=_split_fused(floats, arch),
+        raw_loaders=_split_fused(raws, arch),
         tokenizer_json=tokenizer.tokenizer_json,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_ids=tokenizer.eos_token_ids,
@@ -103,13 +100,14 @@ def read_gguf(path: str | Path) -> Checkpoint:
         source_sha256=file_sha256(path),
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,
+        config=family_config(meta, family, arch, rotary),
     )
 
 
 # -- names ------------------------------------------------------------------------
 
 
-def _tensors_by_hf_name(gguf: GGUFFile) -> dict[str, TensorInfo]:
+def _tensors_by_hf_name(gguf: GGUFFile, family: str) -> dict[str, TensorInfo]:
     tensors = {}
     for tensor in gguf.tensors.values():
         if tensor.type_name not in SUPPORTED_TENSOR_TYPES:
@@ -117,16 +115,19 @@ def _tensors_by_hf_name(gguf: GGUFFile) -> dict[str, TensorInfo]:
                 f"{gguf.name}: tensor {tensor.name} has tensor type {tensor.type_name}, which is not supported "
                 f"(supported: {', '.join(SUPPORTED_TENSOR_TYPES)})"
             )
-        tensors[_hf_name(tensor.name, gguf.name)] = tensor
+        tensors[_hf_name(tensor.name, gguf.name, family)] = tensor
     return tensors
 
 
-def _hf_name(gguf_name: str, source: str) -> str:
+def _hf_name(gguf_name: str, source: str, family: str) -> str:
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
+    if family == "phi3" and gguf_name in ROPE_FACTOR_TENSORS:
+        return gguf_name
+    names = layer_names(family)
     match = _LAYER_PATTERN.fullmatch(gguf_name)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"model.layers.{int(match.group(1))}.{_LAYER_NAMES[match.group(2)]}"
+    if match and match.group(2) in names:
+        return f"model.layers.{int(match.group(1))}.{names[match.group(2)]}"
     raise CheckpointError(f"{source}: tensor {gguf_name!r} has no Hugging Face counterpart in this reader")
 
 
@@ -134,7 +135,7 @@ def _hf_name(gguf_name: str, source: str) -> str:
 
 
 def _architecture(
-    meta: GGUFMetadata, family: str, vocab_size: int, tensors: dict[str, TensorInfo]
+    meta: GGUFMetadata, family: str, vocab_size: int, tensors: dict[str, TensorInfo], longrope: dict | None
 ) -> Architecture:
     key = f"{family}."
     if meta.integer(key + "expert_count", 0, high=1 << 16) > 0:
@@ -146,7 +147,7 @@ def _architecture(
         raise CheckpointError(
             f"{meta.source}: {heads} attention heads do not split into {kv_heads} KV groups"
         )
-    head_dim = _head_dim(meta, key, hidden, heads)
+    head_dim = _head_dim(meta, key, hidden, heads, partial_rotary=family == "phi3")
     return Architecture(
         family=family,
         num_layers=meta.integer(key + "block_count", low=1, high=1 << 10),
@@ -161,11 +162,11 @@ def _architecture(
         max_position_embeddings=meta.integer(key + "context_length", low=1, high=1 << 24),
         tie_word_embeddings="lm_head.weight" not in tensors,
         attention_bias="model.layers.0.self_attn.q_proj.bias" in tensors,
-        rope_scaling=_rope_scaling(meta, key),
+        rope_scaling=longrope or _rope_scaling(meta, key),
     )
 
 
-def _head_dim(meta: GGUFMetadata, key: str, hidden: int, heads: int) -> int:
+def _head_dim(meta: GGUFMetadata, key: str, hidden: int, heads: int, *, partial_rotary: bool) -> int:
     if meta.has(key + "attention.key_length"):
         head_dim = meta.integer(key + "attention.key_length", low=1, high=1 << 12)
         if meta.integer(key + "attention.value_length", head_dim, low=1, high=1 << 12) != head_dim:
@@ -175,11 +176,43 @@ def _head_dim(meta: GGUFMetadata, key: str, hidden: int, heads: int) -> int:
     else:
         head_dim = hidden // heads
     rotary = meta.integer(key + "rope.dimension_count", head_dim, low=1, high=1 << 12)
-    if rotary != head_dim:
+    if rotary != head_dim and not (partial_rotary and rotary < head_dim):
         raise CheckpointError(
             f"{meta.source}: partial rotary embeddings ({rotary} of {head_dim} dims) are not supported"
         )
     return head_dim
+
+
+def _rotary_dim(meta: GGUFMetadata, family: str) -> int:
+    key = f"{family}."
+    head_dim = meta.integer(key + "attention.key_length", 0, low=0, high=1 << 12) or (
+        meta.integer(key + "embedding_length", low=1, high=1 << 17)
+        // meta.integer(key + "attention.head_count", low=1, high=1 << 12)
+    )
+    return meta.integer(key + "rope.dimension_count", head_dim, low=1, high=1 << 12)
+
+
+def _longrope(gguf: GGUFFile, meta: GGUFMetadata, family: str, factors: dict[str, TensorInfo]) -> dict | None:
+    """Phi-3's longrope scaling, from its factor tensors and the original context length."""
+    if not factors:
+        return None
+    key = f"{family}."
+    if set(factors) != {"long_factor", "short_factor"}:
+        raise CheckpointError(f"{meta.source}: longrope needs both rope_factors_long and rope_factors_short")
+    half = _rotary_dim(meta, family) // 2
+    scaling: dict = {"rope_type": "longrope"}
+    for name, tensor in factors.items():
+        values = np.array(dequantize(gguf.data(tensor), tensor.ggml_type), dtype=np.float32).reshape(-1)
+        if values.shape != (half,) or not np.all(np.isfinite(values)) or np.any(values <= 0):
+            raise CheckpointError(f"{meta.source}: {tensor.name} must hold {half} positive factors")
+        scaling[name] = values.tolist()
+    context = meta.integer(key + "context_length", low=1, high=1 << 24)
+    original = meta.integer(key + "rope.scaling.original_context_length", context, low=1, high=1 << 24)
+    scaling["original_max_position_embeddings"] = original
+    scaling["factor"] = context / original
+    if meta.has(key + "rope.scaling.attn_factor"):
+        scaling["attention_factor"] = meta.number(key + "rope.scaling.attn_factor", low=1e-6, high=1e6)
+    return scaling
 
 
 def _rope_scaling(meta: GGUFMetadata, key: str) -> dict | None:
@@ -202,28 +235,32 @@ def _rope_scaling(meta: GGUFMetadata, key: str) -> dict | None:
 
 
 def expected_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
-    """Every tensor a checkpoint of this architecture must have, with its HF shape."""
-    q_rows, kv_rows = arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
-    hidden, inter = arch.hidden_size, arch.intermediate_size
+    """Every tensor a checkpoint of this architecture must have, with its HF shape (fused ones unsplit)."""
+    hidden = arch.hidden_size
     shapes = {"model.embed_tokens.weight": (arch.vocab_size, hidden), "model.norm.weight": (hidden,)}
     if not arch.tie_word_embeddings:
         shapes["lm_head.weight"] = (arch.vocab_size, hidden)
+    per_layer = layer_shapes(arch.family, arch)
     for i in range(arch.num_layers):
-        layer = f"model.layers.{i}."
-        shapes[layer + "input_layernorm.weight"] = (hidden,)
-        shapes[layer + "post_attention_layernorm.weight"] = (hidden,)
-        shapes[layer + "self_attn.q_proj.weight"] = (q_rows, hidden)
-        shapes[layer + "self_attn.k_proj.weight"] = (kv_rows, hidden)
-        shapes[layer + "self_attn.v_proj.weight"] = (kv_rows, hidden)
-        shapes[layer + "self_attn.o_proj.weight"] = (hidden, q_rows)
-        shapes[layer + "mlp.gate_proj.weight"] = (inter, hidden)
-        shapes[layer + "mlp.up_proj.weight"] = (inter, hidden)
-        shapes[layer + "mlp.down_proj.weight"] = (hidden, inter)
-        if arch.attention_bias:
-            shapes[layer + "self_attn.q_proj.bias"] = (q_rows,)
-            shapes[layer + "self_attn.k_proj.bias"] = (kv_rows,)
-            shapes[layer + "self_attn.v_proj.bias"] = (kv_rows,)
+        shapes |= {f"model.layers.{i}.{suffix}": shape for suffix, shape in per_layer.items()}
     return shapes
+
+
+def _split_fused(loaders: dict, arch: Architecture) -> dict:
+    """Phi-3's fused projections as the llama names (row slices)."""
+    if arch.family != "phi3":
+        return loaders
+    q, kv, inter = arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim, arch.intermediate_size
+    out = {}
+    for name, load in loaders.items():
+        attn, mlp = fused_phi3_names(name.rsplit(".", 3)[0])
+        if name.endswith(".self_attn.qkv_proj.weight"):
+            out.update(row_slices(load, attn, (q, kv, kv), name))
+        elif name.endswith(".mlp.gate_up_proj.weight"):
+            out.update(row_slices(load, mlp, (inter, inter), name))
+        else:
+            out[name] = load
+    return out
 
 
 def _check_tensors(tensors: dict[str, TensorInfo], arch: Architecture, source: str) -> None:

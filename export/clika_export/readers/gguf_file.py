@@ -303,6 +303,14 @@ class GGUFMetadata:
         items = self._array(key, _FLOAT_TYPES | _INTEGER_TYPES, "an array of numbers", max_items)
         return self._default(key, default) if items is None else [float(v) for v in items.tolist()]
 
+    def is_array(self, key: str) -> bool:
+        value = self._values.get(key)
+        return value is not None and value.kind == GGUFValueType.ARRAY
+
+    def booleans(self, key: str, default: Any = _MISSING, *, max_items: int = 1 << 16) -> list[bool]:
+        items = self._array(key, {GGUFValueType.BOOL}, "an array of booleans", max_items)
+        return self._default(key, default) if items is None else [bool(v) for v in items.tolist()]
+
     def _get(self, key: str, allowed: set, what: str) -> Value | None:
         value = self._values.get(key)
         if value is not None and value.kind not in allowed:

@@ -21,6 +21,8 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from clika_export.checkpoint import Checkpoint, CheckpointError, check_architecture, check_layers_exist
+from clika_export.graph.rope import rope_type
+from clika_export.readers.layouts import SHIFTED_NORM_FAMILIES, fused_phi3_names, row_slices, shifted_norm
 from clika_export.readers.regular_file import file_sha256
 from clika_export.readers.safetensors_file import tensor_loaders
 from clika_runtime.manifest import Architecture
@@ -36,6 +38,10 @@ _HASHED = (
     "chat_template.json",
     INDEX_FILE,
 )
+# model_type -> the family name (Gemma 3's text-only checkpoints say "gemma3_text").
+_FAMILY_NAMES = {"gemma3_text": "gemma3"}
+# Activations the MLP builds (transformers' names).
+ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 # generation_config.json keys carried over as decode defaults (named as the runtime names them).
 _GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens")
 
@@ -58,6 +64,7 @@ def read_hf(folder: str | Path) -> Checkpoint:
     loaders = _weights(folder)
     arch = architecture(config, has_lm_head="lm_head.weight" in loaders)
     check_layers_exist(arch, loaders, "config.json")
+    loaders = _llama_layout(arch, loaders)
     bos_token = _token_text(tok_config.get("bos_token"))
     eos_token = _token_text(tok_config.get("eos_token"))
     bos_id = _first(config.get("bos_token_id"), generation.get("bos_token_id"), _id(tokenizer, bos_token))
@@ -81,23 +88,23 @@ def read_hf(folder: str | Path) -> Checkpoint:
         source_sha256=folder_sha256(folder),
         bos_token=bos_token if bos_token is not None else _token(tokenizer, bos_id),
         eos_token=eos_token,
+        config=config,
     )
 
 
 def architecture(config: dict[str, Any], *, has_lm_head: bool = True) -> Architecture:
     """The architecture facts of a transformers ``config.json``."""
-    family = str(config.get("model_type", "")).lower()
-    if not family:
+    model_type = str(config.get("model_type", "")).lower()
+    if not model_type:
         raise CheckpointError("config.json has no model_type")
+    family = _FAMILY_NAMES.get(model_type, model_type)
     _refuse_unsupported(config, family)
     heads = _config_number(config, "num_attention_heads", int)
     hidden = _config_number(config, "hidden_size", int)
-    rope = config.get("rope_parameters") or {}
-    scaling = config.get("rope_scaling") or {k: v for k, v in rope.items() if k != "rope_theta"}
-    if not isinstance(scaling, dict) or not isinstance(rope, dict):
-        raise CheckpointError(f"config.json: rope_scaling must be an object, got {scaling!r}")
-    if (scaling.get("rope_type") or scaling.get("type") or "default") == "default":
-        scaling = None
+    try:
+        theta, scaling = rope_settings(config, "full_attention")
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"config.json: the rope settings cannot be read ({exc})") from None
     tied = bool(config.get("tie_word_embeddings", False))
     if not tied and not has_lm_head:
         raise CheckpointError("config.json says the embeddings are not tied, but there is no lm_head.weight")
@@ -111,7 +118,7 @@ def architecture(config: dict[str, Any], *, has_lm_head: bool = True) -> Archite
         intermediate_size=_config_number(config, "intermediate_size", int),
         vocab_size=_config_number(config, "vocab_size", int),
         rms_norm_eps=_config_number(config, "rms_norm_eps", float, 1e-6),
-        rope_theta=_config_number(config, "rope_theta", float, rope.get("rope_theta") or 10000.0),
+        rope_theta=theta,
         max_position_embeddings=_config_number(config, "max_position_embeddings", int, 2048),
         tie_word_embeddings=tied,
         attention_bias=bool(config.get("attention_bias", family == "qwen2")),
@@ -136,17 +143,69 @@ def _config_number(config: dict[str, Any], key: str, kind: type, default: Any = 
     return kind(value)
 
 
+def rope_settings(config: dict[str, Any], layer_type: str) -> tuple[float, dict[str, Any] | None]:
+    """The rope base and scaling dict of ``layer_type``'s layers (None: the default rope).
+
+    Reads transformers 5's ``rope_parameters`` (flat, or one entry per layer
+    type) and the older ``rope_theta`` / ``rope_scaling`` (with Gemma 3's
+    ``rope_local_base_freq`` for its sliding layers).
+    """
+    params = config.get("rope_parameters") or {}
+    if isinstance(params.get(layer_type), dict):
+        params = params[layer_type]
+    elif any(isinstance(v, dict) for v in params.values()):
+        params = next(v for v in params.values() if isinstance(v, dict))
+    old = config.get("rope_scaling") or {}
+    local = layer_type == "sliding_attention" and config.get("rope_local_base_freq")
+    theta = float(local or params.get("rope_theta") or config.get("rope_theta") or 10000.0)
+    scaling = dict(old) if old and not local else {k: v for k, v in params.items() if k != "rope_theta"}
+    scaling.pop("partial_rotary_factor", None)
+    kind = rope_type(scaling)
+    if kind == "default":
+        return theta, None
+    max_positions = int(config.get("max_position_embeddings", 2048))
+    original = scaling.get("original_max_position_embeddings") or config.get(
+        "original_max_position_embeddings"
+    )
+    scaling["original_max_position_embeddings"] = int(original or max_positions)
+    if scaling.get("factor") is None and kind in ("longrope", "yarn"):
+        scaling["factor"] = max_positions / scaling["original_max_position_embeddings"]
+    return theta, scaling
+
+
 def _refuse_unsupported(config: dict[str, Any], family: str) -> None:
     """Features the step graph does not build, named instead of silently ignored."""
-    act = config.get("hidden_act", "silu")
-    if act != "silu":
-        raise CheckpointError(f"hidden_act {act!r} is not supported (the MLP is SwiGLU with silu)")
+    if isinstance(config.get("text_config"), dict) and "num_hidden_layers" not in config:
+        raise CheckpointError(
+            f"{family} here is a multimodal checkpoint (its config has a text_config): "
+            "only text checkpoints are exported"
+        )
+    act = config.get("hidden_activation") or config.get("hidden_act", "silu")
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"hidden_act {act!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
     if config.get("mlp_bias"):
         raise CheckpointError("mlp_bias is not supported")
-    if config.get("use_sliding_window"):
-        raise CheckpointError("sliding-window attention (use_sliding_window) is not supported")
-    if float(config.get("partial_rotary_factor", 1.0)) != 1.0:
-        raise CheckpointError("partial rotary embeddings (partial_rotary_factor) are not supported")
+
+
+def _llama_layout(arch: Architecture, loaders: dict) -> dict:
+    """Phi-3's fused projections split, Gemma's norm weights shifted (see ``readers.layouts``)."""
+    if arch.family in SHIFTED_NORM_FAMILIES:
+        return {n: shifted_norm(f) if n.endswith("norm.weight") else f for n, f in loaders.items()}
+    if arch.family != "phi3":
+        return loaders
+    q, kv = arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
+    out = {}
+    for name, load in loaders.items():
+        prefix = name.rsplit(".", 3)[0]
+        attn, mlp = fused_phi3_names(prefix)
+        if name.endswith(".self_attn.qkv_proj.weight"):
+            out.update(row_slices(load, attn, (q, kv, kv), name))
+        elif name.endswith(".mlp.gate_up_proj.weight"):
+            size = arch.intermediate_size
+            out.update(row_slices(load, mlp, (size, size), name))
+        else:
+            out[name] = load
+    return out
 
 
 def folder_sha256(folder: str | Path) -> str:
