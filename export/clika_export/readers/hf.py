@@ -151,6 +151,9 @@ def rope_settings(config: dict[str, Any], layer_type: str) -> tuple[float, dict[
     ``rope_local_base_freq`` for its sliding layers).
     """
     params = config.get("rope_parameters") or {}
+    for key, value in (("rope_parameters", params), ("rope_scaling", config.get("rope_scaling") or {})):
+        if not isinstance(value, dict):
+            raise CheckpointError(f"config.json: {key} must be an object, got {value!r}")
     if isinstance(params.get(layer_type), dict):
         params = params[layer_type]
     elif any(isinstance(v, dict) for v in params.values()):
