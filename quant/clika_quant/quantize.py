@@ -88,7 +88,7 @@ def quantize_proto(
         "matrices": {},
     }
     if precision == "fp32":
-        return model, _summarize(record)
+        return model, summarize(record)
     load = load or _inline_loader(model)
     raw = _raw_source(checkpoint)
     rewriter = Rewriter(model.graph, keep_arrays=arrays is not None)
@@ -101,7 +101,7 @@ def quantize_proto(
     rewriter.apply()
     if arrays is not None:
         arrays.update(rewriter.arrays)
-    return model, _summarize(record)
+    return model, summarize(record)
 
 
 def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dict[str, Any]:
@@ -235,8 +235,9 @@ def infer_matrices(model: onnx.ModelProto) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _summarize(record: dict[str, Any]) -> dict[str, Any]:
-    """Counts of ops/bits/methods and the weight bytes, for the manifest's reader."""
+def summarize(record: dict[str, Any]) -> dict[str, Any]:
+    """Counts of ops/bits/methods and the weight bytes, for the manifest's reader (again after a
+    later pass changed the record's groups)."""
     kinds: Counter[str] = Counter()
     levels: Counter[str] = Counter()
     total = 0

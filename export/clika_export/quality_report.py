@@ -1,0 +1,35 @@
+"""The export's quality steps that run the finished folder: accuracy levels chosen by measured
+error (``clika_quant.sensitivity``) and answer accuracy (``clika_quant.answers``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from clika_export.graph.kv_int8 import calibration_ids
+
+
+def choose_levels_by_sensitivity(
+    folder: Path, record: dict[str, Any], *, threads: int | None
+) -> dict[str, Any]:
+    """Rewrite the folder graph's accuracy levels as the sensitivity pass chooses; the new record."""
+    from clika_quant import sensitivity
+
+    options = record["options"]
+    return sensitivity.choose_levels(
+        folder,
+        record,
+        calibration_ids(folder)[: sensitivity.CALIBRATION_TOKENS],
+        target_kl=options["sensitivity_target_kl"],
+        budget=options["sensitivity_budget"],
+        threads=threads,
+    )
+
+
+def measure_answers(folder: Path, *, threads: int | None) -> dict[str, Any]:
+    """Answer accuracy of the folder on the catalog's question set."""
+    from clika_export.fetch import fetch_data
+    from clika_quant import answers, quality
+
+    questions = answers.capital_questions(fetch_data(answers.DATA_ITEM, progress=False))
+    return answers.answer_accuracy(quality.open_runner(folder, threads=threads), questions).as_dict()
