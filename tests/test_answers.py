@@ -50,3 +50,15 @@ def test_unreadable_country_files_are_named(tmp_path: Path):
     (tmp_path / "broken.json").write_text(json.dumps({"name": "A", "capital": "B", "population": 5}))
     with pytest.raises(AnswerSetError, match="1 countries with a capital, 2 were asked for"):
         capital_questions(tmp_path, 2)
+
+
+def test_an_export_can_record_its_answer_accuracy(tiny_llama_hf: Path, tmp_path: Path):
+    from clika_export.api import export
+    from clika_runtime.manifest import Manifest
+
+    folder = export(tiny_llama_hf, tmp_path / "model", progress=False, answers=4)
+    recorded = Manifest.read(folder).quality["answers"]
+    assert recorded["questions"] == 4 and recorded["set"].startswith(answers.DATA_ITEM)
+    # A tiny random model names no capital: every question is listed as wrong.
+    assert recorded["correct"] == 4 - len(recorded["wrong"])
+    assert "What is the capital of China?" in recorded["wrong"]

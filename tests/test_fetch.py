@@ -52,6 +52,12 @@ def test_catalog_knows_the_pinned_items():
         catalog.resolve(name).check()  # every entry is fetchable safely
 
 
+def test_the_chat_default_and_the_small_model_are_catalog_models():
+    assert catalog.resolve(catalog.default_chat_model()).kind == GGUF
+    assert catalog.resolve(catalog.SMALL_MODEL).kind == GGUF
+    assert catalog.default_chat_model() != catalog.SMALL_MODEL
+
+
 def test_unknown_name_lists_the_known_ones():
     with pytest.raises(CatalogError) as info:
         catalog.resolve("llama-70b")

@@ -57,14 +57,14 @@ def export(
     overwrite: bool = False,
     verify: bool = True,
     threads: int | None = None,
-    answers: bool = False,
+    answers: int = 0,
     quant_options: dict[str, Any] | None = None,
 ) -> Path:
     """Export ``source`` (a Hugging Face folder or a ``.gguf`` file) into the model folder ``out``.
 
     ``quant_options``: ``clika_quant.QuantOptions`` fields that differ from the precision's defaults.
-    ``answers``: also answer the factual question set (``clika_quant.answers``) and record the
-    accuracy in the manifest's quality report (fetches the set on first use).
+    ``answers``: also answer that many questions of the factual set (``clika_quant.answers``, 50
+    in all) and record the accuracy in the manifest's quality report (fetches the set on first use).
     """
     source, out = Path(source), Path(out)
     if out.exists() and not overwrite:
@@ -114,7 +114,7 @@ def export(
                 quality = {"reference_check": _judge(result, precision)}
         if answers:
             with report.stage("answering the factual question set"):
-                quality["answers"] = measure_answers(work, threads=threads)
+                quality["answers"] = measure_answers(work, answers, threads=threads)
         with report.stage("writing the model folder"):
             _write_folder(work, checkpoint, built, context, record, quality)
             add_paged_graph(work)  # the paged KV mode's graph, on the same weights

@@ -206,6 +206,17 @@ _ITEMS = (
 
 CATALOG: dict[str, CatalogItem] = {item.name: item for item in _ITEMS}
 
+# What a person chatting gets when naming no model: the catalog's best trade of answers for speed
+# on a 2-core laptop-class CPU (README "Which model to chat with" has the figures).
+CHAT_DEFAULT = "qwen2.5-coder-1.5b-instruct"
+# The small model that tests and embedded use name: seconds to fetch and export, ~140 MB.
+SMALL_MODEL = "smollm2-135m-instruct"
+
+
+def default_chat_model() -> str:
+    """The catalog name ``clika chat`` opens when no model is named."""
+    return CHAT_DEFAULT
+
 
 def names(kind: str | None = None) -> list[str]:
     """The known short names, optionally only those of one kind."""

@@ -26,10 +26,10 @@ def choose_levels_by_sensitivity(
     )
 
 
-def measure_answers(folder: Path, *, threads: int | None) -> dict[str, Any]:
-    """Answer accuracy of the folder on the catalog's question set."""
+def measure_answers(folder: Path, count: int, *, threads: int | None) -> dict[str, Any]:
+    """Answer accuracy of the folder on the first ``count`` questions of the catalog's set."""
     from clika_export.fetch import fetch_data
     from clika_quant import answers, quality
 
-    questions = answers.capital_questions(fetch_data(answers.DATA_ITEM, progress=False))
+    questions = answers.capital_questions(fetch_data(answers.DATA_ITEM, progress=False), count)
     return answers.answer_accuracy(quality.open_runner(folder, threads=threads), questions).as_dict()

@@ -123,6 +123,11 @@ def is_correct(reply: str, answers: Sequence[str]) -> bool:
     return any(f" {normalize(answer)} " in said for answer in answers if normalize(answer))
 
 
+def first_line(text: str) -> str:
+    """What is graded of a reply: its first non-empty line."""
+    return text.strip().split("\n")[0]
+
+
 def question_ids(runner: SequenceRunner, question: str) -> list[int]:
     if runner.model.chat_template:
         return chat_prompt_ids(runner, question)
@@ -152,7 +157,7 @@ def greedy_reply(
             break
         if len(tokens) < max_new_tokens:
             logits = runner.step([token])[-1]
-    return tokenizer.decode(tokens).strip().split("\n")[0]
+    return first_line(tokenizer.decode(tokens))
 
 
 def answer_accuracy(runner: SequenceRunner, questions: Sequence[Question]) -> Accuracy:

@@ -21,6 +21,16 @@ The defaults follow the kernel table and the frontier in this package's README
   (llama.cpp on the same file and prompts: 17.43, 9/20, 23.6); Qwen2.5-Coder-0.5B:
   27.59, 16/20, 27.9 (llama.cpp 27.57, 13/20, 24.0); at the old default's speed.
   ``accuracy_level_4bit_by_role`` buys more agreement for time (README frontier).
+* Level 4 everywhere still changes what a tiny model answers: SmolLM2-135M's float
+  model answers "What is the capital of France?" with "The" (p=0.152) over "L"
+  (p=0.140), and all-level-4 noise turns it into "L'Étoile, la Marsebeau, ...". On the
+  50 questions of ``clika_quant.answers`` it loses 3 the fp32 model answers (and gains
+  4). ``sensitivity_budget``/``sensitivity_target_kl`` (``clika_quant.sensitivity``):
+  the export measures the KL each layer and role adds at level 4 on the calibration
+  conversation and computes the worst per byte at level 0 until the KL left is at most
+  0.0004. SmolLM2 (all-level-4 KL 0.0031): 85 of 120 matrices (71% of the 4-bit bytes)
+  at level 0; 75% of the bytes lost 1 question, 50% lost 2, all of them 0.
+  Qwen2.5-Coder-0.5B (its 12 Q4_K matrices at level 4: KL 0.0004) keeps level 4.
 * The head is ~28% of the bytes a SmolLM2 decode step reads (8 bits, the GGUF's
   Q8_0). ``head_scan_bits=4``: a 4-bit copy ranks the vocabulary and the 256 best
   logits per row are re-scored from the 8-bit bytes, so greedy decoding and top-k
@@ -62,7 +72,9 @@ TABLE_PRECISIONS = ("auto", "int4", "int8", "fp32")
 INT8_OPS = ("matmulnbits", "dqmm")
 # What a precision changes over the field defaults (the int4 scheme). int8: 4-bit blocks (a GGUF's
 # Q4_*, kept exactly) are computed in fp32, so only 8-bit weights see int8 activations (README "int8").
-PRECISION_DEFAULTS: dict[str, dict[str, Any]] = {"int8": {"accuracy_level_4bit": 0}}
+PRECISION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "int8": {"accuracy_level_4bit": 0, "sensitivity_budget": None}
+}
 
 
 class QuantError(ValueError):
@@ -111,8 +123,8 @@ class QuantOptions:
     # calibration conversation (``clika_quant.sensitivity``): at most this share of the 4-bit bytes
     # at level 0 (None: no measurement, the levels above), until the estimated KL left is at most
     # ``sensitivity_target_kl``.
-    sensitivity_budget: float | None = None
-    sensitivity_target_kl: float = 0.0
+    sensitivity_budget: float | None = 1.0
+    sensitivity_target_kl: float = 0.0004
 
     def __post_init__(self) -> None:
         _check("method", self.method, METHODS)
@@ -189,8 +201,9 @@ class QuantOptions:
             parts += [f"{key} at level {value}" for key, value in self.accuracy_level_4bit_by_role.items()]
         if self.sensitivity_budget is not None:
             parts.append(
-                f"4-bit layers at level 0 where they add the most error (measured), "
-                f"up to {self.sensitivity_budget:.0%} of their bytes"
+                f"those at level 0 (fp32 compute) where int8 activations add the most measured error, "
+                f"until the KL left is at most {self.sensitivity_target_kl:g} "
+                f"(at most {self.sensitivity_budget:.0%} of their bytes)"
             )
         if self.center_zero_points:
             parts.append("zero points centred on each block's mean code")

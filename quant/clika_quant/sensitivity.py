@@ -22,7 +22,8 @@ level 0 reach ``budget`` of all 4-bit bytes (level 0 costs time in proportion
 to the bytes it multiplies). The measurements, the choice and its estimated
 and measured remaining error go into the manifest's precision record.
 
-The same graph, text and threads give the same KL figures (ORT's kernels are
+When all places at level 4 add no more than ``target_kl``, only that is measured
+and nothing moves. The same graph, text and threads give the same KL figures (ORT's kernels are
 deterministic per element), so the choice is reproducible.
 """
 
@@ -61,8 +62,9 @@ class Place:
         return f"{self.role}@{self.layer}"
 
 
-def places_of(model: onnx.ModelProto, record: dict[str, Any]) -> list[Place]:
-    """The 4-bit layer weights of a quantized graph, by (role, layer), from the precision record."""
+def places_of(model: onnx.ModelProto, record: dict[str, Any], *, only_fast: bool = True) -> list[Place]:
+    """The 4-bit layer weights of a quantized graph, by (role, layer), from the precision record
+    (``only_fast``: those the record has at level 4, the candidates of the pass)."""
     by_weight: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         if node.op_type == "MatMulNBits" and _attr(node, "bits") == 4:
@@ -75,8 +77,8 @@ def places_of(model: onnx.ModelProto, record: dict[str, Any]) -> list[Place]:
         groups = entry["groups"]
         nodes, size = [], 0
         for i, group in enumerate(groups):
-            if group["bits"] != 4:
-                continue
+            if group["bits"] != 4 or (only_fast and group.get("accuracy_level") != FAST):
+                continue  # 8-bit weights stay at level 4 (level 0 is 10-30x slower); level 0 stays
             suffix = "" if len(groups) == 1 else f".part{i}"
             found = by_weight.get(f"{base}{suffix}.qweight", [])
             nodes += [n.name for n in found]
@@ -131,27 +133,31 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
     return x - top - np.log(np.exp(x - top).sum(-1, keepdims=True))
 
 
-def measure(probe: Probe, places: Sequence[Place]) -> dict[str, Any]:
-    """KL added by each layer and each role computing at level 4 alone, and by all of them."""
+def measure(probe: Probe, places: Sequence[Place], target_kl: float) -> dict[str, Any]:
+    """KL added by all places at level 4 and, when that is over ``target_kl``, by each layer and
+    each role at level 4 alone."""
     exact = {n: EXACT for p in places for n in p.nodes}
     reference = probe.logits(exact)
 
     def kl_with_fast(chosen: Sequence[Place]) -> float:
         return mean_kl(reference, probe.logits({**exact, **{n: FAST for p in chosen for n in p.nodes}}))
 
+    measured: dict[str, Any] = {"all_fast_kl": kl_with_fast(places)}
+    if measured["all_fast_kl"] <= target_kl:
+        return measured  # every place may stay at level 4: nothing to rank
     layers = sorted({p.layer for p in places})
     roles = sorted({p.role for p in places})
-    return {
-        "all_fast_kl": kl_with_fast(places),
-        "layer_kl": {str(layer): kl_with_fast([p for p in places if p.layer == layer]) for layer in layers},
-        "role_kl": {role: kl_with_fast([p for p in places if p.role == role]) for role in roles},
-    }
+    measured["layer_kl"] = {str(n): kl_with_fast([p for p in places if p.layer == n]) for n in layers}
+    measured["role_kl"] = {role: kl_with_fast([p for p in places if p.role == role]) for role in roles}
+    return measured
 
 
 def estimate(places: Sequence[Place], measured: dict[str, Any]) -> dict[str, float]:
     """KL of each (role, layer) at level 4: its layer's KL split by the roles' shares, scaled so
     that the places add up to the KL measured with all of them at level 4 (KL is not additive:
     on SmolLM2 the layers' own figures add up to 1.7x the whole, on Qwen2.5-0.5B to 3x)."""
+    if "role_kl" not in measured:
+        return {p.key: measured["all_fast_kl"] / len(places) for p in places}
     role_kl = measured["role_kl"]
     total = sum(role_kl.values())
     layer_roles: dict[int, set[str]] = {}
@@ -210,7 +216,7 @@ def choose_levels(
         return record
     runner = SequenceRunner(opened, min(len(tokens) + 8, opened.manifest.context_window))
     probe = Probe(runner, model, folder, list(tokens)[: runner.capacity - 8], threads)
-    measured = measure(probe, places)
+    measured = measure(probe, places, target_kl)
     estimated = estimate(places, measured)
     chosen = choose(places, estimated, target_kl, budget)
     exact = {p.key for p in chosen}
@@ -238,6 +244,10 @@ def _recorded(record, places, measured, estimated, exact, target_kl, budget, pro
             ]
     record["matrices"] = matrices
     record = summarize(record)
+    record["scheme"] = (
+        f"{record['scheme']}; measured: {len(exact)} of {len(places)} 4-bit matrices computed in fp32 "
+        f"(level 0), {len(places) - len(exact)} with int8 activations (level 4)"
+    )
     record["sensitivity"] = {
         "method": "KL added on the calibration conversation by each layer and each role at level 4 alone",
         "calibration_tokens": len(probe.tokens),
