@@ -62,3 +62,15 @@ def test_an_export_can_record_its_answer_accuracy(tiny_llama_hf: Path, tmp_path:
     # A tiny random model names no capital: every question is listed as wrong.
     assert recorded["correct"] == 4 - len(recorded["wrong"])
     assert "What is the capital of China?" in recorded["wrong"]
+
+
+def test_clika_eval_prints_the_answer_accuracy(tiny_llama_model: Path):
+    from click.testing import CliRunner
+
+    from clika_cli.main import clika
+
+    args = ["eval", str(tiny_llama_model), "--questions", "3", "--tokens", "64", "--window", "16"]
+    result = CliRunner().invoke(clika, [*args, "--threads", "1"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "answers 0/3 right (country-facts: capitals of the most populous countries)" in result.output
+    assert "perplexity" in result.output
