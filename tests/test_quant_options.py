@@ -277,3 +277,15 @@ def test_int8_differs_from_int4_only_in_where_4bit_blocks_are_computed():
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         error = np.linalg.norm(session.run(None, {"A": a})[0] - exact) / np.linalg.norm(exact)
         assert error < 1e-5 if kind == "q4" else 1e-5 < error < 0.02, (kind, error)
+
+
+def test_the_record_says_plainly_what_is_stored_and_how_it_is_computed():
+    from clika_quant.quantize import summarize
+
+    group = {"bits": 4, "block_size": 32, "method": "gguf Q4_1 exact", "bytes": 2**20}
+    matrices = {
+        "a": {"roles": ["mlp.down"], "ops": ["MatMulNBits"], "groups": [{**group, "accuracy_level": 0}]},
+        "b": {"roles": ["mlp.down"], "ops": ["MatMulNBits"], "groups": [{**group, "accuracy_level": 4}]},
+    }
+    plainly = summarize({"matrices": matrices})["summary"]["plainly"]
+    assert plainly == "stored: 4-bit 2.0 MiB; matrix products: 1 in fp32, 1 with int8 activations"
