@@ -236,8 +236,8 @@ def test_the_default_is_the_measured_int4_scheme():
     assert options.accuracy_for(8, True, "lm_head", None, 30) == 4
     assert options.describe("int4") == (
         "int4: GGUF blocks kept exactly where the source has them; 4-bit layers at accuracy level 4; "
-        "those at level 0 (fp32 compute) where int8 activations add the most measured error, "
-        "until the KL left is at most 0.0004 (at most 100% of their bytes); "
+        "those at level 0 (fp32 compute) in models of at most 300M weights where int8 activations "
+        "add the most measured error, until the KL left is at most 0.0004 (at most 100% of their bytes); "
         "zero points centred on each block's mean code; "
         "head's 256 best logits re-scored in fp32 (ranked by a 4-bit copy)"
     )

@@ -96,3 +96,27 @@ def test_bad_sensitivity_options_are_named():
         QuantOptions(sensitivity_budget=1.5)
     with pytest.raises(QuantError, match="sensitivity_target_kl"):
         QuantOptions(sensitivity_target_kl=-0.1)
+
+
+def test_only_models_up_to_the_size_limit_get_the_pass():
+    from clika_export.quality_report import parameter_count, wants_sensitivity
+    from clika_runtime.manifest import Architecture
+
+    def arch(**fields):
+        base = dict(
+            family="llama", num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64,
+            intermediate_size=1536, vocab_size=49152, rms_norm_eps=1e-5, rope_theta=1e5,
+            max_position_embeddings=8192, tie_word_embeddings=True,
+        )  # fmt: skip
+        return Architecture(**{**base, **fields})
+
+    smollm2 = arch()
+    qwen05 = arch(num_layers=24, hidden_size=896, num_heads=14, num_kv_heads=2, intermediate_size=4864)
+    qwen05 = arch(**{**qwen05.__dict__, "vocab_size": 151936, "tie_word_embeddings": False})
+    assert parameter_count(smollm2) == 134_479_872
+    assert parameter_count(qwen05) == 630_095_872
+    record = {"options": QuantOptions().to_dict()}
+    assert wants_sensitivity(record, smollm2) and not wants_sensitivity(record, qwen05)
+    unlimited = {"options": {**record["options"], "sensitivity_max_parameters": None}}
+    assert wants_sensitivity(unlimited, qwen05)
+    assert not wants_sensitivity({"options": QuantOptions.for_precision("int8").to_dict()}, smollm2)

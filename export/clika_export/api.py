@@ -27,7 +27,7 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.kv_int8 import add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
-from clika_export.quality_report import choose_levels_by_sensitivity, measure_answers
+from clika_export.quality_report import choose_levels_by_sensitivity, measure_answers, wants_sensitivity
 from clika_export.readers.hf import file_sha256, folder_sha256, is_hf_folder, read_hf
 from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
@@ -102,7 +102,7 @@ def export(
                     options=quant_options,
                 )
         _write_folder(work, checkpoint, built, context, record, {})
-        if precision != "fp32" and record.get("options", {}).get("sensitivity_budget"):
+        if precision != "fp32" and wants_sensitivity(record, checkpoint.architecture):
             with report.stage("choosing int8 or fp32 compute per layer by measured error"):
                 record = choose_levels_by_sensitivity(work, record, threads=threads)
         quality: dict[str, Any] = {}

@@ -7,6 +7,22 @@ from pathlib import Path
 from typing import Any
 
 from clika_export.graph.kv_int8 import calibration_ids
+from clika_runtime.manifest import Architecture
+
+
+def parameter_count(arch: Architecture) -> int:
+    """The weights of a decoder: its layers' matrices and the token table (twice when untied)."""
+    q, kv = arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
+    layer = arch.hidden_size * (2 * q + 2 * kv) + 3 * arch.hidden_size * arch.intermediate_size
+    tables = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)
+    return arch.num_layers * layer + tables
+
+
+def wants_sensitivity(record: dict[str, Any], arch: Architecture) -> bool:
+    """Whether the options ask for the pass and the model is small enough for it."""
+    options = record.get("options", {})
+    limit = options.get("sensitivity_max_parameters")
+    return bool(options.get("sensitivity_budget")) and (limit is None or parameter_count(arch) <= limit)
 
 
 def choose_levels_by_sensitivity(
