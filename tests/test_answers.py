@@ -74,3 +74,12 @@ def test_clika_eval_prints_the_answer_accuracy(tiny_llama_model: Path):
     assert result.exit_code == 0, result.output
     assert "answers 0/3 right (country-facts: capitals of the most populous countries)" in result.output
     assert "perplexity" in result.output
+
+
+def test_clika_eval_refuses_more_questions_than_the_set_has(tiny_llama_model: Path):
+    from click.testing import CliRunner
+
+    from clika_cli.main import clika
+
+    result = CliRunner().invoke(clika, ["eval", str(tiny_llama_model), "--questions", "51"])
+    assert result.exit_code == 2 and "51 is not in the range 0<=x<=50" in result.output

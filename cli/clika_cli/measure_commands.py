@@ -113,10 +113,10 @@ def _catalog_name_of(folder: Path) -> str | None:
 )
 @click.option(
     "--questions",
-    type=click.IntRange(min=0, max=200),
+    type=click.IntRange(min=0, max=50),
     default=50,
     show_default=True,
-    help="Factual questions for answer accuracy (0: skip).",
+    help="Factual questions for answer accuracy (the set has 50; 0: skip).",
 )
 @click.option(
     "--reference/--no-reference", default=True, help="Compare with the fp32 export of the same checkpoint."
@@ -144,11 +144,14 @@ def eval_command(
     local = local_model(model, precision)
     pulled_note(local)
     runner = quality.open_runner(local.folder, threads=threads)
-    asked = (
-        answers.capital_questions(fetch_data(answers.DATA_ITEM, progress=False), questions)
-        if questions
-        else []
-    )
+    try:
+        asked = (
+            answers.capital_questions(fetch_data(answers.DATA_ITEM, progress=False), questions)
+            if questions
+            else []
+        )
+    except answers.AnswerSetError as exc:
+        raise click.ClickException(f"the question set cannot be read: {exc}") from None
     accuracy = answers.answer_accuracy(runner, asked) if asked else None
     if accuracy is not None:
         click.echo(
