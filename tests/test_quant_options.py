@@ -225,8 +225,9 @@ def test_a_4bit_scan_ranks_and_the_8bit_bytes_score():
 
 
 def test_the_default_is_the_measured_int4_scheme():
-    """int8 activations everywhere (level 0 is never free), centred zero points, a head ranked by a
-    4-bit copy whose 256 best logits are re-scored exactly."""
+    """int8 activations (level 0 is never free) except where the export measures that they add the
+    most error, centred zero points, a head ranked by a 4-bit copy whose 256 best logits are
+    re-scored exactly."""
     options = QuantOptions()
     assert options.center_zero_points and options.head_rescore_top_k == 256 and options.head_scan_bits == 4
     assert options.accuracy_level is None and QuantOptions.for_precision("int4") == options
@@ -235,22 +236,28 @@ def test_the_default_is_the_measured_int4_scheme():
     assert options.accuracy_for(8, True, "lm_head", None, 30) == 4
     assert options.describe("int4") == (
         "int4: GGUF blocks kept exactly where the source has them; 4-bit layers at accuracy level 4; "
+        "those at level 0 (fp32 compute) in models of at most 300M weights where int8 activations "
+        "add the most measured error, until the KL left is at most 0.0004 (at most 100% of their bytes); "
         "zero points centred on each block's mean code; "
         "head's 256 best logits re-scored in fp32 (ranked by a 4-bit copy)"
     )
+    assert options.sensitivity_budget == 1.0 and options.sensitivity_target_kl == 0.0004
 
 
 def test_int8_differs_from_int4_only_in_where_4bit_blocks_are_computed():
     """--precision int8: a GGUF's 4-bit blocks in fp32 (exact), 8-bit weights still at level 4;
     fields given by the caller win over the precision's defaults."""
     int4, int8 = QuantOptions.for_precision("int4"), QuantOptions.for_precision("int8")
-    assert {k: v for k, v in int8.to_dict().items() if int4.to_dict()[k] != v} == {"accuracy_level_4bit": 0}
+    assert {k: v for k, v in int8.to_dict().items() if int4.to_dict()[k] != v} == {
+        "accuracy_level_4bit": 0,
+        "sensitivity_budget": None,  # nothing at level 4 to measure
+    }
     assert (
         int8.accuracy_for(4, False, "mlp.down", 3, 30) == 0
         and int8.accuracy_for(8, False, "mlp.down", 3, 30) == 4
     )
     assert int8.accuracy_for(8, True, "lm_head", None, 30) == 4
-    assert QuantOptions.for_precision("int8", {"accuracy_level_4bit": 4}) == int4
+    assert QuantOptions.for_precision("int8", {"accuracy_level_4bit": 4, "sensitivity_budget": 1.0}) == int4
     assert QuantOptions.for_precision("int8", int4) is int4
     assert int8.describe("int8").startswith(
         "int8: GGUF blocks kept exactly where the source has them; 4-bit layers at accuracy level 0, 8-bit at 4;"
@@ -270,3 +277,15 @@ def test_int8_differs_from_int4_only_in_where_4bit_blocks_are_computed():
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         error = np.linalg.norm(session.run(None, {"A": a})[0] - exact) / np.linalg.norm(exact)
         assert error < 1e-5 if kind == "q4" else 1e-5 < error < 0.02, (kind, error)
+
+
+def test_the_record_says_plainly_what_is_stored_and_how_it_is_computed():
+    from clika_quant.quantize import summarize
+
+    group = {"bits": 4, "block_size": 32, "method": "gguf Q4_1 exact", "bytes": 2**20}
+    matrices = {
+        "a": {"roles": ["mlp.down"], "ops": ["MatMulNBits"], "groups": [{**group, "accuracy_level": 0}]},
+        "b": {"roles": ["mlp.down"], "ops": ["MatMulNBits"], "groups": [{**group, "accuracy_level": 4}]},
+    }
+    plainly = summarize({"matrices": matrices})["summary"]["plainly"]
+    assert plainly == "stored: 4-bit 2.0 MiB; matrix products: 1 in fp32, 1 with int8 activations"

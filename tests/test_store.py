@@ -73,3 +73,10 @@ def test_a_missing_path_and_an_exported_folder_at_another_precision_are_refused(
     folder = resolve(tiny_gguf("tiny.gguf").path, "fp32", progress=False).folder
     with pytest.raises(ModelError, match="is an exported fp32 model; --precision int8 does not apply"):
         resolve(folder, "int8")
+
+
+def test_the_runtime_store_and_the_catalog_name_the_same_default():
+    from clika_export import catalog
+    from clika_runtime import store
+
+    assert store.DEFAULT_MODEL == catalog.DEFAULT_MODEL == catalog.default_model()

@@ -122,6 +122,13 @@ def _catalog_name_of(folder: Path) -> str | None:
     help="Chat prompts for greedy agreement with the fp32 export.",
 )
 @click.option(
+    "--questions",
+    type=click.IntRange(min=0, max=50),
+    default=50,
+    show_default=True,
+    help="Factual questions for answer accuracy (the set has 50; 0: skip).",
+)
+@click.option(
     "--reference/--no-reference", default=True, help="Compare with the fp32 export of the same checkpoint."
 )
 @threads_option
@@ -131,13 +138,15 @@ def eval_command(
     tokens: int,
     window: int,
     prompts: int,
+    questions: int,
     reference: bool,
     threads: int | None,
 ) -> None:
-    """Measure MODEL's quality: perplexity on Wikipedia summaries, greedy agreement with its fp32 export."""
+    """Measure MODEL's quality: answer accuracy on factual questions, perplexity on Wikipedia summaries,
+    greedy agreement with its fp32 export."""
     try:
         from clika_export.fetch import fetch_data
-        from clika_quant import quality
+        from clika_quant import answers, quality
     except ImportError as exc:
         raise click.ClickException(
             f"clika eval needs clika_quant.quality (the export extra): {exc}"
@@ -145,6 +154,20 @@ def eval_command(
     local = local_model(model, precision)
     pulled_note(local)
     runner = quality.open_runner(local.folder, threads=threads)
+    try:
+        asked = (
+            answers.capital_questions(fetch_data(answers.DATA_ITEM, progress=False), questions)
+            if questions
+            else []
+        )
+    except answers.AnswerSetError as exc:
+        raise click.ClickException(f"the question set cannot be read: {exc}") from None
+    accuracy = answers.answer_accuracy(runner, asked) if asked else None
+    if accuracy is not None:
+        click.echo(
+            f"{local.name} {local.precision}: answers {accuracy.correct}/{accuracy.questions} right "
+            f"({answers.DATA_ITEM}: capitals of the most populous countries)"
+        )
     texts = quality.wiki_texts(fetch_data("wiki-summaries", progress=False), articles=max(50, tokens // 16))
     scored = quality.perplexity(runner, quality.text_tokens(runner, texts, tokens), window)
     click.echo(
@@ -158,6 +181,13 @@ def eval_command(
         return
     baseline = local_model(model, "fp32")
     ref_runner = quality.open_runner(baseline.folder, threads=threads)
+    if accuracy is not None:
+        ref_accuracy = answers.answer_accuracy(ref_runner, asked)
+        lost = accuracy.lost_against(ref_accuracy)
+        click.echo(
+            f"{local.name} fp32: answers {ref_accuracy.correct}/{ref_accuracy.questions} right; "
+            f"{local.precision} loses {len(lost)} of them" + (f" ({'; '.join(lost)})" if lost else "")
+        )
     agreement = quality.greedy_agreement(ref_runner, runner, quality.CHAT_PROMPTS[:prompts])
     click.echo(
         f"{local.name} {local.precision} vs fp32: {agreement.exact}/{agreement.prompts} prompts decode the same "

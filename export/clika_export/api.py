@@ -27,6 +27,7 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
+from clika_export.quality_report import choose_levels_by_sensitivity, measure_answers, wants_sensitivity
 from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
 from clika_export.readers.regular_file import file_sha256
 from clika_export.template_check import check_chat_template
@@ -62,14 +63,21 @@ def export(
     overwrite: bool = False,
     verify: bool = True,
     threads: int | None = None,
+    answers: int = 0,
+    quant_options: dict[str, Any] | None = None,
 ) -> Path:
-    """Export ``source`` (a Hugging Face folder or a ``.gguf`` file) into the model folder ``out``."""
+    """Export ``source`` (a Hugging Face folder or a ``.gguf`` file) into the model folder ``out``.
+
+    ``quant_options``: ``clika_quant.QuantOptions`` fields that differ from the precision's defaults.
+    ``answers``: also answer that many questions of the factual set (``clika_quant.answers``, 50
+    in all) and record the accuracy in the manifest's quality report (fetches the set on first use).
+    """
     source, out = Path(source), Path(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists (pass overwrite=True to replace it)")
     quantizer = _quantizer(precision)
     # read, build, (quantize,) (verify,) write, calibrate
-    report = Progress(progress, stages=4 + (precision != "fp32") + bool(verify))
+    report = Progress(progress, stages=4 + (precision != "fp32") + bool(verify) + bool(answers))
     with report.stage(f"reading {source.name}"):
         checkpoint = read_source(source)
         check_chat_template(checkpoint)
@@ -103,8 +111,14 @@ def export(
                         checkpoint,
                         precision,
                         matrices=built.matrices,
+                        options=quant_options,
                         on_matrix=on_matrix,
                     )
+            _write_folder(work, checkpoint, built, context, record, {})
+            if precision != "fp32" and wants_sensitivity(record, checkpoint.architecture):
+                report.add_stages(1)
+                with report.stage("choosing int8 or fp32 compute per layer by measured error"):
+                    record = choose_levels_by_sensitivity(work, record, threads=threads)
             quality: dict[str, Any] = {}
             if expected is not None:
                 with report.stage("verifying against the float reference"):
@@ -112,6 +126,9 @@ def export(
                         work / built.model_file, checkpoint.architecture, sequences, expected, threads=threads
                     )
                     quality = {"reference_check": _judge(result, precision)}
+            if answers:
+                with report.stage("answering the factual question set"):
+                    quality["answers"] = measure_answers(work, answers, threads=threads)
             with report.stage("writing the model folder"):
                 _write_folder(work, checkpoint, built, context, record, quality)
                 add_paged_graph(work)  # the paged KV mode's graph, on the same weights

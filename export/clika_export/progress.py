@@ -25,6 +25,11 @@ class Progress:
         self.timings: dict[str, float] = {}
         self._began = 0
 
+    def add_stages(self, count: int) -> None:
+        """A stage the run found it needs once under way (the sensitivity pass of a small model)."""
+        if self.stages is not None:
+            self.stages += count
+
     def note(self, text: str) -> None:
         if self.enabled:
             tqdm.write(f"{self.prefix}: {text}", file=sys.stderr)

@@ -21,6 +21,17 @@ The defaults follow the kernel table and the frontier in this package's README
   (llama.cpp on the same file and prompts: 17.43, 9/20, 23.6); Qwen2.5-Coder-0.5B:
   27.59, 16/20, 27.9 (llama.cpp 27.57, 13/20, 24.0); at the old default's speed.
   ``accuracy_level_4bit_by_role`` buys more agreement for time (README frontier).
+* Level 4 everywhere still changes what a tiny model answers: SmolLM2-135M's float
+  model answers "What is the capital of France?" with "The" (p=0.152) over "L"
+  (p=0.140), and all-level-4 noise turns it into "L'Étoile, la Marsebeau, ...". On the
+  50 questions of ``clika_quant.answers`` it loses 3 the fp32 model answers (and gains
+  4). ``sensitivity_budget``/``sensitivity_target_kl`` (``clika_quant.sensitivity``):
+  the export measures the KL each layer and role adds at level 4 on the calibration
+  conversation and computes the worst per byte at level 0 until the KL left is at most
+  0.0004, in models of at most 300M weights. SmolLM2 (all-level-4 KL 0.0039 on 128
+  tokens): 91 of 120 matrices (75.5% of the 4-bit bytes) at level 0, the same 35 answers
+  as fp32; 50% of the bytes lost 2 questions. Qwen2.5-Coder-0.5B with all its 4-bit
+  matrices at level 4 answers the same 42 of 50 as its fp32 export: no pass above 300M.
 * The head is ~28% of the bytes a SmolLM2 decode step reads (8 bits, the GGUF's
   Q8_0). ``head_scan_bits=4``: a 4-bit copy ranks the vocabulary and the 256 best
   logits per row are re-scored from the 8-bit bytes, so greedy decoding and top-k
@@ -62,7 +73,9 @@ TABLE_PRECISIONS = ("auto", "int4", "int8", "fp32")
 INT8_OPS = ("matmulnbits", "dqmm")
 # What a precision changes over the field defaults (the int4 scheme). int8: 4-bit blocks (a GGUF's
 # Q4_*, kept exactly) are computed in fp32, so only 8-bit weights see int8 activations (README "int8").
-PRECISION_DEFAULTS: dict[str, dict[str, Any]] = {"int8": {"accuracy_level_4bit": 0}}
+PRECISION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "int8": {"accuracy_level_4bit": 0, "sensitivity_budget": None}
+}
 
 
 class QuantError(ValueError):
@@ -107,6 +120,16 @@ class QuantOptions:
     # Move integer zero points of blocks with offsets to the block's mean code (same weights,
     # smaller int8-compute error; see choose.center_zero_points).
     center_zero_points: bool = True
+    # Choose level 0 or 4 per (role, layer) of 4-bit weights by the KL each adds at level 4 on the
+    # calibration conversation (``clika_quant.sensitivity``): at most this share of the 4-bit bytes
+    # at level 0 (None: no measurement, the levels above), until the estimated KL left is at most
+    # ``sensitivity_target_kl``.
+    sensitivity_budget: float | None = 1.0
+    sensitivity_target_kl: float = 0.0004
+    # Only models with at most this many weights get the pass (None: any size): a tiny model's
+    # answers hinge on near ties that int8 activations tip (SmolLM2-135M lost 3 of 35 with every
+    # matrix at level 4); Qwen2.5-Coder-0.5B lost none, and level 0 costs it 11% a matrix.
+    sensitivity_max_parameters: int | None = 300_000_000
 
     def __post_init__(self) -> None:
         _check("method", self.method, METHODS)
@@ -122,6 +145,14 @@ class QuantOptions:
             value = getattr(self, name)
             if value not in (0, 1, 2, 3, 4) and not (value is None and not name.endswith("bit")):
                 raise QuantError(f"{name} must be 0..4, got {value}")
+        if self.sensitivity_budget is not None and not 0.0 < self.sensitivity_budget <= 1.0:
+            raise QuantError(f"sensitivity_budget must be in (0, 1] or None, got {self.sensitivity_budget}")
+        if not 0.0 <= self.sensitivity_target_kl < 1.0:
+            raise QuantError(f"sensitivity_target_kl must be in [0, 1), got {self.sensitivity_target_kl}")
+        if self.sensitivity_max_parameters is not None and self.sensitivity_max_parameters < 1:
+            raise QuantError(
+                f"sensitivity_max_parameters must be positive or None, got {self.sensitivity_max_parameters}"
+            )
         if self.head_scan_bits not in (None, 4):
             raise QuantError(f"head_scan_bits must be None or 4, got {self.head_scan_bits}")
         if not 0 <= self.head_rescore_top_k <= 1024:
@@ -177,6 +208,17 @@ class QuantOptions:
             )
             parts.append(f"4-bit layers at accuracy level {self.accuracy_level_4bit}{eight}")
             parts += [f"{key} at level {value}" for key, value in self.accuracy_level_4bit_by_role.items()]
+        if self.sensitivity_budget is not None:
+            size = (
+                f" in models of at most {self.sensitivity_max_parameters / 1e6:g}M weights"
+                if self.sensitivity_max_parameters
+                else ""
+            )
+            parts.append(
+                f"those at level 0 (fp32 compute){size} where int8 activations add the most measured "
+                f"error, until the KL left is at most {self.sensitivity_target_kl:g} "
+                f"(at most {self.sensitivity_budget:.0%} of their bytes)"
+            )
         if self.center_zero_points:
             parts.append("zero points centred on each block's mean code")
         if self.head_rescore_top_k:

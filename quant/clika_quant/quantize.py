@@ -92,7 +92,7 @@ def quantize_proto(
         "matrices": {},
     }
     if precision == "fp32":
-        return model, _summarize(record)
+        return model, summarize(record)
     load = load or _inline_loader(model)
     raw = _raw_source(checkpoint)
     rewriter = Rewriter(model.graph, keep_arrays=arrays is not None)
@@ -107,7 +107,7 @@ def quantize_proto(
     rewriter.apply()
     if arrays is not None:
         arrays.update(rewriter.arrays)
-    return model, _summarize(record)
+    return model, summarize(record)
 
 
 def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dict[str, Any]:
@@ -241,8 +241,9 @@ def infer_matrices(model: onnx.ModelProto) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _summarize(record: dict[str, Any]) -> dict[str, Any]:
-    """Counts of ops/bits/methods and the weight bytes, for the manifest's reader."""
+def summarize(record: dict[str, Any]) -> dict[str, Any]:
+    """Counts of ops/bits/methods and the weight bytes, for the manifest's reader (again after a
+    later pass changed the record's groups)."""
     kinds: Counter[str] = Counter()
     levels: Counter[str] = Counter()
     total = 0
@@ -256,6 +257,7 @@ def _summarize(record: dict[str, Any]) -> dict[str, Any]:
         if entry.get("ops") in (["fp32"], ["DynamicQuantizeMatMul"]):
             kinds[entry["ops"][0]] += 1
     record["summary"] = {
+        "plainly": _plainly(record["matrices"]),
         "forms": dict(sorted(kinds.items())),
         "accuracy_levels": dict(sorted(levels.items())),
         "quantized_bytes": total,
@@ -271,3 +273,18 @@ def _summarize(record: dict[str, Any]) -> dict[str, Any]:
                 if key == "lm_head" and "rescore_top_k" in entry:
                     record[key]["rescore_top_k"] = entry["rescore_top_k"]
     return record
+
+
+def _plainly(matrices: dict[str, Any]) -> str:
+    """What is stored and how it is computed, in words: a precision's name says neither exactly
+    (int8 of a Q4_1 GGUF stores the same 4-bit blocks as int4 and only computes them in fp32)."""
+    stored: Counter[int] = Counter()
+    computed: Counter[str] = Counter()
+    for entry in matrices.values():
+        for group in entry.get("groups", []):
+            stored[group["bits"]] += group["bytes"]
+            if "MatMulNBits" in entry.get("ops", []):
+                computed["in fp32" if group["accuracy_level"] == 0 else "with int8 activations"] += 1
+    kept = ", ".join(f"{bits}-bit {size / 2**20:.1f} MiB" for bits, size in sorted(stored.items()))
+    how = ", ".join(f"{count} {kind}" for kind, count in sorted(computed.items()))
+    return f"stored: {kept or 'fp32 weights'}; matrix products: {how or 'fp32'}"

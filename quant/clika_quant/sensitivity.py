@@ -1,0 +1,264 @@
+"""Which 4-bit weights may compute with int8 activations, chosen by the error each adds.
+
+MatMulNBits at accuracy level 4 quantizes each row of activations to int8 in
+blocks of 32 (llama.cpp's Q8 does the same) and is the fast decode kernel; at
+level 0 it multiplies the exact weights in fp32. The error level 4 adds is
+small per matrix but it compounds: on SmolLM2-135M the all-level-4 model
+turns "The capital of France is Paris." into "L'Étoile, la Marsebeau, ...",
+because the float model's first token is a 0.08-nat choice between "The" and
+"L" and the int8 noise moves it by 0.3 nats.
+
+The pass measures, on the fixed calibration conversation run through the
+model's own graph, the KL divergence each place adds when it alone computes at
+level 4 while every other 4-bit weight computes at level 0 (the float
+computation of the same exact weights). Places are (role, layer) pairs; to keep
+the number of graphs small it measures each layer (all its 4-bit roles) and
+each role (in every layer) and estimates a pair as ``KL(layer) x share(role)``,
+``share`` being the role's part of the per-role sum, scaled so that all pairs add
+up to the KL measured with every place at level 4. Starting from every place at
+level 4, it moves the places with the most error per weight byte to level 0
+until the estimated remaining error is at most ``target_kl`` or the bytes at
+level 0 reach ``budget`` of all 4-bit bytes (level 0 costs time in proportion
+to the bytes it multiplies). The measurements, the choice and its estimated
+and measured remaining error go into the manifest's precision record.
+
+When all places at level 4 add no more than ``target_kl``, only that is measured
+and nothing moves. The same graph, text and threads give the same KL figures (ORT's kernels are
+deterministic per element), so the choice is reproducible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from clika_quant.quality import SequenceRunner
+from clika_quant.quantize import summarize
+
+FAST, EXACT = 4, 0
+PROBE_FILE = "sensitivity_probe.onnx"
+CALIBRATION_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class Place:
+    """One (role, layer) of 4-bit weights and the MatMulNBits nodes that compute it."""
+
+    role: str
+    layer: int
+    nodes: tuple[str, ...]
+    bytes: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}@{self.layer}"
+
+
+def places_of(model: onnx.ModelProto, record: dict[str, Any], *, only_fast: bool = True) -> list[Place]:
+    """The 4-bit layer weights of a quantized graph, by (role, layer), from the precision record
+    (``only_fast``: those the record has at level 4, the candidates of the pass)."""
+    by_weight: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits" and _attr(node, "bits") == 4:
+            by_weight.setdefault(node.input[1], []).append(node)
+    places = []
+    for name, entry in record.get("matrices", {}).items():
+        if entry.get("layer") is None or not entry.get("groups"):
+            continue
+        base = name[: -len(".weight")] if name.endswith(".weight") else name
+        groups = entry["groups"]
+        nodes, size = [], 0
+        for i, group in enumerate(groups):
+            if group["bits"] != 4 or (only_fast and group.get("accuracy_level") != FAST):
+                continue  # 8-bit weights stay at level 4 (level 0 is 10-30x slower); level 0 stays
+            suffix = "" if len(groups) == 1 else f".part{i}"
+            found = by_weight.get(f"{base}{suffix}.qweight", [])
+            nodes += [n.name for n in found]
+            size += group["bytes"] if found else 0
+        if nodes:
+            places.append(Place(entry["roles"][0], int(entry["layer"]), tuple(nodes), size))
+    return sorted(places, key=lambda p: (p.layer, p.role))
+
+
+def set_levels(model: onnx.ModelProto, levels: dict[str, int]) -> onnx.ModelProto:
+    """A copy of ``model`` with the named MatMulNBits nodes at the given accuracy levels."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in copy.graph.node:
+        if node.name in levels:
+            for attr in node.attribute:
+                if attr.name == "accuracy_level":
+                    attr.CopyFrom(helper.make_attribute("accuracy_level", levels[node.name]))
+    return copy
+
+
+@dataclass
+class Probe:
+    """Runs the calibration tokens through variants of one folder's graph."""
+
+    runner: SequenceRunner
+    model: onnx.ModelProto
+    folder: Path
+    tokens: list[int]
+    threads: int | None
+
+    def logits(self, levels: dict[str, int]) -> np.ndarray:
+        from clika_runtime.model_folder import open_session, session_options
+
+        path = self.folder / PROBE_FILE
+        onnx.save(set_levels(self.model, levels), str(path))
+        try:
+            session = open_session(path, session_options(self.threads, allow_spinning=False))
+        finally:
+            os.unlink(path)  # the session holds what it needs; the folder keeps no probe
+        runner = SequenceRunner(dataclasses.replace(self.runner.model, session=session), self.runner.capacity)
+        return runner.step(self.tokens, all_logits=True).astype(np.float64)
+
+
+def mean_kl(reference: np.ndarray, candidate: np.ndarray) -> float:
+    ref, got = _log_softmax(reference), _log_softmax(candidate)
+    return float((np.exp(ref) * (ref - got)).sum(-1).mean())
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    top = x.max(-1, keepdims=True)
+    return x - top - np.log(np.exp(x - top).sum(-1, keepdims=True))
+
+
+def measure(probe: Probe, places: Sequence[Place], target_kl: float) -> dict[str, Any]:
+    """KL added by all places at level 4 and, when that is over ``target_kl``, by each layer and
+    each role at level 4 alone."""
+    exact = {n: EXACT for p in places for n in p.nodes}
+    reference = probe.logits(exact)
+
+    def kl_with_fast(chosen: Sequence[Place]) -> float:
+        return mean_kl(reference, probe.logits({**exact, **{n: FAST for p in chosen for n in p.nodes}}))
+
+    measured: dict[str, Any] = {"all_fast_kl": kl_with_fast(places)}
+    if measured["all_fast_kl"] <= target_kl:
+        return measured  # every place may stay at level 4: nothing to rank
+    layers = sorted({p.layer for p in places})
+    roles = sorted({p.role for p in places})
+    measured["layer_kl"] = {str(n): kl_with_fast([p for p in places if p.layer == n]) for n in layers}
+    measured["role_kl"] = {role: kl_with_fast([p for p in places if p.role == role]) for role in roles}
+    return measured
+
+
+def estimate(places: Sequence[Place], measured: dict[str, Any]) -> dict[str, float]:
+    """KL of each (role, layer) at level 4: its layer's KL split by the roles' shares, scaled so
+    that the places add up to the KL measured with all of them at level 4 (KL is not additive:
+    on SmolLM2 the layers' own figures add up to 1.7x the whole, on Qwen2.5-0.5B to 3x)."""
+    if "role_kl" not in measured:
+        return {p.key: measured["all_fast_kl"] / len(places) for p in places}
+    role_kl = measured["role_kl"]
+    total = sum(role_kl.values())
+    layer_roles: dict[int, set[str]] = {}
+    for place in places:
+        layer_roles.setdefault(place.layer, set()).add(place.role)
+    estimated = {}
+    for place in places:
+        present = sum(role_kl[r] for r in layer_roles[place.layer]) or total or 1.0
+        share = role_kl[place.role] / present if present else 1.0 / len(layer_roles[place.layer])
+        estimated[place.key] = measured["layer_kl"][str(place.layer)] * share
+    added = sum(estimated.values())
+    scale = measured["all_fast_kl"] / added if added > 0 else 0.0
+    return {key: value * scale for key, value in estimated.items()}
+
+
+def choose(
+    places: Sequence[Place], estimated: dict[str, float], target_kl: float, budget: float
+) -> list[Place]:
+    """The places to compute at level 0: most error per byte first, until the rest is <= target_kl."""
+    total_bytes = sum(p.bytes for p in places)
+    remaining = sum(estimated.values())
+    chosen, spent = [], 0
+    for place in sorted(places, key=lambda p: (-estimated[p.key] / max(p.bytes, 1), p.key)):
+        if remaining <= target_kl:
+            break
+        if spent + place.bytes > budget * total_bytes:
+            continue
+        chosen.append(place)
+        spent += place.bytes
+        remaining -= estimated[place.key]
+    return chosen
+
+
+def _attr(node: onnx.NodeProto, name: str) -> Any:
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), None)
+
+
+def choose_levels(
+    folder: str | Path,
+    record: dict[str, Any],
+    tokens: Sequence[int],
+    *,
+    target_kl: float,
+    budget: float,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """Measure, choose and apply: the folder's graph gets the chosen levels; returns the new record."""
+    from clika_runtime.model_folder import open_model_folder
+
+    folder = Path(folder)
+    opened = open_model_folder(folder, threads=threads, allow_spinning=False)
+    graph_path = folder / opened.graph.file
+    model = onnx.load(str(graph_path), load_external_data=False)
+    places = places_of(model, record)
+    if not places:
+        return record
+    runner = SequenceRunner(opened, min(len(tokens) + 8, opened.manifest.context_window))
+    probe = Probe(runner, model, folder, list(tokens)[: runner.capacity - 8], threads)
+    measured = measure(probe, places, target_kl)
+    estimated = estimate(places, measured)
+    chosen = choose(places, estimated, target_kl, budget)
+    exact = {p.key for p in chosen}
+    levels = {n: (EXACT if p.key in exact else FAST) for p in places for n in p.nodes}
+    final = set_levels(model, levels)
+    onnx.save(final, str(graph_path))
+    return _recorded(record, places, measured, estimated, exact, target_kl, budget, probe, levels)
+
+
+def _recorded(record, places, measured, estimated, exact, target_kl, budget, probe, levels) -> dict[str, Any]:
+    exact_levels = {n: EXACT for n in levels}
+    final_kl = mean_kl(probe.logits(exact_levels), probe.logits(levels))
+    total = sum(p.bytes for p in places)
+    record = dict(record)
+    matrices = {name: dict(entry) for name, entry in record["matrices"].items()}
+    keyed = {p.key: p for p in places}
+    for entry in matrices.values():
+        if entry.get("layer") is None or not entry.get("groups"):
+            continue
+        key = f"{entry['roles'][0]}@{entry['layer']}"
+        if key in keyed:
+            level = EXACT if key in exact else FAST
+            entry["groups"] = [
+                {**g, "accuracy_level": level} if g["bits"] == 4 else g for g in entry["groups"]
+            ]
+    record["matrices"] = matrices
+    record = summarize(record)
+    record["scheme"] = (
+        f"{record['scheme']}; measured: {len(exact)} of {len(places)} 4-bit matrices computed in fp32 "
+        f"(level 0), {len(places) - len(exact)} with int8 activations (level 4)"
+    )
+    record["sensitivity"] = {
+        "method": "KL added on the calibration conversation by each layer and each role at level 4 alone",
+        "calibration_tokens": len(probe.tokens),
+        "target_kl": target_kl,
+        "budget": budget,
+        "measured": measured,
+        "estimated_kl": {k: round(v, 7) for k, v in estimated.items()},
+        "level0": sorted(exact, key=lambda k: (int(k.split("@")[1]), k)),
+        "level0_bytes": sum(keyed[k].bytes for k in exact),
+        "four_bit_bytes": total,
+        "estimated_kl_left": sum(v for k, v in estimated.items() if k not in exact),
+        "measured_kl_left": final_kl,
+    }
+    return record

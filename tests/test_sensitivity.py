@@ -1,0 +1,122 @@
+"""Accuracy levels chosen by measured sensitivity: reproducible, recorded, within the stated error."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import helper
+
+from clika_export.api import export
+from clika_export.graph.kv_int8 import calibration_ids
+from clika_quant.options import QuantError, QuantOptions
+from clika_quant.quality import open_runner
+from clika_quant.sensitivity import CALIBRATION_TOKENS, Place, choose, mean_kl
+from clika_runtime.manifest import Manifest
+
+MIXED = {"sensitivity_budget": 0.5, "sensitivity_target_kl": 0.0}
+
+
+def _levels(folder) -> dict[str, int]:
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    return {
+        n.name: next(helper.get_attribute_value(a) for a in n.attribute if a.name == "accuracy_level")
+        for n in model.graph.node
+        if n.op_type == "MatMulNBits"
+    }
+
+
+def _calibration_logits(folder, tokens):
+    runner = open_runner(folder, threads=1)
+    return runner.step(tokens, all_logits=True).astype("float64")
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """A tiny Q4_1 GGUF exported twice with the sensitivity pass, and once with every 4-bit weight
+    at level 0 (the float computation the pass measures against)."""
+    from conftest import write_tiny_gguf
+
+    root = tmp_path_factory.mktemp("sensitivity")
+    gguf = write_tiny_gguf(root / "tiny.gguf", weight_type="Q4_1", layers=4)
+    made = {
+        name: export(gguf.path, root / name, precision="int4", progress=False, quant_options=options)
+        for name, options in (("a", MIXED), ("b", MIXED), ("exact", {"accuracy_level_4bit": 0}))
+    }
+    return made
+
+
+def test_the_choice_is_reproducible_and_recorded(exports):
+    first, again = (Manifest.read(exports[n]).precision for n in ("a", "b"))
+    assert first["sensitivity"] == again["sensitivity"]
+    assert _levels(exports["a"]) == _levels(exports["b"])
+    chosen = first["sensitivity"]
+    assert set(chosen["measured"]["layer_kl"]) == {"0", "1", "2", "3"}
+    assert set(chosen["measured"]["role_kl"]) == {"attn.qkv", "attn.o", "mlp.gate_up", "mlp.down"}
+    assert chosen["level0"], "a zero target with half the bytes allowed moves something to level 0"
+    assert chosen["level0_bytes"] <= 0.5 * chosen["four_bit_bytes"]
+    # The record's groups and the graph's nodes say the same levels.
+    for name, entry in first["matrices"].items():
+        if entry.get("layer") is None:
+            continue
+        key = f"{entry['roles'][0]}@{entry['layer']}"
+        assert entry["groups"][0]["accuracy_level"] == (0 if key in chosen["level0"] else 4), name
+    levels = _levels(exports["a"])
+    assert sum(level == 0 for level in levels.values()) == len(chosen["level0"])
+    assert first["summary"]["accuracy_levels"]["4-bit level 0"] == len(chosen["level0"])
+
+
+def test_the_mixed_export_has_the_error_it_states(exports):
+    record = Manifest.read(exports["a"]).precision["sensitivity"]
+    tokens = calibration_ids(exports["a"])[:CALIBRATION_TOKENS]
+    assert record["calibration_tokens"] == len(tokens)
+    kl = mean_kl(_calibration_logits(exports["exact"], tokens), _calibration_logits(exports["a"], tokens))
+    assert kl == pytest.approx(record["measured_kl_left"], rel=1e-6, abs=1e-12)
+    assert kl < record["measured"]["all_fast_kl"]
+
+
+def test_choose_takes_the_most_error_per_byte_first_within_the_budget():
+    places = [
+        Place("attn.qkv", 0, ("q",), 100),
+        Place("mlp.down", 0, ("d",), 400),
+        Place("attn.o", 1, ("o",), 100),
+    ]
+    kl = {"attn.qkv@0": 0.004, "mlp.down@0": 0.008, "attn.o@1": 0.001}
+    assert [p.key for p in choose(places, kl, target_kl=0.0, budget=1.0)] == [
+        "attn.qkv@0",
+        "mlp.down@0",
+        "attn.o@1",
+    ]
+    assert [p.key for p in choose(places, kl, target_kl=0.0, budget=0.4)] == ["attn.qkv@0", "attn.o@1"]
+    assert [p.key for p in choose(places, kl, target_kl=0.0095, budget=1.0)] == ["attn.qkv@0"]
+    assert choose(places, kl, target_kl=0.02, budget=1.0) == []
+
+
+def test_bad_sensitivity_options_are_named():
+    with pytest.raises(QuantError, match="sensitivity_budget"):
+        QuantOptions(sensitivity_budget=1.5)
+    with pytest.raises(QuantError, match="sensitivity_target_kl"):
+        QuantOptions(sensitivity_target_kl=-0.1)
+
+
+def test_only_models_up_to_the_size_limit_get_the_pass():
+    from clika_export.quality_report import parameter_count, wants_sensitivity
+    from clika_runtime.manifest import Architecture
+
+    def arch(**fields):
+        base = dict(
+            family="llama", num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64,
+            intermediate_size=1536, vocab_size=49152, rms_norm_eps=1e-5, rope_theta=1e5,
+            max_position_embeddings=8192, tie_word_embeddings=True,
+        )  # fmt: skip
+        return Architecture(**{**base, **fields})
+
+    smollm2 = arch()
+    qwen05 = arch(num_layers=24, hidden_size=896, num_heads=14, num_kv_heads=2, intermediate_size=4864)
+    qwen05 = arch(**{**qwen05.__dict__, "vocab_size": 151936, "tie_word_embeddings": False})
+    assert parameter_count(smollm2) == 134_479_872
+    assert parameter_count(qwen05) == 630_095_872
+    record = {"options": QuantOptions().to_dict()}
+    assert wants_sensitivity(record, smollm2) and not wants_sensitivity(record, qwen05)
+    unlimited = {"options": {**record["options"], "sensitivity_max_parameters": None}}
+    assert wants_sensitivity(unlimited, qwen05)
+    assert not wants_sensitivity({"options": QuantOptions.for_precision("int8").to_dict()}, smollm2)
