@@ -104,6 +104,28 @@ class GraphSpec:
 
 
 @dataclass(frozen=True)
+class VisionSpec:
+    """The vision tower + projector graph: pixels in, text-width embeddings out.
+
+    One ORT call embeds a request's images; ``image_embeds`` rows then stand in
+    for the image placeholder tokens of the prompt. ``inputs`` are the graph's
+    inputs in the order the family's runner feeds them (``family`` names the
+    preprocessing, read from ``processor_file``); ``details`` holds the family's
+    layout numbers (patch size, merge size, tokens per tile ...).
+    """
+
+    file: str
+    family: str  # "idefics3" | "qwen2_vl"
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    text_hidden_size: int
+    processor_file: str
+    embeds_output: str = "image_embeds"
+    image_token_id: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TokenizerSpec:
     file: str
     bos_token_id: int | None
@@ -135,6 +157,7 @@ class Manifest:
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     chat_template_file: str | None = None
     quality: dict[str, Any] = field(default_factory=dict)
+    vision: VisionSpec | None = None  # multimodal folders only
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -176,6 +199,7 @@ class Manifest:
                 generation_defaults=dict(data.get("generation_defaults", {})),
                 chat_template_file=data.get("chat_template_file"),
                 quality=dict(data.get("quality", {})),
+                vision=_build(VisionSpec, data["vision"]) if data.get("vision") else None,
             )
         except KeyError as exc:
             raise ManifestError(f"manifest is missing the field {exc.args[0]!r}") from None
@@ -199,6 +223,8 @@ class Manifest:
         named = [self.tokenizer.file, *(g.file for g in self.graphs.values())]
         if self.chat_template_file:
             named.append(self.chat_template_file)
+        if self.vision is not None:
+            named += [self.vision.file, self.vision.processor_file]
         for name in named:
             if not (folder / name).is_file():
                 raise ManifestError(f"model folder is incomplete: {name} named by the manifest is missing")
