@@ -15,6 +15,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from vision_helpers import (
+    IDEFICS3_PROCESSOR,
+    QWEN2_VL_PROCESSOR,
+    assert_close_in_scale,
+    build_idefics3,
+    build_qwen2_vl,
+    random_image,
+)
 
 from clika_export.media.vision_export import attach_vision, export_vision
 from clika_runtime.manifest import Manifest
@@ -24,105 +32,30 @@ from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-IDEFICS3_PROCESSOR = {
-    "image_processor_type": "Idefics3ImageProcessor",
-    "do_image_splitting": True,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-    "max_image_size": {"longest_edge": 64},
-    "resample": 1,
-    "rescale_factor": 1 / 255,
-    "size": {"longest_edge": 128},
-}
-QWEN2_VL_PROCESSOR = {
-    "image_processor_type": "Qwen2VLImageProcessor",
-    "min_pixels": 56 * 56,
-    "max_pixels": 28 * 28 * 24,
-    "merge_size": 2,
-    "patch_size": 14,
-    "temporal_patch_size": 2,
-}
-TEXT = dict(
-    hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-    vocab_size=320,
-)  # fmt: skip
-
-
-def _widen(model) -> None:
-    """Weights wide enough (std 0.1, norms around 1) that every layer changes the embeddings."""
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "norm" in name or "ln_" in name:
-                param.copy_(1 + 0.1 * torch.randn_like(param))
-            else:
-                param.normal_(0, 0.1)
-
-
-def _save(model, folder: Path, processor: dict) -> Path:
-    _widen(model)
-    model.save_pretrained(folder)
-    (folder / "preprocessor_config.json").write_text(json.dumps(processor))
-    return folder
 
 
 @pytest.fixture(scope="module")
 def idefics3(tmp_path_factory):
-    config = transformers.Idefics3Config(
-        vision_config=dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=64,
-            patch_size=8,
-        ),
-        text_config=TEXT,
-        scale_factor=2,
-        image_token_id=319,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.Idefics3ForConditionalGeneration(config).eval()
-    return model, _save(model, tmp_path_factory.mktemp("idefics3-hf"), IDEFICS3_PROCESSOR)
+    return build_idefics3(tmp_path_factory.mktemp("idefics3-hf"))
 
 
 @pytest.fixture(scope="module")
 def qwen2_vl(tmp_path_factory):
-    config = transformers.Qwen2VLConfig(
-        vision_config=dict(
-            depth=2, embed_dim=32, hidden_size=48, num_heads=4, mlp_ratio=2, patch_size=14, spatial_merge_size=2,
-            temporal_patch_size=2,
-        ),
-        text_config={**TEXT, "rope_scaling": {"type": "mrope", "mrope_section": [2, 2, 2]}},
-        image_token_id=319,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.Qwen2VLForConditionalGeneration(config).eval()
-    return model, _save(model, tmp_path_factory.mktemp("qwen2-vl-hf"), QWEN2_VL_PROCESSOR)
-
-
-def _image(height: int, width: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def _close_in_scale(ours: np.ndarray, ref: np.ndarray) -> None:
-    assert ours.shape == ref.shape
-    scale = float(np.abs(ref).max())
-    assert scale > 0.1  # the embeddings are not degenerate
-    assert float(np.abs(ours - ref).max()) <= 1e-3 * scale
+    return build_qwen2_vl(tmp_path_factory.mktemp("qwen2-vl-hf"))
 
 
 def test_idefics3_image_embeddings_match_transformers(idefics3, tmp_path):
     model, folder = idefics3
     spec = export_vision(folder, tmp_path)
     assert spec.family == "idefics3" and spec.image_token_id == 319
-    image = preprocess_idefics3(_image(90, 150, 3), processor_settings(IDEFICS3_PROCESSOR))
+    image = preprocess_idefics3(random_image(90, 150, 3), processor_settings(IDEFICS3_PROCESSOR))
     assert image.pixel_values.shape[0] == image.rows * image.cols + 1 > 2  # tiles and the global view
     session = ort.InferenceSession(str(tmp_path / spec.file), providers=["CPUExecutionProvider"])
     (ours,) = session.run([spec.embeds_output], {"pixel_values": image.pixel_values})
     assert ours.shape[1] == spec.details["tokens_per_tile"]
     with torch.no_grad():
         ref = model.model.get_image_features(pixel_values=torch.from_numpy(image.pixel_values)[None])
-    _close_in_scale(ours.reshape(-1, ours.shape[-1]), ref.pooler_output[0].numpy())
+    assert_close_in_scale(ours.reshape(-1, ours.shape[-1]), ref.pooler_output[0].numpy())
 
 
 def _qwen_inputs(images, spec):
@@ -148,7 +81,7 @@ def test_qwen2_vl_two_images_in_one_call_match_transformers(qwen2_vl, tmp_path):
     model, folder = qwen2_vl
     spec = export_vision(folder, tmp_path)
     assert spec.family == "qwen2_vl" and spec.text_hidden_size == 48
-    feeds, grids = _qwen_inputs([_image(60, 100, 4), _image(120, 70, 5)], spec)
+    feeds, grids = _qwen_inputs([random_image(60, 100, 4), random_image(120, 70, 5)], spec)
     session = ort.InferenceSession(str(tmp_path / spec.file), providers=["CPUExecutionProvider"])
     (ours,) = session.run([spec.embeds_output], feeds)
     with torch.no_grad():
@@ -157,7 +90,7 @@ def test_qwen2_vl_two_images_in_one_call_match_transformers(qwen2_vl, tmp_path):
         )
     reference = torch.cat(list(ref.pooler_output)).numpy()
     assert ours.shape[0] == sum(t * h * w for t, h, w in grids) // 4
-    _close_in_scale(ours, reference)
+    assert_close_in_scale(ours, reference)
 
 
 def test_vision_spec_round_trips_through_the_manifest(idefics3, tiny_llama_model, tmp_path):

@@ -22,6 +22,7 @@ from clika_export.checkpoint import CheckpointError
 from clika_export.graph.builder import ExternalData, GraphBuilder, save_model
 from clika_export.media.idefics3_vision import build_idefics3_vision, idefics3_vision_config
 from clika_export.media.qwen2_vl_vision import build_qwen2_vl_vision, qwen2_vl_vision_config
+from clika_export.media.vision_ops import Weights
 from clika_export.readers.safetensors_file import tensor_loaders
 from clika_runtime.manifest import Manifest, VisionSpec
 from clika_runtime.media.processor_config import PROCESSOR_FILE, read_processor_settings
@@ -73,13 +74,24 @@ def vision_family(config: dict[str, Any]) -> str:
 
 
 def export_vision(source: str | Path, out: str | Path) -> VisionSpec:
-    """Write the vision graph of the checkpoint folder ``source`` into ``out``."""
+    """Write the vision graph of the Hugging Face folder ``source`` into ``out``."""
     source, out = Path(source), Path(out)
     config = json.loads((source / "config.json").read_text(encoding="utf-8"))
     family = vision_family(config)
     read_processor_settings(source)  # refuse a processor config the runtime could not follow, now
     weights = _reader(_loaders(source), _PREFIXES[family])
+    token = config.get("image_token_id", config.get("image_token_index"))
     out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source / PROCESSOR_FILE, out / PROCESSOR_FILE)
+    return write_vision_graph(
+        family, config, weights, out, image_token_id=token if isinstance(token, int) else None
+    )
+
+
+def write_vision_graph(
+    family: str, config: dict[str, Any], weights: Weights, out: Path, *, image_token_id: int | None
+) -> VisionSpec:
+    """Build ``family``'s graph from an HF-shaped ``config`` and tower-relative ``weights`` into ``out``."""
     data = ExternalData(out / f"{VISION_FILE}.data")
     graph = GraphBuilder("vision", data)
     try:
@@ -107,8 +119,6 @@ def export_vision(source: str | Path, out: str | Path) -> VisionSpec:
         save_model(graph.model(doc=f"{family} vision tower and projector"), out / VISION_FILE)
     finally:
         data.close()
-    shutil.copyfile(source / PROCESSOR_FILE, out / PROCESSOR_FILE)
-    token = config.get("image_token_id", config.get("image_token_index"))
     return VisionSpec(
         file=VISION_FILE,
         family=family,
@@ -117,7 +127,7 @@ def export_vision(source: str | Path, out: str | Path) -> VisionSpec:
         text_hidden_size=text_hidden,
         processor_file=PROCESSOR_FILE,
         embeds_output=output,
-        image_token_id=token if isinstance(token, int) else None,
+        image_token_id=image_token_id,
         details=details,
     )
 

@@ -297,6 +297,16 @@ class GGUFMetadata:
         items = self._array(key, _INTEGER_TYPES, "an array of integers", max_items)
         return self._default(key, default) if items is None else [int(v) for v in items.tolist()]
 
+    def numbers(self, key: str, default: Any = _MISSING, *, max_items: int = 1 << 22) -> list[float]:
+        """An array of finite numbers (float or integer items)."""
+        items = self._array(key, _FLOAT_TYPES | _INTEGER_TYPES, "an array of numbers", max_items)
+        if items is None:
+            return self._default(key, default)
+        values = [float(v) for v in items.tolist()]
+        if not all(math.isfinite(v) for v in values):
+            raise self._error(key, "holds a value that is not finite")
+        return values
+
     def _get(self, key: str, allowed: set, what: str) -> Value | None:
         value = self._values.get(key)
         if value is not None and value.kind not in allowed:
