@@ -75,12 +75,21 @@ def _coefficients(in_size: int, out_size: int, resample: int) -> tuple[np.ndarra
 
 
 def _pass(image: np.ndarray, out_size: int, axis: int, resample: int) -> np.ndarray:
-    """One separable pass of a uint8 [H, W, C] image along ``axis`` (0 rows, 1 columns)."""
+    """One separable pass of a uint8 [H, W, C] image along ``axis`` (0 rows, 1 columns).
+
+    Accumulates tap by tap in int32, as Pillow does, so memory stays at one
+    output-sized buffer whatever the filter's width.
+    """
     index, weights = _coefficients(image.shape[axis], out_size, resample)
-    source = np.take(image, index, axis=axis).astype(np.int64)  # [..., out, k, ...]
-    shape = [1] * source.ndim
-    shape[axis], shape[axis + 1] = weights.shape
-    acc = (source * weights.reshape(shape)).sum(axis=axis + 1) + (1 << (_PRECISION_BITS - 1))
+    shape = [out_size if a == axis else n for a, n in enumerate(image.shape)]
+    acc = np.full(shape, 1 << (_PRECISION_BITS - 1), dtype=np.int32)
+    broadcast = [1, 1, 1]
+    broadcast[axis] = out_size
+    fixed = weights.astype(np.int32)
+    for k in range(index.shape[1]):
+        taps = np.take(image, index[:, k], axis=axis).astype(np.int32)
+        taps *= fixed[:, k].reshape(broadcast)
+        acc += taps
     return np.clip(acc >> _PRECISION_BITS, 0, 255).astype(np.uint8)
 
 
