@@ -12,16 +12,29 @@ import gguf
 import numpy as np
 import onnxruntime as ort
 import pytest
-from vision_helpers import IDEFICS3_PROCESSOR, assert_close_in_scale, build_idefics3, random_image
+from vision_helpers import (
+    IDEFICS3_PROCESSOR,
+    assert_close_in_scale,
+    build_idefics3,
+    build_qwen2_vl,
+    random_image,
+)
 
 from clika_export.checkpoint import CheckpointError
-from clika_export.media.mmproj_gguf import export_mmproj, gguf_name
+from clika_export.media import mmproj_qwen2_vl
+from clika_export.media.mmproj_gguf import export_mmproj
+from clika_export.media.mmproj_idefics3 import gguf_name
 from clika_runtime.media.idefics3 import preprocess_idefics3
-from clika_runtime.media.processor_config import read_processor_settings
+from clika_runtime.media.processor_config import processor_settings, read_processor_settings
+from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
+from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
 
 torch = pytest.importorskip("torch")
 
 _PREFIX = "model.vision_model."
+# The mean and std Qwen2-VL checkpoints normalize with (OpenAI CLIP's).
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +101,7 @@ def test_mmproj_embeddings_match_transformers(idefics3, tmp_path, matrices):
     spec = export_mmproj(mmproj, tmp_path / "model")
     # The processor config the mmproj implies is the checkpoint's own.
     settings = read_processor_settings(tmp_path / "model")
+    assert settings == processor_settings(IDEFICS3_PROCESSOR)
     image = preprocess_idefics3(random_image(80, 130, 9), settings)
     assert image.rows * image.cols > 1
     ours, ref = _embeds(tmp_path / "model", spec, image.pixel_values), _reference(model, image.pixel_values)
@@ -97,9 +111,77 @@ def test_mmproj_embeddings_match_transformers(idefics3, tmp_path, matrices):
 
 def test_mmproj_of_another_projector_or_missing_tensor_is_refused(idefics3, tmp_path):
     model, _ = idefics3
-    with pytest.raises(CheckpointError, match="projector type 'qwen2vl_merger' is not supported"):
-        export_mmproj(_write_mmproj(model, tmp_path / "a.gguf", projector="qwen2vl_merger"), tmp_path / "a")
+    with pytest.raises(CheckpointError, match="projector type 'qwen2.5vl_merger' is not supported"):
+        export_mmproj(_write_mmproj(model, tmp_path / "a.gguf", projector="qwen2.5vl_merger"), tmp_path / "a")
     with pytest.raises(CheckpointError, match=r"no tensor v\.blk\.1\.ffn_down\.weight"):
         export_mmproj(
             _write_mmproj(model, tmp_path / "b.gguf", drop="v.blk.1.ffn_down.weight"), tmp_path / "b"
         )
+
+
+@pytest.fixture(scope="module")
+def qwen2_vl(tmp_path_factory):
+    return build_qwen2_vl(tmp_path_factory.mktemp("qwen2-vl-hf"))
+
+
+def _write_qwen2_vl_mmproj(model, path):
+    """As llama.cpp's converter: Conv3d split per frame, qkv split, merger under v.post_ln / mm.*."""
+    vision = model.config.vision_config
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_string("clip.projector_type", "qwen2vl_merger")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_uint32("clip.vision.image_size", 560)
+    writer.add_uint32("clip.vision.patch_size", vision.patch_size)
+    writer.add_uint32("clip.vision.embedding_length", vision.embed_dim)
+    writer.add_uint32("clip.vision.feed_forward_length", vision.hidden_size)  # the converter's own quirk
+    writer.add_uint32("clip.vision.block_count", vision.depth)
+    writer.add_uint32("clip.vision.attention.head_count", vision.num_heads)
+    writer.add_uint32("clip.vision.projection_dim", vision.hidden_size)
+    writer.add_array("clip.vision.image_mean", CLIP_MEAN)
+    writer.add_array("clip.vision.image_std", CLIP_STD)
+    for name, tensor in model.state_dict().items():
+        if not name.startswith("model.visual."):
+            continue
+        relative, values = name[len("model.visual.") :], tensor.numpy()
+        if relative == "patch_embed.proj.weight":
+            writer.add_tensor("v.patch_embd.weight", np.ascontiguousarray(values[:, :, 0]))
+            writer.add_tensor("v.patch_embd.weight.1", np.ascontiguousarray(values[:, :, 1]))
+        elif ".attn.qkv." in relative:
+            block, leaf = relative.split(".")[1], relative.rsplit(".", 1)[1]
+            for part, chunk in zip("qkv", np.split(values, 3, axis=0), strict=True):
+                writer.add_tensor(f"v.blk.{block}.attn_{part}.{leaf}", np.ascontiguousarray(chunk))
+        else:
+            writer.add_tensor(mmproj_qwen2_vl.gguf_name(relative), values)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_qwen2_vl_mmproj_embeddings_match_transformers(qwen2_vl, tmp_path):
+    model, _ = qwen2_vl
+    spec = export_mmproj(_write_qwen2_vl_mmproj(model, tmp_path / "mmproj.gguf"), tmp_path / "model")
+    assert spec.family == "qwen2_vl" and spec.details["head_dim"] == 8
+    settings = read_processor_settings(tmp_path / "model")
+    assert (settings.patch_size, settings.merge_size) == (14, 2)
+    np.testing.assert_allclose(settings.mean, CLIP_MEAN, rtol=1e-6)  # stored as float32
+    patches = preprocess_qwen2_vl(random_image(60, 100, 3), settings)
+    d = spec.details
+    cos, sin = rotary_tables(
+        [patches.grid_thw], head_dim=d["head_dim"], merge=d["merge_size"], theta=d["rope_theta"]
+    )
+    feeds = {
+        "pixel_values": patches.pixel_values,
+        "rotary_cos": cos,
+        "rotary_sin": sin,
+        "attention_bias": frame_attention_bias([patches.grid_thw]),
+    }
+    session = ort.InferenceSession(str(tmp_path / "model" / spec.file), providers=["CPUExecutionProvider"])
+    (ours,) = session.run([spec.embeds_output], feeds)
+    with torch.no_grad():
+        ref = model.model.get_image_features(
+            pixel_values=torch.from_numpy(patches.pixel_values),
+            image_grid_thw=torch.tensor([patches.grid_thw]),
+        )
+    assert_close_in_scale(ours, ref.pooler_output[0].numpy())
