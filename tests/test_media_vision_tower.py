@@ -161,3 +161,16 @@ def test_idefics3_tower_refuses_videos_and_support_is_read_from_the_folder(
     assert media_support(Manifest.read(idefics3_folder)) == {"vision": True, "video": False, "audio": False}
     assert media_support(Manifest.read(qwen2_vl[1])) == {"vision": True, "video": True, "audio": False}
     assert media_support(Manifest.read(tiny_llama_model)) == {"vision": False, "video": False, "audio": False}
+
+
+def test_media_beyond_the_context_budget_are_refused_naming_the_item(qwen2_vl):
+    _, folder = qwen2_vl
+    tower = VisionTower.open(folder, threads=1)
+    images = [random_image(56, 56, 1), random_image(112, 112, 2)]
+    sizes = [e.num_tokens for e in tower.embed_images(images)]
+    assert tower.embed_images(images, token_budget=sum(sizes))  # exactly fits
+    with pytest.raises(ValueError, match=r"images\[1\]: the media take \d+ prompt tokens.*more than the \d+"):
+        tower.embed_images(images, token_budget=sum(sizes) - 1)
+    frames = np.stack([random_image(56, 56, s) for s in range(4)])
+    with pytest.raises(ValueError, match=r"videos\[0\]"):
+        tower.embed_videos([(frames, np.arange(4) / 2)], token_budget=1)

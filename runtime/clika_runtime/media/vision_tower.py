@@ -61,6 +61,23 @@ def image_digest(image: np.ndarray, timestamps: np.ndarray | None = None) -> str
     return digest.hexdigest()
 
 
+def check_token_budget(
+    embeddings: list[MediaEmbedding], budget: int | None, argument: str
+) -> list[MediaEmbedding]:
+    """``embeddings`` when their tokens fit ``budget``; else a ValueError naming the item that overflows."""
+    if budget is None:
+        return embeddings
+    used = 0
+    for i, embedding in enumerate(embeddings):
+        used += embedding.num_tokens
+        if used > budget:
+            raise ValueError(
+                f"{argument}[{i}]: the media take {used} prompt tokens by this item, more than the "
+                f"{budget} the context window leaves; pass fewer or smaller ones"
+            )
+    return embeddings
+
+
 def media_support(manifest: Manifest) -> dict[str, bool]:
     """What a folder's graphs read: ``vision``, ``video`` and ``audio`` (no audio tower yet)."""
     family = manifest.vision.family if manifest.vision is not None else None
@@ -94,13 +111,18 @@ class VisionTower:
             raise ManifestError(f"{folder.name} has no vision graph: this model reads text only")
         return cls(folder, manifest.vision, read_processor_settings(folder), threads)
 
-    def embed_images(self, images: Any, *, max_count: int | None = None) -> list[MediaEmbedding]:
+    def embed_images(
+        self, images: Any, *, max_count: int | None = None, token_budget: int | None = None
+    ) -> list[MediaEmbedding]:
+        """One embedding per image; ``token_budget``: the prompt positions the context leaves for them."""
         arrays = image_arrays(images, max_count=max_count)
         if not arrays:
             return []
         if self.spec.family == "idefics3":
-            return [self._idefics3(image) for image in arrays]
-        return self._qwen2_vl(arrays)
+            embeddings = [self._idefics3(image) for image in arrays]
+        else:
+            embeddings = self._qwen2_vl(arrays)
+        return check_token_budget(embeddings, token_budget, "images")
 
     def embed_videos(
         self,
@@ -109,14 +131,14 @@ class VisionTower:
         fps: float = DEFAULT_VIDEO_FPS,
         max_frames: int = 768,
         max_count: int | None = None,
+        token_budget: int | None = None,
     ) -> list[MediaEmbedding]:
         """One embedding per (frames, timestamps) clip, its frames sampled at ``fps``."""
         if self.spec.family not in _VIDEO_FAMILIES:
             raise ValueError(f"videos: the {self.spec.family} vision tower takes images only")
-        return [
-            self._qwen2_vl_clip(sample_frames(c, fps=fps, max_frames=max_frames))
-            for c in video_clips(videos, max_count=max_count)
-        ]
+        clips = video_clips(videos, max_count=max_count)
+        embeddings = [self._qwen2_vl_clip(sample_frames(c, fps=fps, max_frames=max_frames)) for c in clips]
+        return check_token_budget(embeddings, token_budget, "videos")
 
     def _qwen2_vl_clip(self, clip: VideoClip) -> MediaEmbedding:
         patches = preprocess_qwen2_vl_video(clip.frames, self.settings)
