@@ -17,6 +17,7 @@ from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl, preprocess_qwen2_v
 pytest.importorskip("PIL")
 idefics3_pil = pytest.importorskip("transformers.models.idefics3.image_processing_pil_idefics3")
 qwen2_vl_pil = pytest.importorskip("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
+smolvlm_pil = pytest.importorskip("transformers.models.smolvlm.image_processing_pil_smolvlm")
 
 IDEFICS3_CONFIG = {
     "image_processor_type": "Idefics3ImageProcessor",
@@ -79,6 +80,15 @@ def test_idefics3_pixels_match_transformers(shape, split):
     np.testing.assert_allclose(ours.pixel_values, expected, rtol=0, atol=1e-5)
     assert (ours.rows, ours.cols) == (ref["rows"][0][0], ref["cols"][0][0])
     assert ref["pixel_attention_mask"][0].all()  # tiles are whole: no padding to carry
+
+
+@pytest.mark.parametrize("shape", SHAPES[:3])
+def test_smolvlm_processor_is_the_idefics3_pipeline(shape):
+    config = {**IDEFICS3_CONFIG, "image_processor_type": "SmolVLMImageProcessor"}
+    image = _image(*shape, seed=shape[0] + 1)
+    ref = _reference(smolvlm_pil.SmolVLMImageProcessorPil, config)([image], return_tensors="np")
+    ours = preprocess_idefics3(image, processor_settings(config))
+    np.testing.assert_allclose(ours.pixel_values, ref["pixel_values"][0], rtol=0, atol=1e-5)
 
 
 def test_idefics3_two_images_in_one_prompt_match_transformers():

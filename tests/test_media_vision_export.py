@@ -115,3 +115,15 @@ def test_unsupported_checkpoints_are_refused_by_name(idefics3, tmp_path):
     (bad / "preprocessor_config.json").write_text(json.dumps({**IDEFICS3_PROCESSOR, "resample": 9}))
     with pytest.raises(ValueError, match="resample"):
         export_vision(bad, tmp_path / "out")
+
+
+def test_malformed_checkpoint_configs_are_refused_by_file(idefics3, tmp_path):
+    _, folder = idefics3
+    bad = Path(shutil.copytree(folder, tmp_path / "bad"))
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**config, "vision_config": {"hidden_size": "wide"}}))
+    with pytest.raises(ValueError, match="idefics3 vision config is malformed"):
+        export_vision(bad, tmp_path / "out")
+    (bad / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="config.json is not valid JSON"):
+        export_vision(bad, tmp_path / "out")

@@ -36,10 +36,26 @@ _PREFIXES = {
 _FAMILIES = {"idefics3": "idefics3", "smolvlm": "idefics3", "qwen2_vl": "qwen2_vl"}
 
 
+def _json(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file (untrusted): a dict, or a CheckpointError naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path.parent.name} has no {path.name}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path.name} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path.name} must hold a JSON object")
+    return data
+
+
 def _loaders(folder: Path) -> dict[str, Callable[[], np.ndarray]]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values()))
+        weight_map = _json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index.name} has no weight_map")
+        files = sorted({str(name) for name in weight_map.values()})
     else:
         files = sorted(p.name for p in folder.glob("*.safetensors"))
     if not files:
@@ -76,7 +92,7 @@ def vision_family(config: dict[str, Any]) -> str:
 def export_vision(source: str | Path, out: str | Path) -> VisionSpec:
     """Write the vision graph of the Hugging Face folder ``source`` into ``out``."""
     source, out = Path(source), Path(out)
-    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    config = _json(source / "config.json")
     family = vision_family(config)
     read_processor_settings(source)  # refuse a processor config the runtime could not follow, now
     weights = _reader(_loaders(source), _PREFIXES[family])
@@ -92,11 +108,14 @@ def write_vision_graph(
     family: str, config: dict[str, Any], weights: Weights, out: Path, *, image_token_id: int | None
 ) -> VisionSpec:
     """Build ``family``'s graph from an HF-shaped ``config`` and tower-relative ``weights`` into ``out``."""
+    try:
+        spec = idefics3_vision_config(config) if family == "idefics3" else qwen2_vl_vision_config(config)
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+        raise CheckpointError(f"the {family} vision config is malformed: {exc}") from None
     data = ExternalData(out / f"{VISION_FILE}.data")
     graph = GraphBuilder("vision", data)
     try:
         if family == "idefics3":
-            spec = idefics3_vision_config(config)
             inputs, output = build_idefics3_vision(graph, spec, weights)
             details = {
                 "patch_size": spec.patch,
@@ -106,7 +125,6 @@ def write_vision_graph(
             }
             text_hidden = spec.text_hidden
         else:
-            spec = qwen2_vl_vision_config(config)
             inputs, output = build_qwen2_vl_vision(graph, spec, weights)
             details = {
                 "patch_size": spec.patch,
