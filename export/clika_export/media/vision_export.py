@@ -36,7 +36,7 @@ _PREFIXES = {
 _FAMILIES = {"idefics3": "idefics3", "smolvlm": "idefics3", "qwen2_vl": "qwen2_vl"}
 
 
-def _json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
     """A checkpoint's JSON file (untrusted): a dict, or a CheckpointError naming the file."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -49,10 +49,10 @@ def _json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _loaders(folder: Path) -> dict[str, Callable[[], np.ndarray]]:
+def tensor_loaders_of(folder: Path) -> dict[str, Callable[[], np.ndarray]]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = _json(index).get("weight_map")
+        weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index.name} has no weight_map")
         files = sorted({str(name) for name in weight_map.values()})
@@ -66,7 +66,7 @@ def _loaders(folder: Path) -> dict[str, Callable[[], np.ndarray]]:
     return loaders
 
 
-def _reader(
+def tower_reader(
     loaders: dict[str, Callable[[], np.ndarray]], prefixes: tuple[str, ...]
 ) -> Callable[[str], np.ndarray]:
     def read(name: str) -> np.ndarray:
@@ -92,10 +92,10 @@ def vision_family(config: dict[str, Any]) -> str:
 def export_vision(source: str | Path, out: str | Path) -> VisionSpec:
     """Write the vision graph of the Hugging Face folder ``source`` into ``out``."""
     source, out = Path(source), Path(out)
-    config = _json(source / "config.json")
+    config = read_json(source / "config.json")
     family = vision_family(config)
     read_processor_settings(source)  # refuse a processor config the runtime could not follow, now
-    weights = _reader(_loaders(source), _PREFIXES[family])
+    weights = tower_reader(tensor_loaders_of(source), _PREFIXES[family])
     token = config.get("image_token_id", config.get("image_token_index"))
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source / PROCESSOR_FILE, out / PROCESSOR_FILE)

@@ -78,3 +78,21 @@ def log_mel_features(samples: np.ndarray, s: AudioSettings) -> np.ndarray:
     log_spec = np.log10(mel).astype(np.float32)[:, :-1]
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return (log_spec + 4.0) / 4.0
+
+
+def valid_frames(num_samples: int, s: AudioSettings) -> int:
+    """Feature frames that carry the clip (the rest of the chunk is padding silence)."""
+    return min(-(-min(num_samples, s.chunk_samples) // s.hop), s.chunk_samples // s.hop)
+
+
+def encoder_attention_bias(frames: int, positions: int = 1500) -> np.ndarray:
+    """float32 [positions, positions]: -inf on the key columns past the clip (after the stride-2 conv)."""
+    keys = (frames - 1) // 2 + 1
+    bias = np.zeros((positions, positions), dtype=np.float32)
+    bias[:, keys:] = -np.inf
+    return bias
+
+
+def encoder_tokens(frames: int) -> int:
+    """Audio tokens the clip fills after the encoder's stride-2 conv and pooling by 2."""
+    return ((frames - 1) // 2 + 1 - 2) // 2 + 1
