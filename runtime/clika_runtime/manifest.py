@@ -108,9 +108,9 @@ class VisionSpec:
     """The vision tower + projector graph: pixels in, text-width embeddings out.
 
     One ORT call embeds a request's images; ``image_embeds`` rows then stand in
-    for the image placeholder tokens of the prompt. ``inputs`` are the graph's
-    inputs in the order the family's runner feeds them (``family`` names the
-    preprocessing, read from ``processor_file``); ``details`` holds the family's
+    for the image placeholder tokens of the prompt. ``inputs`` / ``outputs`` are
+    the graph's names (``family`` says what each holds and which preprocessing,
+    read from ``processor_file``, makes them); ``details`` holds the family's
     layout numbers (patch size, merge size, tokens per tile ...).
     """
 
@@ -193,13 +193,13 @@ class Manifest:
                 architecture=_build(Architecture, data["architecture"]),
                 context_window=int(data["context_window"]),
                 graphs=graphs,
+                vision=_build(VisionSpec, data["vision"]) if data.get("vision") else None,
                 tokenizer=_build(TokenizerSpec, tok),
                 precision=dict(data["precision"]),
                 provenance=_build(Provenance, data["provenance"]),
                 generation_defaults=dict(data.get("generation_defaults", {})),
                 chat_template_file=data.get("chat_template_file"),
                 quality=dict(data.get("quality", {})),
-                vision=_build(VisionSpec, data["vision"]) if data.get("vision") else None,
             )
         except KeyError as exc:
             raise ManifestError(f"manifest is missing the field {exc.args[0]!r}") from None
@@ -221,10 +221,10 @@ class Manifest:
 
     def check_files(self, folder: Path) -> None:
         named = [self.tokenizer.file, *(g.file for g in self.graphs.values())]
-        if self.chat_template_file:
-            named.append(self.chat_template_file)
         if self.vision is not None:
             named += [self.vision.file, self.vision.processor_file]
+        if self.chat_template_file:
+            named.append(self.chat_template_file)
         for name in named:
             if not (folder / name).is_file():
                 raise ManifestError(f"model folder is incomplete: {name} named by the manifest is missing")

@@ -12,6 +12,7 @@ opens the file, picks the projector and writes the folder's vision graph.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np

@@ -298,14 +298,9 @@ class GGUFMetadata:
         return self._default(key, default) if items is None else [int(v) for v in items.tolist()]
 
     def numbers(self, key: str, default: Any = _MISSING, *, max_items: int = 1 << 22) -> list[float]:
-        """An array of finite numbers (float or integer items); float32 items keep their shortest spelling."""
+        """An array of numbers (float or integer items), e.g. a vocabulary's scores."""
         items = self._array(key, _FLOAT_TYPES | _INTEGER_TYPES, "an array of numbers", max_items)
-        if items is None:
-            return self._default(key, default)
-        values = [float(str(v)) if isinstance(v, np.float32) else float(v) for v in items]
-        if not all(math.isfinite(v) for v in values):
-            raise self._error(key, "holds a value that is not finite")
-        return values
+        return self._default(key, default) if items is None else [float(v) for v in items.tolist()]
 
     def _get(self, key: str, allowed: set, what: str) -> Value | None:
         value = self._values.get(key)
