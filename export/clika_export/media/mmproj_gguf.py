@@ -43,11 +43,12 @@ def _reader(gguf: GGUFFile):
 def _triple(meta: GGUFMetadata):
     def read(key: str) -> list[float]:
         values = meta.numbers(key, max_items=3)
-        if len(values) != 3:
+        if len(values) != 3 or not all(math.isfinite(v) for v in values):
             raise CheckpointError(
-                f"{meta.source}: GGUF metadata {key!r} must hold 3 numbers, got {len(values)}"
+                f"{meta.source}: GGUF metadata {key!r} must hold 3 finite numbers, got {values}"
             )
-        return values
+        # Stored as float32: keep each value's shortest float32 spelling (0.48145466), as number() does.
+        return [float(str(np.float32(v))) for v in values]
 
     return read
 
