@@ -104,6 +104,28 @@ class GraphSpec:
 
 
 @dataclass(frozen=True)
+class VisionSpec:
+    """The vision tower + projector graph: pixels in, text-width embeddings out.
+
+    One ORT call embeds a request's images; ``image_embeds`` rows then stand in
+    for the image placeholder tokens of the prompt. ``inputs`` / ``outputs`` are
+    the graph's names (``family`` says what each holds and which preprocessing,
+    read from ``processor_file``, makes them); ``details`` holds the family's
+    layout numbers (patch size, merge size, tokens per tile ...).
+    """
+
+    file: str
+    family: str  # "idefics3" | "qwen2_vl"
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    text_hidden_size: int
+    processor_file: str
+    embeds_output: str = "image_embeds"
+    image_token_id: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TokenizerSpec:
     file: str
     bos_token_id: int | None
@@ -135,6 +157,7 @@ class Manifest:
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     chat_template_file: str | None = None
     quality: dict[str, Any] = field(default_factory=dict)
+    vision: VisionSpec | None = None  # multimodal folders only
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -172,6 +195,7 @@ class Manifest:
                 architecture=_build(Architecture, data["architecture"]),
                 context_window=int(data["context_window"]),
                 graphs=graphs,
+                vision=_build(VisionSpec, data["vision"]) if data.get("vision") else None,
                 tokenizer=_build(TokenizerSpec, tok),
                 precision=dict(data["precision"]),
                 provenance=_build(Provenance, data["provenance"]),
@@ -205,6 +229,8 @@ class Manifest:
 
     def check_files(self, folder: Path) -> None:
         named = [self.tokenizer.file, *(g.file for g in self.graphs.values())]
+        if self.vision is not None:
+            named += [self.vision.file, self.vision.processor_file]
         if self.chat_template_file:
             named.append(self.chat_template_file)
         root = folder.resolve()

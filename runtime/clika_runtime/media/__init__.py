@@ -1,0 +1,8 @@
+"""Media inputs: images, video frames and their preprocessing for vision towers.
+
+One concept per module: ``arguments`` checks what a caller passed,
+``resample`` resizes 8-bit images as Pillow does, ``pixels`` rescales and
+normalizes, ``idefics3`` and ``qwen2_vl`` are the checkpoint processors,
+``video`` samples frames, ``processor_config`` reads a checkpoint's
+``preprocessor_config.json`` into the right processor.
+"""

@@ -1,0 +1,179 @@
+"""Run a model folder's vision graph: images in, text-width embeddings out.
+
+``VisionTower.open`` reads the manifest's ``vision`` entry and the folder's
+processor config; ``embed_images`` (and ``embed_videos`` for a family that
+reads clips) checks the argument, preprocesses, runs the graph and returns
+one ``MediaEmbedding`` per item: its rows (in placeholder order), the prompt
+text its marker expands to, and a digest of its pixels, so a prefix cache can
+key on the media's content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clika_runtime.manifest import Manifest, ManifestError, VisionSpec
+from clika_runtime.media.arguments import VideoClip, image_arrays, video_clips
+from clika_runtime.media.idefics3 import Idefics3Settings, preprocess_idefics3
+from clika_runtime.media.placeholders import QWEN2_VL_VIDEO, idefics3_image_text, qwen2_vl_image_text
+from clika_runtime.media.processor_config import read_processor_settings
+from clika_runtime.media.qwen2_vl import (
+    Qwen2VLPatches,
+    Qwen2VLSettings,
+    preprocess_qwen2_vl,
+    preprocess_qwen2_vl_video,
+)
+from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
+from clika_runtime.media.video import sample_frames
+from clika_runtime.model_folder import open_session, session_options
+
+_SETTINGS = {"idefics3": Idefics3Settings, "qwen2_vl": Qwen2VLSettings}
+_VIDEO_FAMILIES = ("qwen2_vl",)
+# Qwen2-VL's video processor samples 2 frames per second.
+DEFAULT_VIDEO_FPS = 2.0
+
+
+@dataclass(frozen=True)
+class MediaEmbedding:
+    """One image's (or video clip's) embeddings and how the prompt refers to them."""
+
+    embeds: np.ndarray  # float32 [tokens, text_hidden], in the order of the prompt's media tokens
+    prompt_text: str  # what the media's marker expands to
+    digest: str  # sha256 of the pixels (and a clip's timestamps)
+    timestamps: tuple[float, ...] = ()  # a clip's: the start of each temporal patch, in seconds
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.embeds.shape[0])
+
+
+def image_digest(image: np.ndarray, timestamps: np.ndarray | None = None) -> str:
+    """sha256 over the shape and uint8 pixels (and a clip's timestamps): equal media, equal keys."""
+    digest = hashlib.sha256(repr(image.shape).encode())
+    digest.update(np.ascontiguousarray(image).data)
+    if timestamps is not None:
+        digest.update(np.ascontiguousarray(timestamps, dtype=np.float64).data)
+    return digest.hexdigest()
+
+
+def check_token_budget(
+    embeddings: list[MediaEmbedding], budget: int | None, argument: str
+) -> list[MediaEmbedding]:
+    """``embeddings`` when their tokens fit ``budget``; else a ValueError naming the item that overflows."""
+    if budget is None:
+        return embeddings
+    used = 0
+    for i, embedding in enumerate(embeddings):
+        used += embedding.num_tokens
+        if used > budget:
+            raise ValueError(
+                f"{argument}[{i}]: the media take {used} prompt tokens by this item, more than the "
+                f"{budget} the context window leaves; pass fewer or smaller ones"
+            )
+    return embeddings
+
+
+def media_support(manifest: Manifest) -> dict[str, bool]:
+    """What a folder's graphs read: ``vision``, ``video`` and ``audio`` (no audio tower yet)."""
+    family = manifest.vision.family if manifest.vision is not None else None
+    return {"vision": family is not None, "video": family in _VIDEO_FAMILIES, "audio": False}
+
+
+class VisionTower:
+    """A folder's vision graph with its processor (one ORT session)."""
+
+    def __init__(self, folder: Path, spec: VisionSpec, settings: Any, threads: int | None = None) -> None:
+        if spec.family not in _SETTINGS:
+            raise ManifestError(
+                f"vision family {spec.family!r} is not supported (supported: {sorted(_SETTINGS)})"
+            )
+        if not isinstance(settings, _SETTINGS[spec.family]):
+            raise ManifestError(
+                f"{spec.processor_file} names another model's processor than the {spec.family} graph"
+            )
+        self.spec = spec
+        self.settings = settings
+        self.session = open_session(folder / spec.file, session_options(threads))
+        names = [i.name for i in self.session.get_inputs()]
+        if set(names) != set(spec.inputs):
+            raise ManifestError(f"{spec.file} takes {names}, the manifest names {list(spec.inputs)}")
+
+    @classmethod
+    def open(cls, folder: str | Path, *, threads: int | None = None) -> VisionTower:
+        folder = Path(folder)
+        manifest = Manifest.read(folder)
+        if manifest.vision is None:
+            raise ManifestError(f"{folder.name} has no vision graph: this model reads text only")
+        return cls(folder, manifest.vision, read_processor_settings(folder), threads)
+
+    def embed_images(
+        self, images: Any, *, max_count: int | None = None, token_budget: int | None = None
+    ) -> list[MediaEmbedding]:
+        """One embedding per image; ``token_budget``: the prompt positions the context leaves for them."""
+        arrays = image_arrays(images, max_count=max_count)
+        if not arrays:
+            return []
+        if self.spec.family == "idefics3":
+            embeddings = [self._idefics3(image) for image in arrays]
+        else:
+            embeddings = self._qwen2_vl(arrays)
+        return check_token_budget(embeddings, token_budget, "images")
+
+    def embed_videos(
+        self,
+        videos: Any,
+        *,
+        fps: float = DEFAULT_VIDEO_FPS,
+        max_frames: int = 768,
+        max_count: int | None = None,
+        token_budget: int | None = None,
+    ) -> list[MediaEmbedding]:
+        """One embedding per (frames, timestamps) clip, its frames sampled at ``fps``."""
+        if self.spec.family not in _VIDEO_FAMILIES:
+            raise ValueError(f"videos: the {self.spec.family} vision tower takes images only")
+        clips = video_clips(videos, max_count=max_count)
+        embeddings = [self._qwen2_vl_clip(sample_frames(c, fps=fps, max_frames=max_frames)) for c in clips]
+        return check_token_budget(embeddings, token_budget, "videos")
+
+    def _qwen2_vl_clip(self, clip: VideoClip) -> MediaEmbedding:
+        patches = preprocess_qwen2_vl_video(clip.frames, self.settings)
+        (out,) = self.session.run([self.spec.embeds_output], self._qwen2_vl_feeds([patches]))
+        starts = clip.timestamps[:: self.settings.temporal_patch_size]
+        text = QWEN2_VL_VIDEO * int(out.shape[0])
+        return MediaEmbedding(
+            out, text, image_digest(clip.frames, clip.timestamps), tuple(float(t) for t in starts)
+        )
+
+    def _qwen2_vl_feeds(self, patches: list[Qwen2VLPatches]) -> dict[str, np.ndarray]:
+        grids = [p.grid_thw for p in patches]
+        d = self.spec.details
+        cos, sin = rotary_tables(grids, head_dim=d["head_dim"], merge=d["merge_size"], theta=d["rope_theta"])
+        return {
+            "pixel_values": np.concatenate([p.pixel_values for p in patches]),
+            "rotary_cos": cos,
+            "rotary_sin": sin,
+            "attention_bias": frame_attention_bias(grids),
+        }
+
+    def _idefics3(self, image: np.ndarray) -> MediaEmbedding:
+        tiles = preprocess_idefics3(image, self.settings)
+        (out,) = self.session.run([self.spec.embeds_output], {"pixel_values": tiles.pixel_values})
+        per_tile = int(out.shape[1])
+        text = idefics3_image_text(tiles.rows, tiles.cols, per_tile)
+        return MediaEmbedding(out.reshape(-1, out.shape[-1]), text, image_digest(image))
+
+    def _qwen2_vl(self, images: list[np.ndarray]) -> list[MediaEmbedding]:
+        # All images of a request in one call: the frame mask keeps them apart.
+        patches = [preprocess_qwen2_vl(image, self.settings) for image in images]
+        (out,) = self.session.run([self.spec.embeds_output], self._qwen2_vl_feeds(patches))
+        counts = [p.num_tokens // self.spec.details["merge_size"] ** 2 for p in patches]
+        rows = np.split(out, np.cumsum(counts)[:-1])
+        return [
+            MediaEmbedding(r, qwen2_vl_image_text(n), image_digest(image))
+            for r, n, image in zip(rows, counts, images, strict=True)
+        ]

@@ -1,0 +1,82 @@
+"""The Qwen2-Audio encoder exported to ONNX against transformers, from raw audio.
+
+A tiny random Qwen2-Audio checkpoint is built here; a 2.5 s clip becomes
+log-mel features (ours, NumPy) and goes through our graph with the padding
+keys masked, and through transformers' encoder and projector with its own
+mask; the clip's rows must match within 1e-3 of scale.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from test_media_audio_features import _speech_like
+from vision_helpers import assert_close_in_scale, widen
+
+from clika_export.media.audio_export import export_audio
+from clika_runtime.media.audio_features import (
+    AudioSettings,
+    encoder_attention_bias,
+    encoder_tokens,
+    log_mel_features,
+    valid_frames,
+)
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def qwen2_audio(tmp_path_factory):
+    config = transformers.Qwen2AudioConfig(
+        audio_config=dict(d_model=32, encoder_attention_heads=4, encoder_layers=2, encoder_ffn_dim=64, num_mel_bins=80),
+        text_config=dict(
+            hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=320,
+        ),
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Qwen2AudioForConditionalGeneration(config).eval()
+    widen(model)
+    folder = tmp_path_factory.mktemp("qwen2-audio-hf")
+    model.save_pretrained(folder)
+    return model, folder
+
+
+def _reference(model, features: np.ndarray, keys: int) -> np.ndarray:
+    """transformers' encoder + projector with the padding keys masked as its model forward does."""
+    mask = torch.zeros((1, 1, 1500, 1500))
+    mask[..., keys:] = torch.finfo(torch.float32).min
+    with torch.no_grad():
+        hidden = model.model.audio_tower(
+            torch.from_numpy(features)[None], attention_mask=mask
+        ).last_hidden_state
+        return model.model.multi_modal_projector(hidden)[0].numpy()
+
+
+def test_qwen2_audio_embeddings_match_transformers(qwen2_audio, tmp_path):
+    model, folder = qwen2_audio
+    info = export_audio(folder, tmp_path)
+    assert info["n_mels"] == 80 and info["text_hidden_size"] == 48
+    settings = AudioSettings(n_mels=80)
+    wave = _speech_like(2.5, seed=3)
+    features = log_mel_features(wave, settings)
+    frames = valid_frames(len(wave), settings)
+    session = ort.InferenceSession(str(tmp_path / info["file"]), providers=["CPUExecutionProvider"])
+    (ours,) = session.run(
+        [info["output"]], {"input_features": features[None], "attention_bias": encoder_attention_bias(frames)}
+    )
+    tokens = encoder_tokens(frames)
+    assert (frames, tokens) == (250, 62)
+    # The frame count is the extractor's own feature attention mask.
+    extractor = transformers.WhisperFeatureExtractor(feature_size=80)
+    assert extractor(wave, sampling_rate=16000, return_attention_mask=True)["attention_mask"].sum() == frames
+    reference = _reference(model, features, keys=(frames - 1) // 2 + 1)
+    assert_close_in_scale(ours[0, :tokens], reference[:tokens])
+
+
+def test_a_checkpoint_without_an_audio_encoder_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "whisper"}')
+    with pytest.raises(ValueError, match="'whisper' has no audio export"):
+        export_audio(tmp_path, tmp_path / "out")
