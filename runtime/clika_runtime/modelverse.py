@@ -38,6 +38,7 @@ from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS, AssistantDr
 from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
 from clika_runtime.engine.drafting import ASSISTANT
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
+from clika_runtime.engine.errors import GenerationError
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
 from clika_runtime.engine.paged_cache import PagedKVCache
@@ -536,7 +537,7 @@ class GenerativeModel:
         pieces = self.stream_generate(
             prompt, messages=messages, config=config, images=images, audio=audio, videos=videos, **overrides
         )
-        return "".join(pieces)
+        return "".join(pieces)  # a failed step raises GenerationError from the iterator
 
     def stream_generate(
         self,
@@ -610,6 +611,14 @@ class GenerativeModel:
         with self._report_lock:
             self._reports = reports
             self._report = reports[-1]
+        failed = [
+            i for i, stream in enumerate(streams) if stream.report and stream.report.finish_reason == "error"
+        ]
+        if failed:
+            report = streams[failed[0]].report
+            raise GenerationError(
+                f"prompt {failed[0]}: the model failed while generating: {report.error}", report
+            )
         return replies
 
     def chat(
@@ -682,6 +691,9 @@ class _StreamedReply(Iterator[Any]):
             return next(self._pieces)
         except StopIteration:
             self._end()
+            report = self._stream.report
+            if report is not None and report.finish_reason == "error":
+                raise GenerationError(f"the model failed while generating: {report.error}", report) from None
             raise
 
     def close(self) -> None:

@@ -114,7 +114,8 @@ class ChatSession:
         self._defaults = model.defaults.overlay({"max_new_tokens": default_budget})
         self._card = chat_card(model, model_id)
         model.raise_limits(max_active=max_active, max_queued=max_queued)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the session's state; held only briefly
+        self._turns = threading.Lock()  # turns run one after another; close() never waits for it
         self._history: list[dict[str, Any]] = history
         self._live: tuple[Iterator[str | ToolCall], RequestStream] | None = None
         self._report: ChatOutcome | None = None
@@ -190,10 +191,8 @@ class ChatSession:
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
         refuse_media(images, audio, videos)
-        with self._lock:
-            self._before_turn()
-            turn = {"role": "user", "content": content}
-            return self._run([*self._history, turn], [turn], stream, config, tools, overrides)
+        turn = {"role": "user", "content": content}
+        return self._turn(lambda: ([*self._history, turn], [turn]), stream, config, tools, overrides)
 
     def respond(
         self,
@@ -204,11 +203,13 @@ class ChatSession:
         **overrides: Any,
     ) -> str | Iterator[str | ToolCall]:
         """Run the conversation on from where it stands (after :meth:`add_tool_result`) and append the reply."""
-        with self._lock:
-            self._before_turn()
+
+        def conversation() -> tuple[list[Mapping[str, Any]], list[dict[str, Any]]]:
             if not self._history:
                 raise ValueError("the conversation is empty: send a user turn first")
-            return self._run(list(self._history), [], stream, config, tools, overrides)
+            return list(self._history), []
+
+        return self._turn(conversation, stream, config, tools, overrides)
 
     def complete(
         self,
@@ -224,9 +225,7 @@ class ChatSession:
     ) -> str | Iterator[str | ToolCall]:
         """The assistant's reply to an explicit conversation, leaving the session's history untouched."""
         refuse_media(images, audio, videos)
-        with self._lock:
-            self._before_turn()
-            return self._run(list(messages), None, stream, config, tools, overrides)
+        return self._turn(lambda: (list(messages), None), stream, config, tools, overrides)
 
     def run(
         self,
@@ -275,14 +274,15 @@ class ChatSession:
             self._tool_calls = []
 
     def close(self) -> None:
-        """Cancel the live turn; later turns raise ValueError (the model's engine stays)."""
+        """Cancel the live turn at its next decode step (streamed or not, from any thread) and drop
+        the turns queued behind it; later turns raise ValueError (the model's engine stays)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             live, self._live = self._live, None
         if live is not None:
-            live[1].cancel()
+            live[1].cancel()  # its reply never joins the history: the session is closed
 
     def __enter__(self) -> ChatSession:
         return self
@@ -291,6 +291,26 @@ class ChatSession:
         self.close()
 
     # -- the machinery --------------------------------------------------------------------------
+
+    def _turn(
+        self,
+        conversation: Any,
+        stream: bool,
+        config: GenerationConfig | Mapping[str, Any] | None,
+        tools: Sequence[Mapping[str, Any]] | None,
+        overrides: Mapping[str, Any],
+    ) -> str | Iterator[str | ToolCall]:
+        """Run one turn after the ones before it: ``conversation()`` gives, once it is this turn's
+        go, the messages to reply to and the turns to commit (None: commit nothing)."""
+        with self._turns:
+            with self._lock:
+                self._before_turn()  # a turn queued behind a close() is dropped here
+                messages, commit = conversation()
+                request, pieces = self._start(messages, commit, config, tools, overrides)
+                self._live = (pieces, request)
+            if stream:
+                return pieces
+            return "".join(piece for piece in pieces if isinstance(piece, str))
 
     def _before_turn(self) -> None:
         if self._closed:
@@ -304,26 +324,21 @@ class ChatSession:
             request.cancel()
             pieces.close()  # type: ignore[attr-defined]  # a started reply records what it made
 
-    def _run(
+    def _start(
         self,
         messages: list[Mapping[str, Any]],
         commit: list[dict[str, Any]] | None,
-        stream: bool,
         config: GenerationConfig | Mapping[str, Any] | None,
         tools: Sequence[Mapping[str, Any]] | None,
         overrides: Mapping[str, Any],
-    ) -> str | Iterator[str | ToolCall]:
+    ) -> tuple[RequestStream, Iterator[str | ToolCall]]:
         offered = offered_tools(self._model, tools) if tools is not None else self._tools
         policy = GenerationConfig.resolve(self._defaults, config, overrides)
         prepared = prepare_turn(self._model, messages, offered, policy)
         request = self._model.engine.submit(
             prepared.prompt_ids, policy, skip_special_tokens=prepared.skip_special_tokens
         )
-        pieces = self._pieces(request, prepared.parser, commit)
-        if stream:
-            self._live = (pieces, request)
-            return pieces
-        return "".join(piece for piece in pieces if isinstance(piece, str))
+        return request, self._pieces(request, prepared.parser, commit)
 
     def _pieces(
         self, request: RequestStream, parser: ReplyParser, commit: list[dict[str, Any]] | None
