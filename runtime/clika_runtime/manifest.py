@@ -195,7 +195,7 @@ class Manifest:
                 architecture=_build(Architecture, data["architecture"]),
                 context_window=int(data["context_window"]),
                 graphs=graphs,
-                vision=_build(VisionSpec, data["vision"]) if data.get("vision") else None,
+                vision=_vision(data["vision"]) if data.get("vision") else None,
                 tokenizer=_build(TokenizerSpec, tok),
                 precision=dict(data["precision"]),
                 provenance=_build(Provenance, data["provenance"]),
@@ -239,6 +239,11 @@ class Manifest:
                 raise ManifestError(f"{name} named by the manifest links outside the model folder")
             if not (folder / name).is_file():
                 raise ManifestError(f"model folder is incomplete: {name} named by the manifest is missing")
+
+
+def _vision(data: dict[str, Any]) -> VisionSpec:
+    files = {key: folder_file_name(data.get(key), f"vision.{key}") for key in ("file", "processor_file")}
+    return _build(VisionSpec, {**data, **files})
 
 
 def folder_file_name(name: Any, field_name: str) -> str:
