@@ -276,7 +276,9 @@ class ContinuousKVCache(KVCacheManager):
         if needed > self.capacity:
             self._grow(needed)
         prompt = np.asarray(seq.token_ids, dtype=np.int64)
-        slot, cached = self._best_slot(prompt)
+        slot, cached, source = self._best_slot(prompt)
+        if source >= 0:
+            self._copy_prefix(source, slot, cached)
         if self.prefix_reuse:
             source, shared = self._best_running_prefix(prompt)
             if shared > cached:
@@ -359,17 +361,23 @@ class ContinuousKVCache(KVCacheManager):
         sample = [i for i, r in enumerate(rows) if r.sample]
         return PackedStep(feeds, len(rows), sample)
 
-    def _best_slot(self, prompt: np.ndarray) -> tuple[int, int]:
-        """The free slot sharing the longest prefix with ``prompt``.
+    def _best_slot(self, prompt: np.ndarray) -> tuple[int, int, int]:
+        """``(slot, tokens reused, slot to copy them from or -1)`` for ``prompt``.
 
-        Without a shared prefix: an empty slot, else the least recently freed one.
+        A free slot whose whole history starts the prompt (the conversation's own previous
+        turn) is taken as it is. A slot that shares only part of its history holds another
+        conversation: with an empty slot to spare, the shared prefix is copied into that one
+        instead, so both histories stay reusable (eight chat sessions on one engine each keep
+        their own). Otherwise the longest shared prefix wins; without one, an empty slot, else
+        the least recently freed one.
         """
         empty = [slot for slot in self._free if slot not in self._held]
-        best_slot, best = (empty[0] if empty else self._free[0]), 0
+        fallback = empty[0] if empty else self._free[0]
         if not self.prefix_reuse:
-            return best_slot, 0
+            return fallback, 0, -1
         # At least the prompt's last token is computed again: its logits start the reply.
         limit = len(prompt) - 1
+        own, own_shared, other, other_shared = -1, 0, -1, 0
         for slot in self._free:
             held = self._held.get(slot)
             if held is None:
@@ -377,9 +385,17 @@ class ContinuousKVCache(KVCacheManager):
             n = min(limit, len(held))
             differ = np.flatnonzero(held[:n] != prompt[:n])
             shared = int(differ[0]) if differ.size else n
-            if shared > best:
-                best_slot, best = slot, shared
-        return best_slot, best
+            if shared == n and shared > own_shared:
+                own, own_shared = slot, shared
+            elif shared > other_shared:
+                other, other_shared = slot, shared
+        if own >= 0 and own_shared >= other_shared:
+            return own, own_shared, -1
+        if other >= 0 and empty:
+            return empty[0], other_shared, other
+        if other >= 0:
+            return other, other_shared, -1
+        return (own, own_shared, -1) if own >= 0 else (fallback, 0, -1)
 
     def _best_running_prefix(self, prompt: np.ndarray) -> tuple[int, int]:
         """The running slot whose computed tokens share the longest prefix with ``prompt``."""
