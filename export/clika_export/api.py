@@ -27,7 +27,12 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
-from clika_export.quality_report import choose_levels_by_sensitivity, measure_answers, wants_sensitivity
+from clika_export.quality_report import (
+    choose_levels_by_sensitivity,
+    measure_answers,
+    sensitivity_planned,
+    wants_sensitivity,
+)
 from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
 from clika_export.readers.regular_file import file_sha256
 from clika_export.template_check import check_chat_template
@@ -81,6 +86,7 @@ def export(
     with report.stage(f"reading {source.name}"):
         checkpoint = read_source(source)
         check_chat_template(checkpoint)
+    sensitive = sensitivity_planned(precision, quant_options, checkpoint.architecture)
     family = family_for(checkpoint)
     context = resolve_context_window(checkpoint, context_window)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -115,10 +121,10 @@ def export(
                         on_matrix=on_matrix,
                     )
             _write_folder(work, checkpoint, built, context, record, {})
-            if precision != "fp32" and wants_sensitivity(record, checkpoint.architecture):
-                report.add_stages(1)
-                with report.stage("choosing int8 or fp32 compute per layer by measured error"):
-                    record = choose_levels_by_sensitivity(work, record, threads=threads)
+            if sensitive and wants_sensitivity(record, checkpoint.architecture):
+                name = "choosing int8 or fp32 compute per layer by measured error"
+                with report.steps(name, 0, unit="probe", numbered=False) as on_probe:  # part of quantizing
+                    record = choose_levels_by_sensitivity(work, record, threads=threads, on_probe=on_probe)
             quality: dict[str, Any] = {}
             if expected is not None:
                 with report.stage("verifying against the float reference"):

@@ -25,11 +25,6 @@ class Progress:
         self.timings: dict[str, float] = {}
         self._began = 0
 
-    def add_stages(self, count: int) -> None:
-        """A stage the run found it needs once under way (the sensitivity pass of a small model)."""
-        if self.stages is not None:
-            self.stages += count
-
     def note(self, text: str) -> None:
         if self.enabled:
             tqdm.write(f"{self.prefix}: {text}", file=sys.stderr)
@@ -48,15 +43,26 @@ class Progress:
         self.note(f"{name} done in {self.timings[name]:.1f} s")
 
     @contextlib.contextmanager
-    def steps(self, name: str, total: int, unit: str = "layer") -> Iterator[Callable[..., None]]:
-        """A stage with a bar of ``total`` steps; the callback is called once per finished step."""
-        self.note(f"{self._numbered(name)} ...")
+    def steps(
+        self, name: str, total: int, unit: str = "layer", *, numbered: bool = True
+    ) -> Iterator[Callable[..., None]]:
+        """A stage with a bar of ``total`` steps; the callback is called once per finished step
+        (``total=`` on a call sets the total a stage learns under way). ``numbered=False``: a part
+        of the stage before it, not a stage of its own."""
+        self.note(f"{self._numbered(name) if numbered else name} ...")
         start = time.perf_counter()
         bar = tqdm(
             total=total, desc=f"{self.prefix}: {name}", unit=unit, file=sys.stderr, disable=not self.enabled
         )
+
+        def step(*_done: object, total: int | None = None) -> None:
+            if total is not None and total != bar.total:  # the stage learned its total under way
+                bar.total = total
+                bar.refresh()
+            bar.update(1)
+
         try:
-            yield lambda *_done: bar.update(1)
+            yield step
         finally:
             bar.close()
         self.timings[name] = time.perf_counter() - start

@@ -18,6 +18,17 @@ def parameter_count(arch: Architecture) -> int:
     return arch.num_layers * layer + tables
 
 
+def sensitivity_planned(precision: str, quant_options: dict[str, Any] | None, arch: Architecture) -> bool:
+    """Whether an export at ``precision`` will run the pass, known before it quantizes (so the
+    export can number its stages from the start)."""
+    if precision == "fp32":
+        return False
+    from clika_quant.options import QuantOptions
+
+    options = QuantOptions.for_precision(precision, quant_options).to_dict()
+    return wants_sensitivity({"options": options}, arch)
+
+
 def wants_sensitivity(record: dict[str, Any], arch: Architecture) -> bool:
     """Whether the options ask for the pass and the model is small enough for it."""
     options = record.get("options", {})
@@ -26,7 +37,7 @@ def wants_sensitivity(record: dict[str, Any], arch: Architecture) -> bool:
 
 
 def choose_levels_by_sensitivity(
-    folder: Path, record: dict[str, Any], *, threads: int | None
+    folder: Path, record: dict[str, Any], *, threads: int | None, on_probe: Any = None
 ) -> dict[str, Any]:
     """Rewrite the folder graph's accuracy levels as the sensitivity pass chooses; the new record."""
     from clika_quant import sensitivity
@@ -39,6 +50,7 @@ def choose_levels_by_sensitivity(
         target_kl=options["sensitivity_target_kl"],
         budget=options["sensitivity_budget"],
         threads=threads,
+        on_probe=on_probe,
     )
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,7 @@ class Probe:
     folder: Path
     tokens: list[int]
     threads: int | None
+    on_run: Callable[[], None] | None = None  # told after each variant ran (a progress bar)
 
     def logits(self, levels: dict[str, int]) -> np.ndarray:
         from clika_runtime.model_folder import open_session, session_options
@@ -120,7 +121,10 @@ class Probe:
         finally:
             os.unlink(path)  # the session holds what it needs; the folder keeps no probe
         runner = SequenceRunner(dataclasses.replace(self.runner.model, session=session), self.runner.capacity)
-        return runner.step(self.tokens, all_logits=True).astype(np.float64)
+        logits = runner.step(self.tokens, all_logits=True).astype(np.float64)
+        if self.on_run is not None:
+            self.on_run()
+        return logits
 
 
 def mean_kl(reference: np.ndarray, candidate: np.ndarray) -> float:
@@ -131,6 +135,12 @@ def mean_kl(reference: np.ndarray, candidate: np.ndarray) -> float:
 def _log_softmax(x: np.ndarray) -> np.ndarray:
     top = x.max(-1, keepdims=True)
     return x - top - np.log(np.exp(x - top).sum(-1, keepdims=True))
+
+
+def probe_count(places: Sequence[Place]) -> int:
+    """The most graph variants the pass runs: the exact reference, all places fast, each layer
+    and each role fast alone, and the final check of the choice (exact and as chosen)."""
+    return 4 + len({p.layer for p in places}) + len({p.role for p in places})
 
 
 def measure(probe: Probe, places: Sequence[Place], target_kl: float) -> dict[str, Any]:
@@ -203,8 +213,11 @@ def choose_levels(
     target_kl: float,
     budget: float,
     threads: int | None = None,
+    on_probe: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
-    """Measure, choose and apply: the folder's graph gets the chosen levels; returns the new record."""
+    """Measure, choose and apply: the folder's graph gets the chosen levels; returns the new record.
+
+    ``on_probe(total=N)`` is told after each graph variant ran, with how many the pass runs at most."""
     from clika_runtime.model_folder import open_model_folder
 
     folder = Path(folder)
@@ -215,7 +228,9 @@ def choose_levels(
     if not places:
         return record
     runner = SequenceRunner(opened, min(len(tokens) + 8, opened.manifest.context_window))
-    probe = Probe(runner, model, folder, list(tokens)[: runner.capacity - 8], threads)
+    most = probe_count(places)
+    told = (lambda: on_probe(total=most)) if on_probe is not None else None
+    probe = Probe(runner, model, folder, list(tokens)[: runner.capacity - 8], threads, told)
     measured = measure(probe, places, target_kl)
     estimated = estimate(places, measured)
     chosen = choose(places, estimated, target_kl, budget)
