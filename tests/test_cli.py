@@ -303,7 +303,7 @@ def test_list_and_show_as_json(run, tiny_gguf, tmp_cache):
     available = json.loads(run("list", "--available", "--json").stdout)
     by_name = {row["name"]: row for row in available}
     assert by_name[default_model()]["default"] and all(row["download_bytes"] > 0 for row in available)
-    assert all(row["purpose"] for row in available) and by_name["gemma-3-270m"]["exportable"] is False
+    assert all(row["purpose"] for row in available) and by_name["gemma-3-270m"]["exportable"] is True
     table = run("list", "--available").stdout.splitlines()
     assert table[0].split() == ["NAME", "DOWNLOAD", "PULLED", "FOR"] and len(table) == len(available) + 1
 

@@ -20,6 +20,7 @@ they share its KV cache, its prefix cache, its limits and its stage observer.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -161,6 +162,10 @@ def load(
         }
         # Probed now, so serving never waits on a render to describe the model.
         template = ChatTemplate(opened.chat_template, special_tokens=specials).probe()
+    # The paged graph rotates a step's packed tokens in one RotaryEmbedding, which ONNX Runtime
+    # refuses when they outnumber its cos/sin table (the context window): a step never packs more.
+    step_tokens = min(options.max_step_tokens, opened.manifest.context_window)
+    options = dataclasses.replace(options, max_step_tokens=step_tokens)
     model = GenerativeModel(_Loaded(opened, tokenizer, template, kv_cache_mode, options))
     if isinstance(assistant_model, (str, Path)):
         assistant_model = load(assistant_model, threads=threads, allow_spinning=allow_spinning)
