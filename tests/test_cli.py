@@ -335,7 +335,12 @@ def test_every_export_stage_is_numbered_and_the_step_by_step_ones_show_total_and
     stages = re.findall(r"^clika-export: \[(\d)/(\d)\] (.+) \.\.\.$", pulled.stderr, flags=re.M)
     assert [(int(n), int(of)) for n, of, _ in stages] == [(n, 6) for n in range(1, 7)]
     assert stages[2][2] == "quantizing to int4"
-    for bar, unit in (("building graph", "layer"), ("quantizing to int4", "matrix")):
+    bars = (
+        ("building graph", "layer"),
+        ("quantizing to int4", "matrix"),
+        ("verifying against the float reference", "step"),
+    )
+    for bar, unit in bars:
         # tqdm's bar: done/total [elapsed<time left, rate]
         finished = re.search(
             rf"{bar}: 100%\|[^|]*\| (\d+)/(\d+) \[\d\d:\d\d<\d\d:\d\d, [\d.]+{unit}/s\]", pulled.stderr

@@ -37,7 +37,7 @@ from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
 from clika_export.readers.regular_file import file_sha256
 from clika_export.template_check import check_chat_template
 from clika_export.termination import terminated_as_exit
-from clika_export.verify import FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
+from clika_export.verify import CHECK_PLAN, FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
 from clika_runtime.manifest import GraphSpec, KVSpec, Manifest, ManifestError, Provenance, TokenizerSpec
 from clika_runtime.step_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
@@ -127,9 +127,15 @@ def export(
                     record = choose_levels_by_sensitivity(work, record, threads=threads, on_probe=on_probe)
             quality: dict[str, Any] = {}
             if expected is not None:
-                with report.stage("verifying against the float reference"):
+                name = "verifying against the float reference"
+                with report.steps(name, len(CHECK_PLAN), unit="step") as on_step:
                     result = check_graph(
-                        work / built.model_file, checkpoint.architecture, sequences, expected, threads=threads
+                        work / built.model_file,
+                        checkpoint.architecture,
+                        sequences,
+                        expected,
+                        threads=threads,
+                        on_step=on_step,
                     )
                     quality = {"reference_check": _judge(result, precision)}
             if answers:

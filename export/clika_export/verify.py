@@ -13,7 +13,7 @@ logits row it asked for with the reference; ``check_export`` does both.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -322,8 +322,10 @@ def check_graph(
     reference: Sequence[np.ndarray],
     *,
     threads: int | None = None,
+    on_step: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
-    """Run ``CHECK_PLAN`` over ``sequences`` and compare every logits row with ``reference``.
+    """Run ``CHECK_PLAN`` over ``sequences`` and compare every logits row with ``reference``
+    (``on_step`` is told after each of its steps).
 
     Returns ``max_rel_logits_error`` (worst row), ``top1_agreement`` and how
     many logits rows were compared.
@@ -345,6 +347,8 @@ def check_graph(
             errors.append(relative_error(logits, ref))
             agree += int((logits.argmax(-1) == ref.argmax(-1)).sum())
             compared += len(logits)
+        if on_step is not None:
+            on_step()
     return {
         "max_rel_logits_error": max(errors),
         "top1_agreement": agree / compared,
