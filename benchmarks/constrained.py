@@ -29,7 +29,9 @@ SCHEMA = {
         "name": {"type": "string"},
         "age": {"type": "integer", "minimum": 0, "maximum": 120},
         "hobbies": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
-        "bio": {"type": "string"},
+        # Long enough that no reply completes within the token budget: both sides decode the same
+        # number of tokens, so the ratio is the cost of the masks, not of shorter replies.
+        "bio": {"type": "string", "minLength": 2000},
     },
     "required": ["name", "age", "hobbies", "bio"],
 }
