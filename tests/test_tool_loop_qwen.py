@@ -1,6 +1,6 @@
 """The tool-running loop on a real model, Qwen2.5-Coder-0.5B-Instruct int4 (slow).
 
-The model is shown one worked exchange (as in ``test_tool_calling_e2e``) so that
+The model is shown the worked exchange of ``test_tool_calling_e2e`` so that
 it calls ``get_weather``; what the tests assert is what the loop guarantees,
 whatever the model says next: every call it made ran with the arguments it
 made, every call is answered by a tool turn in the history, model calls stay
@@ -15,6 +15,7 @@ import json
 from typing import Literal
 
 import pytest
+from test_tool_calling_e2e import QUESTION, SYSTEM  # the one worked exchange both files show
 
 from clika_runtime import modelverse
 from clika_runtime.chat.session import ChatSession
@@ -24,15 +25,6 @@ from clika_runtime.sessions import AsyncChat, RunResult, ToolConversation
 
 pytestmark = pytest.mark.slow
 
-SYSTEM = (
-    "You are a weather assistant. Example of a conversation:\n"
-    "User: How is the weather in Rome? Use celsius.\n"
-    'Assistant: <tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "unit": "celsius"}}\n'
-    "</tool_call>\n"
-    'User: <tool_response>\n{"temperature": 25, "unit": "celsius", "condition": "sunny"}\n</tool_response>\n'
-    "Assistant: It is 25 degrees Celsius and sunny in Rome."
-)
-QUESTION = "What is the weather like in Paris right now? Use celsius."
 GREEDY = {"temperature": 0.0, "max_new_tokens": 64}
 
 
