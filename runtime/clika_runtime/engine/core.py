@@ -236,7 +236,7 @@ class EngineCore:
     def step(self) -> StepPlan | None:
         """Run one step: drafts, schedule, run, sample, read, update, deliver; None when nothing could run."""
         began = time.perf_counter()
-        drafts = self._grammar_drafts(propose_drafts(self.drafters, self.scheduler.draft_requests()))
+        drafts = self._allowed_drafts(propose_drafts(self.drafters, self.scheduler.draft_requests()))
         plan = self.scheduler.schedule(drafts)
         for seq in self.scheduler.take_ended():  # outgrew the KV budget
             self._finalize(self._live[seq.request_id])
@@ -309,7 +309,7 @@ class EngineCore:
             at += row.num_new if row.draft else 1
         return wanted
 
-    def _grammar_drafts(self, drafts: dict[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+    def _allowed_drafts(self, drafts: dict[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
         """Drafts of constrained sequences cut to what their grammar allows; none for a request
         that reports logprobs (one distribution per step)."""
         for rid, draft in list(drafts.items()):
