@@ -9,7 +9,7 @@ from pathlib import Path
 from clika_runtime.store.sizes import folder_size
 
 # The name the commands run when none is named (clika_export.catalog.DEFAULT_MODEL, which the
-# runtime cannot import; tests/test_store.py checks the two agree).
+# runtime cannot import; tests/runtime/store/test_store.py checks the two agree).
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 DEFAULT_PRECISION = "int4"
 PRECISIONS = ("int4", "int8", "fp32")

@@ -23,8 +23,6 @@ from clika_runtime import modelverse
 from clika_runtime.store import resolve
 from clika_runtime.store.names import read_record
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture
 def hub(tmp_path, tmp_cache, monkeypatch):

@@ -13,10 +13,10 @@ import functools
 from pathlib import Path
 
 import pytest
+from repo_paths import TEMPLATES
 
 from clika_runtime.chat.templates import ChatTemplate, TemplateError, conversation_text
 
-TEMPLATES = Path(__file__).parent / "templates"
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}
 
 WEATHER = {

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from weather_exchange import QUESTION, SYSTEM
 
 from clika_runtime import modelverse
 from clika_runtime.chat.session import ChatSession
@@ -44,16 +45,6 @@ WEATHER = {
         },
     },
 }
-# One worked exchange in the template's own markup (Rome, 25 degrees, sunny).
-SYSTEM = (
-    "You are a weather assistant. Example of a conversation:\n"
-    "User: How is the weather in Rome? Use celsius.\n"
-    'Assistant: <tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "unit": "celsius"}}\n'
-    "</tool_call>\n"
-    'User: <tool_response>\n{"temperature": 25, "unit": "celsius", "condition": "sunny"}\n</tool_response>\n'
-    "Assistant: It is 25 degrees Celsius and sunny in Rome."
-)
-QUESTION = "What is the weather like in Paris right now? Use celsius."
 ARGUMENTS = {"city": "Paris", "unit": "celsius"}
 RESULT = json.dumps({"temperature": 18, "unit": "celsius", "condition": "light rain"})
 GREEDY = {"temperature": 0.0}

@@ -1,6 +1,6 @@
 """The tool-running loop on a real model, Qwen2.5-Coder-0.5B-Instruct int4 (slow).
 
-The model is shown the worked exchange of ``test_tool_calling_e2e`` so that
+The model is shown the worked exchange of ``weather_exchange`` so that
 it calls ``get_weather``; what the tests assert is what the loop guarantees,
 whatever the model says next: every call it made ran with the arguments it
 made, every call is answered by a tool turn in the history, model calls stay
@@ -15,7 +15,7 @@ import json
 from typing import Literal
 
 import pytest
-from test_tool_calling_e2e import QUESTION, SYSTEM  # the one worked exchange both files show
+from weather_exchange import QUESTION, SYSTEM
 
 from clika_runtime import modelverse
 from clika_runtime.chat.session import ChatSession

@@ -15,9 +15,9 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from repo_paths import EXAMPLES
 
 from clika_runtime import modelverse
 from clika_runtime.sessions import AsyncChat, RunCancelled, SQLiteStore
@@ -176,7 +176,7 @@ def test_a_sqlite_conversation_is_continued_by_another_process(model, smollm2_fp
         assert run(store.get("visitor")) == history
 
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "async_conversation.py"
+EXAMPLE = EXAMPLES / "async_conversation.py"
 
 
 def test_the_in_process_example_holds_a_conversation_and_saves_it(smollm2_fp32, tmp_path):

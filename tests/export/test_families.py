@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 from family_cases import CASES, FamilyCase, build_case, write_family_gguf
-from test_paged_graph import PagedRunner
+from paged_runner import PagedRunner
 
 from clika_export.api import export
 from clika_export.graph.paged_graph import derive_paged_graph

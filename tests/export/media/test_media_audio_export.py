@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from test_media_audio_features import _speech_like
+from audio_signals import speech_like
 from vision_helpers import assert_close_in_scale, widen
 
 from clika_export.media.audio_export import export_audio
@@ -60,7 +60,7 @@ def test_qwen2_audio_embeddings_match_transformers(qwen2_audio, tmp_path):
     info = export_audio(folder, tmp_path)
     assert info["n_mels"] == 80 and info["text_hidden_size"] == 48
     settings = AudioSettings(n_mels=80)
-    wave = _speech_like(2.5, seed=3)
+    wave = speech_like(2.5, seed=3)
     features = log_mel_features(wave, settings)
     frames = valid_frames(len(wave), settings)
     session = ort.InferenceSession(str(tmp_path / info["file"]), providers=["CPUExecutionProvider"])

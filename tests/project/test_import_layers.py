@@ -10,7 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from repo_paths import REPO
+
 RUNTIME = REPO / "runtime"
 EXPORT = REPO / "export"
 

@@ -17,8 +17,8 @@ import venv
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGE_ROOTS = {
     "clika_runtime": "runtime",
     "clika_export": "export",

@@ -12,6 +12,7 @@ import os
 import httpx
 import ollama
 import pytest
+from repo_paths import TEMPLATES
 
 from clika_runtime import modelverse
 from clika_runtime.server import start_server
@@ -209,11 +210,10 @@ def test_ollama_tool_call_round_trip_on_qwen(qwen05_gguf, weather_tool):
 
 def test_reasoning_travels_as_thinking(tiny_llama_model, tmp_path):
     import shutil
-    from pathlib import Path
 
     folder = tmp_path / "model"
     shutil.copytree(tiny_llama_model, folder)
-    shutil.copy(Path(__file__).parent / "templates" / "always_thinking.jinja", folder / "chat_template.jinja")
+    shutil.copy(TEMPLATES / "always_thinking.jinja", folder / "chat_template.jinja")
     model = modelverse.load(folder, threads=1)
     options = {"temperature": 0, "num_predict": 12}
     try:

@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from audio_signals import speech_like
 
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
 
 whisper = pytest.importorskip("transformers.models.whisper.feature_extraction_whisper")
 
 
-def _speech_like(seconds: float, seed: int) -> np.ndarray:
-    """Tones sweeping through the mel range plus noise, with a silent gap."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * 16000)) / 16000
-    wave = 0.3 * np.sin(2 * np.pi * (200 + 900 * t) * t) + 0.05 * rng.standard_normal(t.shape)
-    wave[len(wave) // 3 : len(wave) // 2] = 0.0
-    return wave.astype(np.float32)
-
-
 @pytest.mark.parametrize("n_mels", [80, 128])
 @pytest.mark.parametrize("seconds", [2.5, 31.0])  # padded with silence; cut to the 30 s chunk
 def test_log_mel_features_match_transformers(n_mels, seconds):
-    wave = _speech_like(seconds, seed=n_mels)
+    wave = speech_like(seconds, seed=n_mels)
     extractor = whisper.WhisperFeatureExtractor(feature_size=n_mels)
     ours = log_mel_features(wave, AudioSettings(n_mels=n_mels))
     # What a transformers user gets (its torch STFT when torch is installed, as here): within 5e-5.

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import EXAMPLES
 
 pytestmark = pytest.mark.slow
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def run_example(name: str, model_folder: Path) -> str:

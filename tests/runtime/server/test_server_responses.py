@@ -11,6 +11,7 @@ import json
 
 import openai
 import pytest
+from repo_paths import TEMPLATES
 
 from clika_runtime import modelverse
 from clika_runtime.server import start_server
@@ -174,11 +175,10 @@ def test_a_function_call_and_its_output_on_qwen(qwen_client):
 def thinking_client(tiny_llama_model, tmp_path_factory):
     """The tiny model under a template whose prompt opens a reasoning block (all its noise is reasoning)."""
     import shutil
-    from pathlib import Path
 
     folder = tmp_path_factory.mktemp("thinking") / "model"
     shutil.copytree(tiny_llama_model, folder)
-    shutil.copy(Path(__file__).parent / "templates" / "always_thinking.jinja", folder / "chat_template.jinja")
+    shutil.copy(TEMPLATES / "always_thinking.jinja", folder / "chat_template.jinja")
     model = modelverse.load(folder, threads=1)
     with start_server(model, model_id=MODEL) as running:
         yield openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=60)

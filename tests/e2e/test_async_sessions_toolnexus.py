@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+from repo_paths import EXAMPLES
 
 pytest.importorskip("toolnexus")
 pytest.importorskip("uvicorn")
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "toolnexus_conversation.py"
+EXAMPLE = EXAMPLES / "toolnexus_conversation.py"
 CLIKA = [sys.executable, "-m", "clika_cli.main"]
 
 

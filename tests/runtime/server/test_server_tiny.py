@@ -13,17 +13,15 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from repo_paths import TEMPLATES
 
 from clika_runtime import modelverse
 from clika_runtime.engine.types import GenerationConfig
 from clika_runtime.server import start_server
-
-TEMPLATES = Path(__file__).parent / "templates"
 
 KEY = "test-key"
 MODEL = "tiny"

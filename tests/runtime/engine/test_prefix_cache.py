@@ -1,8 +1,8 @@
 """Prefix reuse in both KV modes: copied slot prefixes, and chat turns reused up to the first new token.
 
 The continuous-mode checks step the engine core over a cache-writing executor
-(tests/engine_fakes.py, as tests/test_scheduler.py uses); the chat checks run a tiny random llama
-through the real graphs and compare each reply with the same prompt computed
+(tests/engine_fakes.py, as tests/runtime/engine/test_scheduler.py uses); the chat checks run a
+tiny random llama through the real graphs and compare each reply with the same prompt computed
 from scratch (prefix reuse off).
 """
 

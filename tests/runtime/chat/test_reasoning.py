@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
+from repo_paths import TEMPLATES
 
 from clika_runtime.chat.reasoning import (
     CONTENT,
@@ -16,8 +16,6 @@ from clika_runtime.chat.reasoning import (
     split_reasoning,
 )
 from clika_runtime.chat.templates import ChatTemplate
-
-TEMPLATES = Path(__file__).parent / "templates"
 
 # (reply, reply starts inside the block, reasoning, content)
 SPLITS = [

@@ -14,10 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
 from clika_export.catalog import default_model
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def readme_first_command() -> str:
