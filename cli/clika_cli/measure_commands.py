@@ -19,7 +19,7 @@ from clika_cli.common import (
 from clika_cli.models import LocalModel
 from clika_export.catalog import default_model
 
-BENCH_SCRIPT = "run.py"
+BENCH_SCRIPT = "peers/run.py"
 
 
 @click.command()
@@ -41,7 +41,7 @@ BENCH_SCRIPT = "run.py"
     "bench_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="The folder holding run.py (default: benchmarks/ of the source checkout, or of the current folder).",
+    help="The benchmarks folder, holding peers/run.py (default: benchmarks/ of the source checkout, or of the current folder).",
 )
 def bench(
     model: str,
@@ -52,7 +52,7 @@ def bench(
     threads: int,
     bench_dir: Path | None,
 ) -> None:
-    """Run the benchmark workloads (benchmarks/run.py of the source checkout) on MODEL."""
+    """Run the benchmark workloads (benchmarks/peers/run.py of the source checkout) on MODEL."""
     script = _bench_script(bench_dir)
     local = local_model(model, precision)
     pulled_note(local)

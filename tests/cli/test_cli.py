@@ -224,7 +224,7 @@ def test_bench_without_the_benchmarks_folder_says_where_it_looked(run, tmp_path)
     result = run("bench", "smollm2-135m-instruct", "--benchmarks", tmp_path)
     assert (
         result.exit_code == 1
-        and "no benchmarks/run.py found" in result.output
+        and "no benchmarks/peers/run.py found" in result.output
         and str(tmp_path) in result.output
     )
 

@@ -81,7 +81,7 @@ def test_search_beats_rtn_on_the_model(tiny_llama_hf, tiny_llama_model, tmp_path
     """Lower weight error on every matrix than symmetric RTN (the usual int4 default), logits within bounds.
 
     (A random tiny model's logits error barely depends on the method, 0.21-0.30 for all: the
-    perplexity comparison on a real model is in benchmarks/quant_quality.py.)
+    perplexity comparison on a real model is in benchmarks/quant/quant_quality.py.)
     """
     ref = open_runner(tiny_llama_model)
     results = {}

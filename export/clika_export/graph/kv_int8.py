@@ -17,7 +17,7 @@ times ``HEADROOM``, divided by 127. GroupQueryAttention saturates what lies
 beyond (it does not wrap), so the headroom trades a little resolution for
 text unlike the calibration's.
 
-Measured with ``benchmarks/quant_frontier.py --folder`` (2 threads, int4
+Measured with ``benchmarks/quant/quant_frontier.py --folder`` (2 threads, int4
 models; KL is the mean KL divergence from the fp32 model's next token):
 
 * SmolLM2-135M: float32 KV ppl 17.485, KL 0.010; int8 at headroom 1 17.637,

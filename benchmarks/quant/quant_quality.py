@@ -8,7 +8,7 @@ and measures, on the same text and prompts:
 * greedy agreement with the fp32 model over 20 chat prompts, 32 tokens, EOS masked;
 * the RMS relative logits error and top-1 agreement over the perplexity text's first window.
 
-    python benchmarks/quant_quality.py smollm2-135m-instruct --variants exact exact-acc0 rtn-sym search
+    python benchmarks/quant/quant_quality.py smollm2-135m-instruct --variants exact exact-acc0 rtn-sym search
 
 Variants are named in ``VARIANTS``; each is a precision and options of ``clika_quant.QuantOptions``.
 """

@@ -7,7 +7,7 @@ look up: the cost of drafting when guesses fail). Each runs with and without
 decode rates, their ratio, how many drafted tokens the model confirmed and
 whether the reply equals the plain one (int4 kernels may flip a near-tie).
 
-    python benchmarks/prompt_lookup.py smollm2-135m-instruct qwen2.5-coder-0.5b-instruct
+    python benchmarks/features/prompt_lookup.py smollm2-135m-instruct qwen2.5-coder-0.5b-instruct
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def variance(values):
 
 
 def workloads() -> dict[str, str]:
-    prompts = json.loads((Path(__file__).parent / "prompts.json").read_text(encoding="utf-8"))
+    prompts = json.loads((Path(__file__).resolve().parents[1] / "prompts.json").read_text(encoding="utf-8"))
     notes = prompts["w2"].split("\n\n", 1)[1]
     return {
         "edit code": f"Add type hints to this Python code. Change nothing else.\n\n{CODE}",

@@ -6,7 +6,7 @@ cache, as in a real model) and is timed through IO binding; the figure is the
 median time of one op in microseconds and its ratio to fp32 MatMul. The
 output's relative error against the float product is printed too.
 
-    python benchmarks/matmul_kernels.py --threads 1 2 --out kernels.json
+    python benchmarks/quant/matmul_kernels.py --threads 1 2 --out kernels.json
 
 Defaults are SmolLM2-135M's shapes (hidden 576, intermediate 1536, vocab 49152).
 """

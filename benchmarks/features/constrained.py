@@ -6,7 +6,7 @@ ratio, the first-token delay each way (a schema adds its grammar's start-up), an
 step spends computing masks (measured on the grammar engine alone, over the replies' own
 tokens, so it can be set against the step time: the engine computes masks while the model runs).
 
-    python benchmarks/constrained.py smollm2-135m-instruct --rounds 3
+    python benchmarks/features/constrained.py smollm2-135m-instruct --rounds 3
 """
 
 from __future__ import annotations

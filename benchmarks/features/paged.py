@@ -1,8 +1,8 @@
 """Paged KV cache and prefix reuse on SmolLM2-135M-Instruct: decode speed, chat TTFT, shared-prompt memory.
 
-    python benchmarks/paged.py                          # int4 export of the catalog's SmolLM2, 1 thread
-    python benchmarks/paged.py --parts decode --reps 30
-    python benchmarks/paged.py --model path/to/folder --threads 2 --parts chat,memory
+    python benchmarks/features/paged.py                 # int4 export of the catalog's SmolLM2, 1 thread
+    python benchmarks/features/paged.py --parts decode --reps 30
+    python benchmarks/features/paged.py --model path/to/folder --threads 2 --parts chat,memory
 
 Parts (each prints its figures, then one JSON line with all of them):
 
@@ -44,7 +44,7 @@ from clika_runtime.model_folder import session_options
 from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
 from clika_runtime.step_graph import pack_step
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 USER_TURNS = [

@@ -19,8 +19,8 @@ the text naming a function that was not offered), wrong args, wrong count,
 parse error (call markup, or a call object naming an offered function, that did
 not parse), called (a call on an irrelevance question), error (the request failed).
 
-    python benchmarks/bfcl.py qwen2.5-coder-0.5b-instruct                      # first 50 of simple_python
-    python benchmarks/bfcl.py qwen2.5-coder-1.5b-instruct --categories simple_python multiple parallel \\
+    python benchmarks/eval/bfcl.py qwen2.5-coder-0.5b-instruct                 # first 50 of simple_python
+    python benchmarks/eval/bfcl.py qwen2.5-coder-1.5b-instruct --categories simple_python multiple parallel \\
         parallel_multiple irrelevance --limit 20 --out bfcl-1.5b.json
 
 The data comes from ``clika_export.fetch.fetch_data("bfcl")``; the model is a

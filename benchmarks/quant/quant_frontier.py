@@ -19,8 +19,8 @@ perplexity on the same token ids, greedy agreement with our fp32 model, decode
 time) and onnxruntime-genai's int4 model (decode time), each in the peers' own
 Python, so ratios between systems come from one run.
 
-    python benchmarks/quant_frontier.py smollm2-135m-instruct --variants level4 centered ...
-    python benchmarks/quant_frontier.py smollm2-135m-instruct --search --base centered
+    python benchmarks/quant/quant_frontier.py smollm2-135m-instruct --variants level4 centered ...
+    python benchmarks/quant/quant_frontier.py smollm2-135m-instruct --search --base centered
 
 ``--search`` ranks where fp32 compute (accuracy level 0) buys the most: starting
 from ``--base`` it sets one matrix kind, one layer, or one (kind, layer) pair of
@@ -447,7 +447,7 @@ def peer_spec(args, source: Path, eval_tokens, prompts, reference) -> dict | Non
     python = args.peers_dir / "venv" / "bin" / "python"
     genai = args.peers_dir / "models" / "genai-int4"
     if not python.exists():
-        raise SystemExit(f"no peers environment at {args.peers_dir} (run benchmarks/setup_peers.sh)")
+        raise SystemExit(f"no peers environment at {args.peers_dir} (run benchmarks/peers/setup_peers.sh)")
     if genai.exists() and not genai_matches(genai, reference.model.manifest.architecture):
         genai = Path("-")  # built from another model: not a peer of this one
     tok = reference.model.manifest.tokenizer

@@ -18,7 +18,7 @@ patches of 16 px folded 4x4), a config.json derived from the checkpoint
 (scale_factor 4, text hidden_size 576) and transformers' SmolVLM docs (the
 4 * 512 longest edge, 512 px tiles).
 
-    python benchmarks/vision.py [--rounds 5] [--threads 2]
+    python benchmarks/features/vision.py [--rounds 5] [--threads 2]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from vision_helpers import (  # noqa: E402  (the tests' tiny checkpoints)
     IDEFICS3_PROCESSOR,

@@ -6,7 +6,7 @@ EOS ignored) in alternating rounds; the figure is the median decode rate and
 its ratio int8 / float32 (this VM's speed drifts, so only ratios within one
 run mean anything), plus the KV bytes each engine held.
 
-    python benchmarks/kv_cache_dtype.py smollm2-135m-instruct --contexts 256 1024 --batches 1 8 [--mode paged]
+    python benchmarks/features/kv_cache_dtype.py smollm2-135m-instruct --contexts 256 1024 --batches 1 8 [--mode paged]
 """
 
 from __future__ import annotations

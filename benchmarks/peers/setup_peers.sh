@@ -9,7 +9,7 @@
 #   models/genai-int4/        onnxruntime-genai's int4 CPU model built from that checkpoint
 #   logs/                     build logs
 #
-# Usage:  benchmarks/setup_peers.sh [venv] [llama] [gguf] [hf] [genai]
+# Usage:  benchmarks/peers/setup_peers.sh [venv] [llama] [gguf] [hf] [genai]
 #         (no argument: every step, in order; a step already done is skipped)
 #
 # Environment:

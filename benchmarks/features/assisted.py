@@ -6,7 +6,7 @@ are median decode rates, their ratio, the last round's tally of confirmed
 drafts and whether the reply equals the plain one (int4 kernels may flip a
 near-tie). The workloads are ``prompt_lookup.py``'s.
 
-    python benchmarks/assisted.py qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct
+    python benchmarks/features/assisted.py qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct
 """
 
 from __future__ import annotations

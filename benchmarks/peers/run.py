@@ -1,7 +1,7 @@
 """Run the workloads W1-W4 on our runtime and the peers, side by side, and print the ratios.
 
-    python benchmarks/run.py                                  # every system found, 3 rounds
-    python benchmarks/run.py --systems clika,llama-cpp-python --workloads W1 --rounds 1
+    python benchmarks/peers/run.py                            # every system found, 3 rounds
+    python benchmarks/peers/run.py --systems clika,llama-cpp-python --workloads W1 --rounds 1
 
 Each system runs in its own process (so its peak RSS is its own), one process at
 a time; in every round each system runs once, the order rotating from round to
@@ -31,7 +31,8 @@ import report
 import weight_bytes
 
 BENCH_DIR = Path(__file__).resolve().parent
-REPO_DIR = BENCH_DIR.parent
+BENCHMARKS_DIR = BENCH_DIR.parent  # the workload prompts (prompts.json) every folder shares
+REPO_DIR = BENCHMARKS_DIR.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
 ALL_SYSTEMS = ("clika", "llama-cpp-python", "onnxruntime-genai")
 # W3 last: its batch of 8 sets the process's peak memory, W1's figure is taken before it.
@@ -129,7 +130,7 @@ def build_spec(args, gguf: Path, run_dir: Path) -> dict:
     tok_dir = run_dir / "tokenizer"
     tok = save_gguf_tokenizer(gguf, tok_dir)
     template = ChatTemplate(tok_dir)
-    prompts = json.loads((BENCH_DIR / "prompts.json").read_text())
+    prompts = json.loads((BENCHMARKS_DIR / "prompts.json").read_text())
 
     def request(text: str) -> dict:
         messages = [{"role": "user", "content": text}]
@@ -164,7 +165,7 @@ def build_spec(args, gguf: Path, run_dir: Path) -> dict:
 def python_can_import(python: Path, module: str) -> str | None:
     """None if ``python`` imports ``module``, else why not."""
     if not Path(python).exists():
-        return f"no interpreter at {python} (run benchmarks/setup_peers.sh)"
+        return f"no interpreter at {python} (run benchmarks/peers/setup_peers.sh)"
     done = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True, text=True)
     if done.returncode:
         return f"{python} cannot import {module}: {done.stderr.strip().splitlines()[-1]}"
@@ -216,7 +217,7 @@ def plan_systems(args, gguf: Path) -> tuple[dict, dict]:
             why = python_can_import(args.peers_python, "onnxruntime_genai")
             config = args.genai_model / "genai_config.json"
             if why is None and not config.is_file():
-                why = f"no genai model at {args.genai_model} (run benchmarks/setup_peers.sh)"
+                why = f"no genai model at {args.genai_model} (run benchmarks/peers/setup_peers.sh)"
             if why is None:
                 graph = json.loads(config.read_text())["model"]["decoder"]["filename"]
                 plans[name] = {

@@ -14,8 +14,8 @@ round, on the same model folder:
 * ``decode``: W1's single stream (133-token prompt, 128 new tokens, end of
   sequence masked) through ``stream_generate``: the report's decode tok/s.
 
-    python benchmarks/shared_engine.py --tree main=../main --rounds 3
-    python benchmarks/shared_engine.py --kv-cache-mode paged --max-active 8
+    python benchmarks/features/shared_engine.py --tree main=../main --rounds 3
+    python benchmarks/features/shared_engine.py --kv-cache-mode paged --max-active 8
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-REPO_DIR = BENCH_DIR.parent
+BENCHMARKS_DIR = BENCH_DIR.parent  # the workload prompts (prompts.json) every folder shares
+REPO_DIR = BENCHMARKS_DIR.parent
 PACKAGES = ("runtime", "export", "quant", "cli")
 SESSIONS = 8
 REPLY_TOKENS = 48
@@ -53,7 +54,7 @@ def run_sessions(folder: str, kv_mode: str, max_active: int, threads: int) -> di
     """The ``sessions`` workload in this process (the tree on ``sys.path``)."""
     from clika_runtime import modelverse
 
-    turns = json.loads((BENCH_DIR / "prompts.json").read_text(encoding="utf-8"))["w4"]
+    turns = json.loads((BENCHMARKS_DIR / "prompts.json").read_text(encoding="utf-8"))["w4"]
     model = modelverse.load(folder, threads=threads, kv_cache_mode=kv_mode)
     sessions = [
         model.chat_session(system=f"You are assistant number {i}. Answer briefly.", max_active=max_active)
@@ -87,7 +88,7 @@ def run_decode(folder: str, threads: int) -> dict:
     """The ``decode`` workload (W1) in this process."""
     from clika_runtime import modelverse
 
-    prompt = json.loads((BENCH_DIR / "prompts.json").read_text(encoding="utf-8"))["w1"]
+    prompt = json.loads((BENCHMARKS_DIR / "prompts.json").read_text(encoding="utf-8"))["w1"]
     model = modelverse.load(folder, threads=threads)
     model.generate("Hello!", max_new_tokens=8)  # warm-up
     reply = model.stream_generate(prompt, temperature=0.0, max_new_tokens=128, ignore_eos=True)
