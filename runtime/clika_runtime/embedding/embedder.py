@@ -2,15 +2,17 @@
 
 Inputs are tokenized as the checkpoint's tokenizer does it (its special tokens
 included), checked (non-empty, within the context window unless ``truncate``),
-sorted by length and run in batches: at most ``max_batch`` inputs and about
-``call_tokens`` padded tokens a call (an input longer than that runs alone),
-which bounds the scratch KV a call holds. Sorting keeps the padding small;
-the vectors come back in input order.
+sorted by length and run in batches: at most ``max_batch`` inputs and
+``call_tokens`` padded tokens a call. An input longer than ``chunk_tokens``
+runs alone, in calls of that many tokens over one scratch KV (attention's
+scores grow with a call's tokens times the input's length: 8192 tokens in one
+call took minutes and gigabytes), and ``should_stop`` is asked between its
+calls. Sorting keeps the padding small; the vectors come back in input order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +27,7 @@ from clika_runtime.text.tokenizer import Tokenizer
 DEFAULT_POOLING = "mean"
 DEFAULT_MAX_BATCH = 8
 DEFAULT_CALL_TOKENS = 2048
+DEFAULT_CHUNK_TOKENS = 512
 
 
 class EmbeddingError(ValueError):
@@ -33,6 +36,10 @@ class EmbeddingError(ValueError):
     def __init__(self, message: str, index: int | None = None) -> None:
         super().__init__(message)
         self.index = index
+
+
+class EmbeddingCancelled(RuntimeError):
+    """``should_stop`` ended an embedding between two of its calls."""
 
 
 class EmbeddingUnavailable(EmbeddingError):
@@ -61,6 +68,7 @@ class Embedder:
         *,
         max_batch: int = DEFAULT_MAX_BATCH,
         call_tokens: int = DEFAULT_CALL_TOKENS,
+        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     ) -> None:
         if pooling not in POOLING_MODES:
             raise EmbeddingError(
@@ -72,6 +80,7 @@ class Embedder:
         self.context_window = context_window
         self.max_batch = max_batch
         self.call_tokens = call_tokens
+        self.chunk_tokens = chunk_tokens
 
     @property
     def dimensions(self) -> int:
@@ -83,6 +92,7 @@ class Embedder:
         *,
         dimensions: int | None = None,
         truncate: bool = False,
+        should_stop: Callable[[], bool] | None = None,
     ) -> Embeddings:
         """Vectors of ``inputs`` (texts or token-id lists), ``dimensions`` long (None: the model's)."""
         if dimensions is not None and not 1 <= dimensions <= self.dimensions:
@@ -92,9 +102,21 @@ class Embedder:
         rows = [self._tokens(item, index, truncate) for index, item in enumerate(inputs)]
         pooled = np.empty((len(rows), self.dimensions), dtype=np.float32)
         for batch in self._batches(rows):
-            for index, hidden in zip(batch, self.runner.run([rows[i] for i in batch]), strict=True):
+            if should_stop is not None and should_stop():
+                raise EmbeddingCancelled("the embedding was stopped")
+            for index, hidden in zip(batch, self._hidden(rows, batch, should_stop), strict=True):
                 pooled[index] = pool(hidden, self.pooling)
         return Embeddings(normalized(pooled, dimensions), tuple(len(row) for row in rows))
+
+    def _hidden(
+        self, rows: list[list[int]], batch: list[int], should_stop: Callable[[], bool] | None
+    ) -> list[np.ndarray]:
+        if len(batch) == 1 and len(rows[batch[0]]) > self.chunk_tokens:
+            hidden = self.runner.run_chunked(rows[batch[0]], self.chunk_tokens, should_stop)
+            if hidden is None:
+                raise EmbeddingCancelled("the embedding was stopped")
+            return [hidden]
+        return self.runner.run([rows[i] for i in batch])
 
     def tokens(self, item: str | Sequence[int], *, truncate: bool = False) -> list[int]:
         """The token ids ``item`` runs as (checked as ``embed`` checks them)."""
@@ -126,7 +148,8 @@ class Embedder:
         current: list[int] = []
         for index in order:
             width = len(rows[index])  # sorted: the longest of the group so far
-            if current and (len(current) >= self.max_batch or (len(current) + 1) * width > self.call_tokens):
+            full = len(current) >= self.max_batch or (len(current) + 1) * width > self.call_tokens
+            if current and (full or width > self.chunk_tokens):
                 batches.append(current)
                 current = []
             current.append(index)

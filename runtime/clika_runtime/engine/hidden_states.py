@@ -15,14 +15,21 @@ consecutive blocks).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnxruntime as ort
 
 from clika_runtime.manifest import Architecture, GraphSpec
 from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
-from clika_runtime.step_graph import HIDDEN_STATES, GridLayout, StepRow, grid_layout, pack_step
+from clika_runtime.step_graph import (
+    HIDDEN_STATES,
+    LOGITS_INDEX,
+    GridLayout,
+    StepRow,
+    grid_layout,
+    pack_step,
+)
 
 
 class HiddenStateRunner:
@@ -38,18 +45,39 @@ class HiddenStateRunner:
         self.arch = arch
         self.context_window = context_window
         self.paged = graph.kv.block_size is not None
+        self._block = int(graph.kv.block_size or 1)
         self._layout = grid_layout(value.name for value in session.get_inputs()) or GridLayout.CELLS
-
-    def kv_bytes_per_token(self) -> int:
-        """The scratch KV one token of a call holds (all layers, keys and values)."""
-        a = self.arch
-        return 2 * a.num_layers * a.num_kv_heads * a.head_dim * np.dtype(self.graph.kv.dtype).itemsize
 
     def run(self, rows: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """One ORT call over ``rows`` (each non-empty, within the context window)."""
         if not rows or any(len(row) == 0 for row in rows):
             raise ValueError("every row needs at least one token")
-        feeds, pools = self._paged(rows) if self.paged else self._continuous(rows)
+        pools = self._pools(len(rows), [len(row) for row in rows])
+        hidden = self._call(self._feeds([(0, row) for row in rows]), pools, sum(len(r) for r in rows))
+        bounds = np.cumsum([0, *(len(row) for row in rows)])
+        return [hidden[bounds[i] : bounds[i + 1]] for i in range(len(rows))]
+
+    def run_chunked(
+        self, row: Sequence[int], chunk: int, should_stop: Callable[[], bool] | None = None
+    ) -> np.ndarray | None:
+        """One long row in calls of ``chunk`` tokens over one scratch KV (None: ``should_stop`` said so).
+
+        Attention's scores grow with the tokens of a call times the row's length:
+        chunks bound a call's memory and time the way the engine's chunked prefill does.
+        """
+        if not row:
+            raise ValueError("every row needs at least one token")
+        pools = self._pools(1, [len(row)])
+        parts = []
+        for start in range(0, len(row), chunk):
+            if should_stop is not None and should_stop():
+                return None
+            piece = row[start : start + chunk]
+            parts.append(self._call(self._feeds([(start, piece)], len(row)), pools, len(piece)))
+        return np.concatenate(parts)
+
+    def _call(self, feeds: dict[str, np.ndarray], pools: list, tokens: int) -> np.ndarray:
+        """Run the graph once; the hidden states ``[tokens, H]`` of the packed tokens."""
         binding = self.session.io_binding()
         for name, array in feeds.items():
             binding.bind_cpu_input(name, np.ascontiguousarray(array))
@@ -64,42 +92,38 @@ class HiddenStateRunner:
                 binding.bind_ortvalue_input(past.format(layer=layer), shared)
                 binding.bind_ortvalue_output(present.format(layer=layer), shared)
                 kept.append(shared)
-        total = sum(len(row) for row in rows)
-        hidden = np.empty((total, self.arch.hidden_size), dtype=np.float32)
-        logits = np.empty((len(rows), self.arch.vocab_size), dtype=np.float32)
+        hidden = np.empty((tokens, self.arch.hidden_size), dtype=np.float32)
+        rows = len(feeds[LOGITS_INDEX])
+        logits = np.empty((rows, self.arch.vocab_size), dtype=np.float32)
         for name, array in ((HIDDEN_STATES, hidden), (self.graph.logits_output, logits)):
             value = ort.OrtValue.ortvalue_from_numpy(array)
             binding.bind_ortvalue_output(name, value)
             kept.append(value)
         self.session.run_with_iobinding(binding)
-        bounds = np.cumsum([0, *(len(row) for row in rows)])
-        return [hidden[bounds[i] : bounds[i + 1]] for i in range(len(rows))]
+        return hidden
 
-    def _continuous(self, rows: Sequence[Sequence[int]]) -> tuple[dict[str, np.ndarray], list]:
-        width = max(len(row) for row in rows)
-        packed = pack_step(
-            [StepRow(0, list(row)) for row in rows], capacity=width, context_window=self.context_window
-        )
+    def _pools(self, rows: int, lengths: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Zeroed scratch KV per layer: ``[rows, kv_heads, longest, head_dim]``, or paged blocks for them all."""
         a = self.arch
-        shape = (len(rows), a.num_kv_heads, width, a.head_dim)
+        if self.paged:
+            block = self._block
+            shape = (a.num_kv_heads, sum(-(-n // block) for n in lengths), block, a.head_dim)
+        else:
+            shape = (rows, a.num_kv_heads, max(lengths), a.head_dim)
         dtype = np.dtype(self.graph.kv.dtype)
-        pools = [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in range(a.num_layers)]
-        return packed.feeds(self._layout), pools
+        return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in range(a.num_layers)]
 
-    def _paged(self, rows: Sequence[Sequence[int]]) -> tuple[dict[str, np.ndarray], list]:
-        block = int(self.graph.kv.block_size or 1)
-        tables, start = [], 0
-        for row in rows:
-            blocks = -(-len(row) // block)
-            tables.append(list(range(start, start + blocks)))
+    def _feeds(
+        self, rows: list[tuple[int, Sequence[int]]], capacity: int | None = None
+    ) -> dict[str, np.ndarray]:
+        """The graph's inputs for ``(past_len, new_token_ids)`` rows; row ``b`` owns slot (or blocks) ``b``."""
+        if not self.paged:
+            width = capacity or max(len(ids) for _, ids in rows)
+            steps = [StepRow(past, list(ids)) for past, ids in rows]
+            return pack_step(steps, capacity=width, context_window=self.context_window).feeds(self._layout)
+        block, start, paged_rows = self._block, 0, []
+        for past, ids in rows:
+            blocks = -(-(capacity or past + len(ids)) // block)
+            paged_rows.append(PagedRow(past, list(ids), list(range(start, start + blocks))))
             start += blocks
-        packed = pack_paged_step(
-            [PagedRow(0, list(row), table) for row, table in zip(rows, tables, strict=True)],
-            block_size=block,
-            context_window=self.context_window,
-        )
-        a = self.arch
-        shape = (a.num_kv_heads, start, block, a.head_dim)
-        dtype = np.dtype(self.graph.kv.dtype)
-        pools = [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in range(a.num_layers)]
-        return packed.feeds(), pools
+        return pack_paged_step(paged_rows, block_size=block, context_window=self.context_window).feeds()

@@ -20,7 +20,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from clika_runtime.embedding.embedder import EmbeddingError, Embeddings, EmbeddingUnavailable
+from clika_runtime.embedding.embedder import (
+    EmbeddingCancelled,
+    EmbeddingError,
+    Embeddings,
+    EmbeddingUnavailable,
+)
 from clika_runtime.server.embeddings_protocol import (
     EmbeddingRequest,
     parse_ollama_embed,
@@ -29,6 +34,7 @@ from clika_runtime.server.embeddings_protocol import (
 )
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.served import Served
+from clika_runtime.server.streaming import SHUTDOWN_MESSAGE
 
 MAX_EMBEDDING_CALLS = 2
 OLLAMA_TAG = ":latest"
@@ -96,7 +102,14 @@ class _Embeddings:
                     self.backend.prompt_bound.check(item, "input")
         with self.backend.admitted(), self._calls:
             try:
-                return embedder.embed(parsed.inputs, dimensions=parsed.dimensions, truncate=parsed.truncate)
+                return embedder.embed(
+                    parsed.inputs,
+                    dimensions=parsed.dimensions,
+                    truncate=parsed.truncate,
+                    should_stop=lambda: self.served.closing.closing,  # a long input stops between calls
+                )
+            except EmbeddingCancelled:
+                raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down") from None
             except EmbeddingError as exc:
                 param = "dimensions" if str(exc).startswith("dimensions") else "input"
                 code = "context_length_exceeded" if "context window" in str(exc) else None
