@@ -1,8 +1,9 @@
 """Embeddings per second at batch 1 and 8, and what the hidden_states output costs a decode step.
 
 Embeddings: ``GenerativeModel.embed`` over sentences of about ``--tokens``
-tokens, ``--batch`` inputs a call; the figure is the median of ``--rounds``
-rounds (inputs per second). Decode cost: the folder's continuous graph with
+tokens, ``--batches`` inputs a call; the figure is the median of ``--rounds``
+rounds (inputs per second), beside the engine's prefill of the same token ids
+(submitted together, one token each), in alternating rounds. Decode cost: the folder's continuous graph with
 and without the ``hidden_states`` output (``clika_export.graph.hidden_states``
 writes one beside the other), one decode step at batch 1 and 8 over a short
 past, alternating rounds; the figure is the ratio (this VM's speed drifts, so
@@ -45,16 +46,31 @@ def sentences(model: modelverse.GenerativeModel, count: int, tokens: int) -> lis
     return texts
 
 
-def embeddings_per_second(model: modelverse.GenerativeModel, batch: int, tokens: int, rounds: int) -> float:
+def embeddings_per_second(
+    model: modelverse.GenerativeModel, batch: int, tokens: int, rounds: int
+) -> tuple[float, float]:
+    """Inputs per second embedded, and prefilled by the engine (the same token ids, one token each), medians."""
     texts = sentences(model, batch * 4, tokens)
-    model.embed(texts[:batch])  # warm-up
-    rates = []
-    for _ in range(rounds):
-        began = time.perf_counter()
-        for start in range(0, len(texts), batch):
-            model.embed(texts[start : start + batch])
-        rates.append(len(texts) / (time.perf_counter() - began))
-    return statistics.median(rates)
+    ids = [model.embedder.tokens(text) for text in texts]
+    config = model.defaults.overlay({"max_new_tokens": 1, "temperature": 0.0})
+
+    def embed(group: list[list[int]]) -> None:
+        model.embed(group)
+
+    def prefill(group: list[list[int]]) -> None:
+        for stream in [model.engine.submit(row, config) for row in group]:  # decoded together
+            stream.result()
+
+    embed(ids[:batch])  # warm-up
+    prefill(ids[:batch])
+    rates: dict[str, list[float]] = {"embed": [], "prefill": []}
+    for _ in range(rounds):  # alternating: the machine's speed drifts
+        for name, run in (("embed", embed), ("prefill", prefill)):
+            began = time.perf_counter()
+            for start in range(0, len(ids), batch):
+                run(ids[start : start + batch])
+            rates[name].append(len(ids) / (time.perf_counter() - began))
+    return statistics.median(rates["embed"]), statistics.median(rates["prefill"])
 
 
 def graph_without_output(folder: Path) -> Path:
@@ -109,8 +125,11 @@ def main() -> None:
     model = modelverse.load(folder, threads=args.threads)
     print(f"{args.model}: pooling {model.embedder.pooling}, {model.embedder.dimensions} dimensions")
     for batch in args.batches:
-        rate = embeddings_per_second(model, batch, args.tokens, args.rounds)
-        print(f"embeddings  batch {batch}: {rate:7.1f} inputs/s of ~{args.tokens} tokens")
+        rate, prefill = embeddings_per_second(model, batch, args.tokens, args.rounds)
+        print(
+            f"embeddings  batch {batch}: {rate:7.1f} inputs/s of ~{args.tokens} tokens "
+            f"({rate / prefill:.2f}x the engine's prefill of the same ids, {prefill:.1f}/s)"
+        )
     model.close()
     manifest = Manifest.read(folder)
     options = session_options(args.threads)

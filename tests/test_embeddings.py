@@ -283,3 +283,53 @@ def test_pooling_files_name_the_mode(tmp_path) -> None:
     (tmp_path / "1_P").mkdir()
     (tmp_path / "1_P" / "config.json").write_text('{"pooling_mode_cls_token": true}')
     assert hf_pooling(tmp_path) == "cls"
+
+
+@pytest.mark.parametrize(("pooling_type", "pooling"), [(3, "last"), (2, "cls"), (1, "mean"), (0, None)])
+def test_a_ggufs_pooling_type_names_the_mode(make_tiny_hf, tmp_path, pooling_type, pooling) -> None:
+    from family_cases import CASES, build_case, write_family_gguf
+    from gguf import GGUFValueType
+
+    from clika_export.readers.gguf import read_gguf
+
+    case = CASES["qwen3"]
+    model = build_case(make_tiny_hf, tmp_path / "hf", case, gguf=True)
+    metadata = {"qwen3.pooling_type": (pooling_type, GGUFValueType.UINT32)}
+    source = write_family_gguf(tmp_path / "tiny.gguf", model, case, metadata=metadata)
+    assert read_gguf(source).pooling == pooling
+
+
+def test_a_gguf_pooling_type_the_runtime_cannot_pool_is_refused(make_tiny_hf, tmp_path) -> None:
+    from family_cases import CASES, build_case, write_family_gguf
+    from gguf import GGUFValueType
+
+    from clika_export.readers.gguf import read_gguf
+
+    case = CASES["qwen3"]
+    model = build_case(make_tiny_hf, tmp_path / "hf", case, gguf=True)
+    metadata = {"qwen3.pooling_type": (4, GGUFValueType.UINT32)}  # llama.cpp's "rank": a reranker's head
+    source = write_family_gguf(tmp_path / "tiny.gguf", model, case, metadata=metadata)
+    with pytest.raises(CheckpointError, match="qwen3.pooling_type is 4"):
+        read_gguf(source)
+
+
+def test_cached_export_gives_an_older_cached_folder_the_output_without_exporting_again(
+    tiny_llama_hf, tmp_path
+) -> None:
+    from clika_export.api import cached_export
+
+    folder = cached_export(tiny_llama_hf, "fp32", progress=False, cache=tmp_path / "cache")
+    older = _without_hidden_states(folder, tmp_path / "older")
+    shutil.rmtree(folder)
+    older.rename(folder)  # the cache now holds an export from before embeddings
+    exported_at = Manifest.read(folder).provenance.exported_at
+    again = cached_export(tiny_llama_hf, "fp32", progress=False, cache=tmp_path / "cache")
+    manifest = Manifest.read(again)
+    assert again == folder and manifest.provenance.exported_at == exported_at
+    assert manifest.graphs["continuous"].file == "model_h.onnx"  # upgraded: an export writes model.onnx
+    assert all(HIDDEN_STATES in spec.outputs for spec in manifest.graphs.values())
+    model = modelverse.load(folder, threads=1)
+    try:
+        assert model.embed(TEXTS).shape == (len(TEXTS), 64)
+    finally:
+        model.close()
