@@ -156,6 +156,17 @@ def test_bad_openai_bodies_are_400s_naming_the_field(server, body, param, messag
     assert error["type"] == "invalid_request_error"
 
 
+def test_embedded_tokens_are_counted_in_the_metrics(server, client, model) -> None:
+    def counted() -> float:
+        text = httpx.get(server.base_url + "/metrics").text
+        line = next(line for line in text.splitlines() if line.startswith("clika_embedded_tokens_total"))
+        return float(line.split()[-1])
+
+    before = counted()
+    client.embeddings.create(model=MODEL, input=TEXTS[:2])
+    assert counted() - before == sum(len(model.embedder.tokens(text)) for text in TEXTS[:2])
+
+
 def test_the_openai_client_sees_a_bad_request(client) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
         client.embeddings.create(model=MODEL, input=[])

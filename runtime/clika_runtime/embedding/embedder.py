@@ -176,8 +176,8 @@ def open_embedder(folder: ModelFolder, tokenizer: Tokenizer) -> Embedder:
     if HIDDEN_STATES not in folder.graph.outputs:
         raise EmbeddingUnavailable(
             f"{folder.path.name} was exported before embeddings: its {folder.graph.file} has no "
-            f"{HIDDEN_STATES} output. `clika pull NAME` adds it to a pulled model's export (about a "
-            "second); a folder exported by hand needs `clika-export` again"
+            f"{HIDDEN_STATES} output. With the export extra installed, `clika pull NAME` adds it to a "
+            "pulled model's export (about a second); a folder exported by hand needs `clika-export` again"
         )
     runner = HiddenStateRunner(folder.session, folder.graph, manifest.architecture, manifest.context_window)
     pooling = str(manifest.embedding.get("pooling", DEFAULT_POOLING))

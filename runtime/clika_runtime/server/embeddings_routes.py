@@ -102,7 +102,7 @@ class _Embeddings:
                     self.backend.prompt_bound.check(item, "input")
         with self.backend.admitted(), self._calls:
             try:
-                return embedder.embed(
+                done = embedder.embed(
                     parsed.inputs,
                     dimensions=parsed.dimensions,
                     truncate=parsed.truncate,
@@ -114,6 +114,8 @@ class _Embeddings:
                 param = "dimensions" if str(exc).startswith("dimensions") else "input"
                 code = "context_length_exceeded" if "context window" in str(exc) else None
                 raise bad_request(str(exc), param, code) from None
+        self.served.metrics.record_embeddings(done.prompt_tokens)
+        return done
 
     def _check_ollama_model(self, requested: str) -> None:
         model_id = self.backend.model_id
