@@ -106,6 +106,19 @@ def test_mean_pooled_vectors_equal_transformers(tiny_llama_model, tiny_hf_model,
         model.close()
 
 
+@pytest.mark.parametrize("kv_mode", ["continuous", "paged"])
+def test_an_int8_kv_load_embeds_near_the_float_cache(tiny_llama_model, kv_mode) -> None:
+    float_model = modelverse.load(tiny_llama_model, threads=1)
+    int8_model = modelverse.load(tiny_llama_model, threads=1, kv_cache_mode=kv_mode, kv_cache_dtype="int8")
+    try:
+        exact, rounded = float_model.embed(TEXTS), int8_model.embed(TEXTS)
+    finally:
+        float_model.close()
+        int8_model.close()
+    np.testing.assert_allclose(np.linalg.norm(rounded, axis=1), 1.0, atol=1e-6)
+    assert (exact * rounded).sum(axis=1).min() > 0.99  # the cache's rounding, no more
+
+
 def test_last_token_pooling_is_read_from_the_sentence_transformers_config(last_token_case) -> None:
     hf_model, folder = last_token_case
     assert Manifest.read(folder).embedding == {"pooling": "last"}
