@@ -24,6 +24,7 @@ from typing import Any
 from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.families import family_for
 from clika_export.graph.decoder import BuiltGraph
+from clika_export.graph.hidden_states import add_hidden_states_in_place, ensure_hidden_states
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
 from clika_export.progress import Progress
@@ -49,6 +50,8 @@ GRAPH_REVISION = 2
 TOKENIZER_FILE = "tokenizer.json"
 TEMPLATE_FILE = "chat_template.jinja"
 KV_MODE = "continuous"
+# Embeddings of a checkpoint that names no pooling average its tokens' hidden states.
+DEFAULT_POOLING = "mean"
 # The context window of an export nobody asked a size for, and the largest one may ask for.
 DEFAULT_MAX_CONTEXT = 32768
 MAX_CONTEXT_WINDOW = 1 << 20
@@ -143,6 +146,7 @@ def export(
                     quality["answers"] = measure_answers(work, answers, threads=threads)
             with report.stage("writing the model folder"):
                 _write_folder(work, checkpoint, built, context, record, quality)
+                add_hidden_states_in_place(work)  # before the twins derive from it: they inherit it
                 add_paged_graph(work)  # the paged KV mode's graph, on the same weights
             with report.stage("calibrating the int8 KV cache"):
                 try:
@@ -300,6 +304,7 @@ def cached_export(
     try:
         ensure_paged_graph(folder)  # exported before this paged graph existed: derive it, keep the rest
         ensure_int8_kv_graph(folder)  # likewise the int8 KV cache's graph
+        ensure_hidden_states(folder)  # and every graph's hidden_states output, for embeddings
         return folder
     except ManifestError:
         pass  # absent or broken: export (again)
@@ -345,6 +350,7 @@ def _write_folder(
         generation_defaults=dict(checkpoint.generation_defaults),
         chat_template_file=TEMPLATE_FILE if checkpoint.chat_template else None,
         quality=quality,
+        embedding={"pooling": checkpoint.pooling or DEFAULT_POOLING},
     )
     manifest.write(work)
     return manifest

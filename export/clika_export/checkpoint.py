@@ -116,6 +116,8 @@ class Checkpoint:
     # The architecture's settings in transformers' config.json vocabulary (a GGUF
     # reader maps its metadata onto it), for what a family reads beyond ``architecture``.
     config: dict[str, Any] = field(default_factory=dict)
+    # How embeddings pool the hidden states, when the checkpoint says ("mean", "last", "cls").
+    pooling: str | None = None
 
     def names(self) -> Iterator[str]:
         return iter(self.tensor_loaders)

@@ -21,6 +21,7 @@ from clika_export.catalog import CATALOG, GGUF, CatalogItem, names
 from clika_export.checkpoint import CheckpointError
 from clika_export.families import supported
 from clika_export.fetch import FetchError, blob_path, fetch_gguf
+from clika_export.graph.hidden_states import HiddenStatesError, ensure_hidden_states
 from clika_export.readers.hf import is_hf_folder
 from clika_runtime.store.cache import exports_dir
 from clika_runtime.store.exports import is_model_folder
@@ -91,6 +92,7 @@ def export_pulled(
     """``name``'s export at ``precision``: found in the cache, or fetched (``fetch``) and exported."""
     folder = export_folder(sha256, precision)
     if is_model_folder(folder):
+        _add_hidden_states(folder)
         return LocalModel(name, folder, precision)
     if not pull:
         raise ModelError(
@@ -111,6 +113,18 @@ def export_pulled(
     except (ExportError, CheckpointError) as exc:
         raise ModelError(f"cannot export {name}: {exc}") from None
     return LocalModel(name, folder, precision, pulled_now=True, seconds=time.perf_counter() - began)
+
+
+def _add_hidden_states(folder: Path) -> None:
+    """Exported before embeddings: give its graphs the hidden_states output (about a second).
+
+    Best effort: a folder that cannot take it (read-only, a graph of another
+    head) still loads, and embedding on it names the fix.
+    """
+    try:
+        ensure_hidden_states(folder)
+    except (OSError, HiddenStatesError):
+        pass
 
 
 def _pull_path(path: Path, precision: str | None, pull: bool, say: Say, progress: bool) -> LocalModel:

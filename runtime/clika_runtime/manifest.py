@@ -158,6 +158,8 @@ class Manifest:
     chat_template_file: str | None = None
     quality: dict[str, Any] = field(default_factory=dict)
     vision: VisionSpec | None = None  # multimodal folders only
+    # How embeddings pool the ``hidden_states`` output: {"pooling": "mean" | "last" | "cls"}.
+    embedding: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -204,6 +206,7 @@ class Manifest:
                 if template_file is None
                 else folder_file_name(template_file, "chat_template_file"),
                 quality=dict(data.get("quality", {})),
+                embedding=dict(data.get("embedding") or {}),
             )
         except KeyError as exc:
             raise ManifestError(f"manifest is missing the field {exc.args[0]!r}") from None

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.prepare import refuse_media
@@ -35,6 +37,7 @@ from clika_runtime.chat.render import render_prompt
 from clika_runtime.chat.session import ChatSession
 from clika_runtime.chat.templates import ChatTemplate
 from clika_runtime.chat.tools import ToolCall
+from clika_runtime.embedding.embedder import Embedder, open_embedder
 from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS, AssistantDrafter
 from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
 from clika_runtime.engine.drafting import ASSISTANT
@@ -198,6 +201,7 @@ class GenerativeModel:
         self._reports: list[ChatOutcome] = []
         self._assistant: GenerativeModel | None = None
         self._owned_assistant: GenerativeModel | None = None  # loaded by ``load``: closed with this model
+        self._embedder: Embedder | None = None
 
     # -- what the model is -------------------------------------------------------------
 
@@ -328,6 +332,38 @@ class GenerativeModel:
     @property
     def supports_video(self) -> bool:
         return False
+
+    # -- embeddings -------------------------------------------------------------------
+
+    @property
+    def embedder(self) -> Embedder:
+        """Embeds on the model's own session beside its engine (an ``EmbeddingError`` names why not)."""
+        with self._engine_lock:
+            if self._embedder is None:
+                self._embedder = open_embedder(self._handle.folder, self._handle.tokenizer)
+            return self._embedder
+
+    def embed(
+        self,
+        inputs: str | Sequence[str | Sequence[int]],
+        *,
+        dimensions: int | None = None,
+        truncate: bool = False,
+    ) -> np.ndarray:
+        """Embedding vectors of ``inputs``: a text gives ``[D]``, a list of texts or token-id lists ``[N, D]``.
+
+        Each vector is the final hidden states pooled as the checkpoint asks (its
+        sentence-transformers Pooling config or GGUF ``pooling_type``: the last
+        token for Qwen3-Embedding-style models; mean otherwise), L2-normalized;
+        ``dimensions`` keeps the first components and normalizes again. An input
+        longer than the context window is an ``EmbeddingError`` unless ``truncate``.
+        Safe beside generation on any thread: each call runs its own scratch KV.
+        """
+        single = isinstance(inputs, str)
+        vectors = self.embedder.embed(
+            [inputs] if single else inputs, dimensions=dimensions, truncate=truncate
+        )
+        return vectors.vectors[0] if single else vectors.vectors
 
     def set_assistant(self, model: GenerativeModel | None) -> None:
         """Attach ``model`` as this model's assistant (assisted generation); None detaches.

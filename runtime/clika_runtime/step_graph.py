@@ -74,6 +74,8 @@ STEP_INPUTS = (
     LOGITS_INDEX,
 )
 LOGITS = "logits"
+# The final norm of every packed token ``[T, hidden]``: what embeddings pool (the engine leaves it unbound).
+HIDDEN_STATES = "hidden_states"
 PAST_KEY = "past_key.{layer}"
 PAST_VALUE = "past_value.{layer}"
 PRESENT_KEY = "present_key.{layer}"

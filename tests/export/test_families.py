@@ -108,6 +108,24 @@ def test_paged_steps_match_transformers(exported: Exported) -> None:
     _run_plan(exported, exported.paged().step)
 
 
+def test_embeddings_equal_transformers_hidden_states(exported: Exported) -> None:
+    """Mean-pooled final hidden states of a ragged batch, each against transformers' within 1e-4."""
+    from clika_runtime import modelverse
+
+    rng = np.random.default_rng(4)
+    prompts = [rng.integers(0, 259, size=n).tolist() for n in (3, 14, 9)]
+    model = modelverse.load(exported.folder, threads=1)
+    try:
+        vectors = model.embed(prompts)
+    finally:
+        model.close()
+    for tokens, vector in zip(prompts, vectors, strict=True):
+        with torch.no_grad():
+            hidden = exported.model.model(torch.tensor([tokens])).last_hidden_state[0].double().numpy()
+        mean = hidden.mean(axis=0)
+        np.testing.assert_allclose(vector, mean / np.linalg.norm(mean), atol=1e-4)
+
+
 def _transformers_greedy(exported: Exported, prompt: list[int], count: int) -> list[int]:
     with torch.no_grad():
         out = exported.model.generate(

@@ -41,6 +41,7 @@ from clika_export.readers.gguf_families import (
 )
 from clika_export.readers.gguf_file import GGUFFile, GGUFMetadata, TensorInfo
 from clika_export.readers.layouts import fused_phi3_names, row_slices
+from clika_export.readers.pooling import gguf_pooling
 from clika_export.readers.regular_file import file_sha256
 from clika_export.tokenizer_gguf import tokenizer_from_metadata
 from clika_runtime.manifest import Architecture
@@ -101,6 +102,7 @@ def read_gguf(path: str | Path) -> Checkpoint:
         bos_token=tokenizer.bos_token,
         eos_token=tokenizer.eos_token,
         config=family_config(meta, family, arch, rotary),
+        pooling=gguf_pooling(meta, family),
     )
 
 

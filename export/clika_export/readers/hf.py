@@ -23,6 +23,7 @@ from tokenizers import Tokenizer
 from clika_export.checkpoint import Checkpoint, CheckpointError, check_architecture, check_layers_exist
 from clika_export.graph.rope import rope_type
 from clika_export.readers.layouts import SHIFTED_NORM_FAMILIES, fused_phi3_names, row_slices, shifted_norm
+from clika_export.readers.pooling import hf_pooling
 from clika_export.readers.regular_file import file_sha256
 from clika_export.readers.safetensors_file import tensor_loaders
 from clika_runtime.manifest import Architecture
@@ -89,6 +90,7 @@ def read_hf(folder: str | Path) -> Checkpoint:
         bos_token=bos_token if bos_token is not None else _token(tokenizer, bos_id),
         eos_token=eos_token,
         config=config,
+        pooling=hf_pooling(folder),
     )
 
 

@@ -1,7 +1,7 @@
 """The HTTP app (Starlette): OpenAI's API, the Responses API and Ollama's API over one backend.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``POST /v1/responses``, ``GET /v1/models`` (and ``/v1/models/{id}``), the
+``POST /v1/embeddings``, ``POST /v1/responses``, ``GET /v1/models`` (and ``/v1/models/{id}``), the
 Ollama routes under ``/api/`` (see :mod:`~clika_runtime.server.ollama_routes`),
 ``GET /health`` and ``GET /metrics``. Every refusal answers in the front end's
 error shape with its status: 400 malformed body or over-long prompt, 401
@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from clika_runtime.server.backend import ModelBackend
 from clika_runtime.server.boundary import ErrorBoundary
+from clika_runtime.server.embeddings_routes import embeddings_routes
 from clika_runtime.server.errors import ApiError, error_payload
 from clika_runtime.server.intake import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, Intake
 from clika_runtime.server.metrics import CONTENT_TYPE, Metrics
@@ -63,6 +64,7 @@ def create_app(
         Route("/health", _health(served), methods=["GET"]),
         Route("/metrics", _metrics(served), methods=["GET"]),
         *openai_routes(served),
+        *embeddings_routes(served),
         *responses_routes(served),
         *ollama_routes(served),
     ]

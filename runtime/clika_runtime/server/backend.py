@@ -12,6 +12,7 @@ parser a :class:`~clika_runtime.chat.session.ChatSession` uses.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import threading
 import time
@@ -262,6 +263,18 @@ class ModelBackend:
                 raise bad_request(str(exc), REQUEST_FIELD[named]) from None
             code = "context_length_exceeded" if "context window" in str(exc) else None
             raise bad_request(str(exc), "messages", code) from None
+
+    @contextlib.contextmanager
+    def admitted(self) -> Iterator[None]:
+        """Hold one of the server's admissions for work outside the engine (embeddings); 503 when full."""
+        try:
+            self._admit()
+        except QueueFullError as exc:
+            raise ApiError(503, f"the server is busy: {exc}", code="queue_full") from None
+        try:
+            yield
+        finally:
+            self._leave()
 
     def _admit(self) -> None:
         with self._in_flight_lock:

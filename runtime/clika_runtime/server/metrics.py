@@ -46,6 +46,9 @@ class Metrics:
         self.replies = Counter(
             "clika_replies", "Replies finished, by finish reason", ["reason"], registry=self.registry
         )
+        self.embedded_tokens = Counter(
+            "clika_embedded_tokens", "Input tokens of embeddings computed", registry=self.registry
+        )
         self.registry.register(_EngineCollector(backend))
 
     def record_reply(self, report: GenerationReport) -> None:
@@ -53,6 +56,9 @@ class Metrics:
         self.cached_tokens.inc(report.cached_tokens)
         self.completion_tokens.inc(report.completion_tokens)
         self.replies.labels(report.finish_reason).inc()
+
+    def record_embeddings(self, tokens: int) -> None:
+        self.embedded_tokens.inc(tokens)
 
     def record_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()

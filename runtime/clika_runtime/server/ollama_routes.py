@@ -1,5 +1,6 @@
 """Ollama's API on the same server and engine: ``/api/chat``, ``/api/generate``, ``/api/tags``,
-``/api/show``, ``/api/ps``, ``/api/version``; ``/api/embed`` answers that embeddings are not served.
+``/api/show``, ``/api/ps``, ``/api/version`` (``/api/embed`` and ``/api/embeddings``: see
+:mod:`~clika_runtime.server.embeddings_routes`).
 
 Replies stream as NDJSON unless ``"stream": false``; errors are Ollama's
 ``{"error": "..."}`` with the HTTP status. The served model answers to its id
@@ -55,8 +56,6 @@ def ollama_routes(served: Served) -> list[Route]:
         Route("/api/show", handlers.show, methods=["POST"]),
         Route("/api/ps", handlers.ps, methods=["GET"]),
         Route("/api/version", handlers.version, methods=["GET"]),
-        Route("/api/embed", handlers.embed, methods=["POST"]),
-        Route("/api/embeddings", handlers.embed, methods=["POST"]),
     ]
 
 
@@ -173,14 +172,6 @@ class _Ollama:
 
     async def version(self, request: Request) -> Response:
         return JSONResponse({"version": OLLAMA_API_VERSION})
-
-    async def embed(self, request: Request) -> Response:
-        self.served.intake.authorize(request)
-        raise ApiError(
-            501,
-            f"{request.url.path}: embeddings are not served yet; the model {self.backend.model_id!r} "
-            "answers /api/chat and /api/generate",
-        )
 
     # -- pieces ----------------------------------------------------------------------------------
 

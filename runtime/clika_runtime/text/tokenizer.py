@@ -66,6 +66,14 @@ class Tokenizer:
                 ids.insert(0, self.bos_token_id)
         return ids
 
+    def encode_as_checkpoint(self, text: str) -> list[int]:
+        """Token ids as the checkpoint's own tokenizer makes them: its post-processor's special tokens
+        too (an embedding model's closing EOS, which last-token pooling reads), BOS as ``encode`` adds it."""
+        ids = self.inner.encode_batch([text], add_special_tokens=True)[0].ids
+        if self.add_bos_token and self.bos_token_id is not None and (not ids or ids[0] != self.bos_token_id):
+            ids.insert(0, self.bos_token_id)
+        return ids
+
     def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[int]]:
         return [self.encode(t, add_special_tokens=add_special_tokens) for t in texts]
 

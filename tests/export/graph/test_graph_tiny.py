@@ -19,7 +19,7 @@ import torch
 from clika_export.api import export
 from clika_export.verify import FP32_TOLERANCE, StepRunner, relative_error
 from clika_runtime.manifest import Manifest
-from clika_runtime.step_graph import STEP_INPUTS, pack_step
+from clika_runtime.step_graph import HIDDEN_STATES, STEP_INPUTS, pack_step
 
 
 def _reference(model: torch.nn.Module, tokens: list[int]) -> np.ndarray:
@@ -110,7 +110,8 @@ def test_graph_uses_fused_ops_and_predictable_names(exported) -> None:
     ops = [n.op_type for n in model.graph.node]
     layers = manifest.architecture.num_layers
     assert ops.count("GroupQueryAttention") == layers
-    assert ops.count("SkipSimplifiedLayerNormalization") == 2 * layers  # per layer: pre-MLP, next/final norm
+    # per layer: pre-MLP, next/final norm; and the final norm of every token (hidden_states)
+    assert ops.count("SkipSimplifiedLayerNormalization") == 2 * layers + 1
     assert ops.count("SimplifiedLayerNormalization") == 1
     assert ops.count("MatMul") == 4 * layers + (0 if manifest.architecture.tie_word_embeddings else 1)
     names = {n.name for n in model.graph.node}
@@ -149,7 +150,7 @@ def test_graph_inputs_are_the_step_inputs_and_the_cache(exported) -> None:
     kv_in = [name.format(layer=i) for i in layers for name in (graph.kv.past_key, graph.kv.past_value)]
     kv_out = [name.format(layer=i) for i in layers for name in (graph.kv.present_key, graph.kv.present_value)]
     assert list(graph.inputs) == [*STEP_INPUTS, *kv_in]
-    assert list(graph.outputs) == [graph.logits_output, *kv_out]
+    assert list(graph.outputs) == [graph.logits_output, *kv_out, HIDDEN_STATES]
 
 
 def test_attention_is_gridded_by_its_index_arrays_alone(exported) -> None:
@@ -208,7 +209,11 @@ def test_a_flat_grid_graph_fed_the_flat_layout_gives_the_same_logits(
             outputs = session.run(None, feeds)
             logits.append(outputs[0])
             names = [o.name for o in session.get_outputs()]
-            cache = {n.replace("present", "past"): v for n, v in zip(names[1:], outputs[1:], strict=True)}
+            cache = {
+                n.replace("present", "past"): v
+                for n, v in zip(names, outputs, strict=True)
+                if n.startswith("present")
+            }
         results.append((layout, logits))
     assert [layout for layout, _ in results] == [GridLayout.CELLS, GridLayout.FLAT]
     for new, old in zip(results[0][1], results[1][1], strict=True):

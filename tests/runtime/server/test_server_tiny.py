@@ -232,8 +232,8 @@ def test_404_unknown_model_and_route(client, http):
     with pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(**{**hello(), "model": "gpt-4o"})
     assert caught.value.body["code"] == "model_not_found" and "'tiny'" in caught.value.body["message"]
-    response = http.post("/v1/embeddings", json={"model": MODEL, "input": "x"})
-    assert response.status_code == 404 and "/v1/embeddings" in error_of(response)["message"]
+    response = http.post("/v1/images/generations", json={"model": MODEL, "prompt": "x"})
+    assert response.status_code == 404 and "/v1/images/generations" in error_of(response)["message"]
 
 
 @pytest.mark.parametrize(
