@@ -23,6 +23,7 @@ from tokenizers import Tokenizer
 from clika_export.checkpoint import Checkpoint, CheckpointError, check_architecture, check_layers_exist
 from clika_export.graph.rope import rope_type
 from clika_export.readers.layouts import SHIFTED_NORM_FAMILIES, fused_phi3_names, row_slices, shifted_norm
+from clika_export.readers.multimodal import text_part
 from clika_export.readers.regular_file import file_sha256
 from clika_export.readers.safetensors_file import tensor_loaders
 from clika_runtime.manifest import Architecture
@@ -36,6 +37,7 @@ _HASHED = (
     "tokenizer_config.json",
     "chat_template.jinja",
     "chat_template.json",
+    "preprocessor_config.json",  # a multimodal checkpoint's image processor (exported beside it)
     INDEX_FILE,
 )
 # model_type -> the family name (Gemma 3's text-only checkpoints say "gemma3_text").
@@ -61,7 +63,7 @@ def read_hf(folder: str | Path) -> Checkpoint:
     tok_config = _json(folder / "tokenizer_config.json", required=False)
     tokenizer_json = _tokenizer_json(folder)
     tokenizer = Tokenizer.from_str(tokenizer_json)
-    loaders = _weights(folder)
+    config, loaders = text_part(config, _weights(folder))  # a multimodal checkpoint's text model
     arch = architecture(config, has_lm_head="lm_head.weight" in loaders)
     check_layers_exist(arch, loaders, "config.json")
     loaders = _llama_layout(arch, loaders)

@@ -1,0 +1,122 @@
+"""Decode speed of a text-only step graph with and without the media inputs, in one alternating run.
+
+A folder exported with a vision tower takes ``media_embeds`` / ``media_rows``
+(a ScatterND over the token embeddings; M = 0 on a text-only step). This
+benchmark copies a text model's folder (files hard-linked, not copied), adds
+those inputs to each of its graphs the way the exporter builds them, and runs
+the same single-stream chat decode (a 133-token prompt, 128 new tokens, EOS
+ignored, greedy) on both in alternating rounds. Only the ratio means anything
+on a shared machine.
+
+    python benchmarks/media_inputs_decode.py smollm2-135m-instruct --rounds 5 [--mode paged]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from clika_cli.models import resolve
+from clika_runtime import modelverse
+from clika_runtime import step_graph as io
+from clika_runtime.manifest import MANIFEST_FILE, Manifest
+
+EMBEDDINGS = "/model/embed_tokens/Gather/output_0"
+PROMPT = (
+    "You are a careful assistant. Summarise in plain words, step by step, how a river carries sand "
+    "from the mountains to the sea, what happens to it at each bend, why deltas form where rivers meet "
+    "still water, and what people living near a delta should know about floods and shifting channels."
+)
+
+
+def with_media_inputs(folder: Path, target: Path) -> Path:
+    """A copy of ``folder`` whose graphs also take the media inputs (other files hard-linked:
+    the manifest refuses symbolic links out of the folder)."""
+    manifest = Manifest.read(folder)
+    graph_files = {spec.file for spec in manifest.graphs.values()}
+    target.mkdir()
+    for path in folder.iterdir():
+        if path.name not in graph_files and path.name != MANIFEST_FILE:
+            os.link(path, target / path.name)
+    for spec in manifest.graphs.values():
+        model = onnx.load(str(folder / spec.file), load_external_data=False)
+        _add_media(model.graph, manifest.architecture.hidden_size)
+        onnx.save(model, str(target / spec.file))
+    graphs = {
+        key: dataclasses.replace(spec, inputs=(*spec.inputs, *io.MEDIA_INPUTS))
+        for key, spec in manifest.graphs.items()
+    }
+    dataclasses.replace(manifest, graphs=graphs).write(target)
+    return target
+
+
+def _add_media(graph: onnx.GraphProto, hidden: int) -> None:
+    # The token embeddings [T, hidden] as the exporter names them (a quantized table's
+    # GatherBlockQuantized + Reshape keep the name); families with an embedding scale differ.
+    tokens = EMBEDDINGS
+    embed = next(node for node in graph.node if tokens in node.output)
+    scattered = tokens + "/media"
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name == tokens:
+                node.input[i] = scattered
+    at = list(graph.node).index(embed) + 1
+    graph.node.insert(at, helper.make_node("Unsqueeze", [io.MEDIA_ROWS, "media/axes"], ["media/rows"]))
+    graph.node.insert(
+        at + 1, helper.make_node("ScatterND", [tokens, "media/rows", io.MEDIA_EMBEDS], [scattered])
+    )
+    graph.initializer.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), "media/axes"))
+    graph.input.append(helper.make_tensor_value_info(io.MEDIA_EMBEDS, TensorProto.FLOAT, ["media", hidden]))
+    graph.input.append(helper.make_tensor_value_info(io.MEDIA_ROWS, TensorProto.INT64, ["media"]))
+
+
+def decode_rate(model: modelverse.GenerativeModel, new_tokens: int) -> float:
+    model.generate(PROMPT, max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    return model.report.decode_tokens_per_s or 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", default="smollm2-135m-instruct")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--mode", choices=["continuous", "paged"], default="continuous")
+    parser.add_argument("--kv-dtype", choices=["float32", "int8"], default="float32")
+    args = parser.parse_args()
+    folder = resolve(args.model, None, pull=True, say=print, progress=True).folder
+    # Beside the folder: hard links need the same file system.
+    with tempfile.TemporaryDirectory(prefix=".media-inputs-", dir=folder.parent) as scratch:
+        media = with_media_inputs(folder, Path(scratch) / "media")
+        load = dict(threads=args.threads, kv_cache_mode=args.mode, kv_cache_dtype=args.kv_dtype)
+        models = {
+            "text-only graph": modelverse.load(folder, **load),
+            "media inputs": modelverse.load(media, **load),
+        }
+        assert models["media inputs"].engine.core.executor.takes_media
+        rates: dict[str, list[float]] = {name: [] for name in models}
+        for model in models.values():
+            decode_rate(model, 8)  # warm up
+        for _ in range(args.rounds):
+            for name, model in models.items():
+                rates[name].append(decode_rate(model, args.new_tokens))
+        print(f"| graph | decode tok/s (median of {args.rounds}) | rounds |")
+        print("|---|---:|---|")
+        for name, values in rates.items():
+            print(f"| {name} | {statistics.median(values):.1f} | {' '.join(f'{v:.1f}' for v in values)} |")
+        ratio = statistics.median(rates["media inputs"]) / statistics.median(rates["text-only graph"])
+        print(f"media inputs / text-only: {ratio:.3f} ({args.mode}, {args.kv_dtype} KV)")
+        for model in models.values():
+            model.close()
+
+
+if __name__ == "__main__":
+    main()
