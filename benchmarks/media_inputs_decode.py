@@ -18,10 +18,12 @@ import dataclasses
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from clika_cli.models import resolve
@@ -78,6 +80,52 @@ def _add_media(graph: onnx.GraphProto, hidden: int) -> None:
     graph.input.append(helper.make_tensor_value_info(io.MEDIA_ROWS, TensorProto.INT64, ["media"]))
 
 
+def step_times(folders: dict[str, Path], mode: str, kv_dtype: str, calls: int, threads: int | None) -> None:
+    """Per-call time of one decode step (one row, 256 cached positions) on each graph, the calls
+    interleaved in blocks of 10 so that both see the same load."""
+    from clika_runtime.model_folder import open_model_folder
+    from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
+    from clika_runtime.step_graph import pack_step, text_only_media
+
+    runs = {}
+    for name, folder in folders.items():
+        opened = open_model_folder(folder, kv_mode=mode, kv_dtype=kv_dtype, threads=threads)
+        arch, kv = opened.manifest.architecture, opened.graph.kv
+        dtype = np.int8 if kv.dtype == "int8" else np.float32
+        if mode == "paged":
+            shape = (arch.num_kv_heads, 8, kv.block_size, arch.head_dim)
+            feeds = pack_paged_step([PagedRow(256, [42], list(range(8)))], block_size=kv.block_size).feeds()
+        else:
+            shape = (1, arch.num_kv_heads, 512, arch.head_dim)
+            feeds = pack_step([(256, [42], False)]).feeds()
+        binding = opened.session.io_binding()
+        for key, array in {**feeds, **text_only_media(opened.session.get_inputs())}.items():
+            binding.bind_cpu_input(key, np.ascontiguousarray(array))
+        values = []  # one buffer bound as past and present (updated in place), as the engine binds it
+        for layer in range(arch.num_layers):
+            for past, present in ((kv.past_key, kv.present_key), (kv.past_value, kv.present_value)):
+                value = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype))
+                binding.bind_ortvalue_input(past.format(layer=layer), value)
+                binding.bind_ortvalue_output(present.format(layer=layer), value)
+                values.append(value)
+        binding.bind_output(opened.graph.logits_output)
+        runs[name] = (opened.session, binding, values)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(calls // 10):
+        for name, (session, binding, _) in runs.items():
+            for _ in range(10):
+                began = time.perf_counter()
+                session.run_with_iobinding(binding)
+                times[name].append(time.perf_counter() - began)
+    medians = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+    for name, ms in medians.items():
+        print(f"| {name} | decode step {ms:.3f} ms (median of {len(times[name])}) |")
+    names = list(medians)
+    print(
+        f"step time media inputs / text-only: {medians[names[1]] / medians[names[0]]:.3f} ({mode}, {kv_dtype} KV)"
+    )
+
+
 def decode_rate(model: modelverse.GenerativeModel, new_tokens: int) -> float:
     model.generate(PROMPT, max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     return model.report.decode_tokens_per_s or 0.0
@@ -91,11 +139,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--mode", choices=["continuous", "paged"], default="continuous")
     parser.add_argument("--kv-dtype", choices=["float32", "int8"], default="float32")
+    parser.add_argument(
+        "--step-calls", type=int, default=0, help="also time this many bare decode steps each"
+    )
     args = parser.parse_args()
     folder = resolve(args.model, None, pull=True, say=print, progress=True).folder
     # Beside the folder: hard links need the same file system.
     with tempfile.TemporaryDirectory(prefix=".media-inputs-", dir=folder.parent) as scratch:
         media = with_media_inputs(folder, Path(scratch) / "media")
+        if args.step_calls:
+            folders = {"text-only graph": folder, "media inputs": media}
+            step_times(folders, args.mode, args.kv_dtype, args.step_calls, args.threads)
         load = dict(threads=args.threads, kv_cache_mode=args.mode, kv_cache_dtype=args.kv_dtype)
         models = {
             "text-only graph": modelverse.load(folder, **load),
