@@ -71,9 +71,17 @@ def _add_media(graph: onnx.GraphProto, hidden: int) -> None:
             if name == tokens:
                 node.input[i] = scattered
     at = list(graph.node).index(embed) + 1
-    graph.node.insert(at, helper.make_node("Unsqueeze", [io.MEDIA_ROWS, "media/axes"], ["media/rows"]))
     graph.node.insert(
-        at + 1, helper.make_node("ScatterND", [tokens, "media/rows", io.MEDIA_EMBEDS], [scattered])
+        at,
+        helper.make_node(
+            "Unsqueeze", [io.MEDIA_ROWS, "media/axes"], ["media/rows"], name="/model/media/Rows"
+        ),
+    )
+    graph.node.insert(
+        at + 1,
+        helper.make_node(
+            "ScatterND", [tokens, "media/rows", io.MEDIA_EMBEDS], [scattered], name="/model/media/ScatterND"
+        ),
     )
     graph.initializer.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), "media/axes"))
     graph.input.append(helper.make_tensor_value_info(io.MEDIA_EMBEDS, TensorProto.FLOAT, ["media", hidden]))
@@ -126,6 +134,51 @@ def step_times(folders: dict[str, Path], mode: str, kv_dtype: str, calls: int, t
     )
 
 
+def media_share(folder: Path, mode: str, kv_dtype: str, calls: int, threads: int | None) -> None:
+    """ORT's profile of ``calls`` text-only decode steps on the media graph: the media nodes'
+    share of the time spent in every node (a ratio that the machine's load hardly moves)."""
+    import json
+
+    from clika_runtime.model_folder import session_options
+
+    manifest = Manifest.read(folder)
+    graph = manifest.graphs[f"{mode}:int8" if kv_dtype == "int8" else mode]
+    options = session_options(threads)
+    options.enable_profiling = True
+    options.profile_file_prefix = str(folder / "profile")
+    session = ort.InferenceSession(str(folder / graph.file), options, providers=["CPUExecutionProvider"])
+    arch, kv = manifest.architecture, graph.kv
+    dtype = np.int8 if kv.dtype == "int8" else np.float32
+    if mode == "paged":
+        from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
+
+        shape = (arch.num_kv_heads, 8, kv.block_size, arch.head_dim)
+        feeds = pack_paged_step([PagedRow(256, [42], list(range(8)))], block_size=kv.block_size).feeds()
+    else:
+        from clika_runtime.step_graph import pack_step
+
+        shape = (1, arch.num_kv_heads, 512, arch.head_dim)
+        feeds = pack_step([(256, [42], False)]).feeds()
+    from clika_runtime.step_graph import text_only_media
+
+    feeds = {**feeds, **text_only_media(session.get_inputs())}
+    for layer in range(arch.num_layers):
+        for past in (kv.past_key, kv.past_value):
+            feeds[past.format(layer=layer)] = np.zeros(shape, dtype)
+    for _ in range(calls):
+        session.run([graph.logits_output], feeds)
+    profile = Path(session.end_profiling())
+    events = json.loads(profile.read_text())
+    profile.unlink()
+    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    total = sum(e["dur"] for e in nodes)
+    media = sum(e["dur"] for e in nodes if "/media/" in e["name"])
+    print(
+        f"media nodes: {media / calls:.1f} us per step of {total / calls:.0f} us in all nodes "
+        f"({100 * media / total:.2f}%, {calls} text-only decode steps, {mode}, {kv_dtype} KV)"
+    )
+
+
 def decode_rate(model: modelverse.GenerativeModel, new_tokens: int) -> float:
     model.generate(PROMPT, max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     return model.report.decode_tokens_per_s or 0.0
@@ -142,11 +195,16 @@ def main() -> None:
     parser.add_argument(
         "--step-calls", type=int, default=0, help="also time this many bare decode steps each"
     )
+    parser.add_argument(
+        "--profile-calls", type=int, default=0, help="also profile this many steps (media share)"
+    )
     args = parser.parse_args()
     folder = resolve(args.model, None, pull=True, say=print, progress=True).folder
     # Beside the folder: hard links need the same file system.
     with tempfile.TemporaryDirectory(prefix=".media-inputs-", dir=folder.parent) as scratch:
         media = with_media_inputs(folder, Path(scratch) / "media")
+        if args.profile_calls:
+            media_share(media, args.mode, args.kv_dtype, args.profile_calls, args.threads)
         if args.step_calls:
             folders = {"text-only graph": folder, "media inputs": media}
             step_times(folders, args.mode, args.kv_dtype, args.step_calls, args.threads)
