@@ -128,3 +128,22 @@ def test_audio_and_text_only_models_refuse_by_name(idefics3, tiny_model):
     with pytest.raises(ValueError, match="reads text only; it takes no images"):
         tiny_model.generate(QUESTION, images=[random_image(8, 8, 1)])
     assert not tiny_model.supports_vision
+
+
+def test_a_vision_graph_beside_a_step_graph_without_media_inputs_is_not_used(tiny_llama_model, tmp_path):
+    import shutil
+
+    from vision_helpers import build_idefics3
+
+    from clika_export.media.vision_export import attach_vision, export_vision
+
+    _, hf = build_idefics3(tmp_path / "hf")
+    folder = shutil.copytree(tiny_llama_model, tmp_path / "model")
+    attach_vision(folder, export_vision(hf, folder))  # a text step graph: no media inputs
+    model = modelverse.load(folder, threads=1)
+    try:
+        assert not model.supports_vision
+        with pytest.raises(ValueError, match="reads text only; it takes no images"):
+            model.generate(QUESTION, images=[random_image(8, 8, 1)])
+    finally:
+        model.close()

@@ -54,6 +54,7 @@ from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.media.image_prompts import ImagePrompts
 from clika_runtime.model_folder import ModelFolder, open_model_folder
 from clika_runtime.paged_step_graph import PAGED_LAYOUT
+from clika_runtime.step_graph import takes_media
 from clika_runtime.store.load_target import folder_to_load
 from clika_runtime.text.tokenizer import Tokenizer
 
@@ -207,9 +208,10 @@ class GenerativeModel:
         self._assistant: GenerativeModel | None = None
         self._owned_assistant: GenerativeModel | None = None  # loaded by ``load``: closed with this model
         vision = manifest.vision
+        # A vision graph is of use only when the step graph takes its embeddings.
         self._images = (
             None
-            if vision is None
+            if vision is None or not takes_media(handle.folder.graph.inputs)
             else ImagePrompts(
                 handle.folder.path,
                 vision,
