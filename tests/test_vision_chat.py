@@ -3,11 +3,20 @@ Idefics3, against transformers' Idefics3Processor and generate on the same image
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
-from vision_helpers import IDEFICS3_PROCESSOR, build_idefics3_chat, idefics3_tokenizer, random_image
+from vision_helpers import (
+    IDEFICS3_PROCESSOR,
+    build_idefics3,
+    build_idefics3_chat,
+    idefics3_tokenizer,
+    random_image,
+)
 
 from clika_export.api import export
+from clika_export.media.vision_export import attach_vision, export_vision
 from clika_runtime import Tensor, modelverse
 
 torch = pytest.importorskip("torch")
@@ -131,12 +140,6 @@ def test_audio_and_text_only_models_refuse_by_name(idefics3, tiny_model):
 
 
 def test_a_vision_graph_beside_a_step_graph_without_media_inputs_is_not_used(tiny_llama_model, tmp_path):
-    import shutil
-
-    from vision_helpers import build_idefics3
-
-    from clika_export.media.vision_export import attach_vision, export_vision
-
     _, hf = build_idefics3(tmp_path / "hf")
     folder = shutil.copytree(tiny_llama_model, tmp_path / "model")
     attach_vision(folder, export_vision(hf, folder))  # a text step graph: no media inputs
