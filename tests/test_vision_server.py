@@ -106,3 +106,17 @@ def test_bad_image_parts_are_400s_naming_the_part(vision_model, tiny_model, tmp_
         body = {"model": "tiny", "messages": image_message(data_url(random_image(8, 8, 1))), "max_tokens": 2}
         response = http.post("/v1/chat/completions", json=body, timeout=60)
         assert response.status_code == 400 and "reads text only" in response.json()["error"]["message"]
+
+
+def test_the_ollama_client_sends_a_messages_images(vision_model, tiny_model):
+    ollama = pytest.importorskip("ollama")
+    image = random_image(50, 80, 23)
+    expected = vision_model.generate(QUESTION, images=[image], max_new_tokens=6, temperature=0.0)
+    message = {"role": "user", "content": QUESTION, "images": [png_bytes(image)]}
+    with start_server(vision_model, model_id=MODEL) as running:
+        client = ollama.Client(host=running.base_url)
+        reply = client.chat(model=MODEL, messages=[message], options={"temperature": 0, "num_predict": 6})
+    assert reply.message.content == expected
+    with start_server(tiny_model, model_id="tiny") as running:
+        with pytest.raises(ollama.ResponseError, match="reads text only"):
+            ollama.Client(host=running.base_url).chat(model="tiny", messages=[message])

@@ -38,7 +38,7 @@ def request_images(
             try:
                 pixels = read_image_url(part["url"], where, allow_files=image_files)
             except ImageFileError as exc:
-                raise bad_request(str(exc), f"{where}.image_url") from None
+                raise bad_request(str(exc), where) from None
             parts.append({"type": "image", "image": pixels})
         resolved.append({**message, "content": parts})
     return split_images(resolved)

@@ -246,7 +246,7 @@ def _content_text(content: Any, param: str) -> str | list[dict[str, Any]]:
         kind = part.get("type") if isinstance(part, dict) else None
         where = f"{param}[{index}]"
         if kind == "image_url":
-            parts.append({"type": "image_url", "url": _image_url(part, where), "param": where})
+            parts.append({"type": "image_url", "url": _image_url(part, where), "param": f"{where}.image_url"})
             continue
         if kind != "text" or not isinstance(part.get("text"), str):
             raise bad_request(
