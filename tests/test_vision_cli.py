@@ -10,7 +10,9 @@ import pytest
 from vision_helpers import build_idefics3_chat, random_image
 
 from clika_cli.chat_repl import ChatRepl
+from clika_cli.common import local_model
 from clika_cli.conversations import Conversations
+from clika_cli.model_info import describe
 from clika_export.api import export
 from clika_runtime import modelverse
 
@@ -88,3 +90,11 @@ def test_a_text_only_model_refuses_image(monkeypatch, capsys, tiny_llama_model, 
         "Error: this model reads text only; /image needs a model with a vision graph"
         in capsys.readouterr().err
     )
+
+
+def test_show_names_what_the_model_reads(vision_folder, tiny_llama_model):
+    def media_of(folder) -> dict:
+        return describe(local_model(str(folder), None, pull=False, quiet=True))["media"]
+
+    assert media_of(vision_folder) == {"vision": True, "audio": False, "video": False}
+    assert media_of(tiny_llama_model)["vision"] is False
