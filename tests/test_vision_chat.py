@@ -79,6 +79,7 @@ def test_generate_with_an_image_equals_transformers(idefics3):
     assert ours == expected
     vision = [e for e in events if e.stage == "vision"]
     assert len(vision) == 1 and vision[0].tokens == prompt.count(319) and vision[0].detail["images"] == 1
+    assert vision[0].detail["cached"] == 0
 
 
 def test_chat_puts_the_images_on_the_last_user_turn(idefics3):
@@ -98,11 +99,18 @@ def test_a_session_reuses_its_image_next_turn(idefics3):
     _, model = idefics3
     session = model.chat_session()
     first = random_image(80, 120, 8)
-    session.send(QUESTION, images=[first], max_new_tokens=4, temperature=0.0)
-    prompt = session.report.prompt_tokens
-    session.send("And the colours?", max_new_tokens=4, temperature=0.0)
-    # The history renders the image again; its tokens and KV come from the cache.
+    events = []
+    model.set_stage_observer(events.append)
+    try:
+        session.send(QUESTION, images=[first], max_new_tokens=4, temperature=0.0)
+        prompt = session.report.prompt_tokens
+        session.send("And the colours?", max_new_tokens=4, temperature=0.0)
+    finally:
+        model.set_stage_observer(None)
+    # The history renders the image again; its embeddings and KV come from the caches.
     assert session.report.cached_tokens >= prompt
+    vision = [e.detail for e in events if e.stage == "vision"]
+    assert vision == [{"images": 1, "cached": 0}, {"images": 1, "cached": 1}]
     other = model.chat_session()
     other.send(QUESTION, images=[random_image(80, 120, 9)], max_new_tokens=4, temperature=0.0)
     assert other.report.prompt_tokens == prompt  # the same placeholder tokens, another image

@@ -75,7 +75,9 @@ class ImagePrompts:
         observer = self._observer()
         if observer is not None:
             tokens = sum(e.num_tokens for e in embeddings)
-            observer(StageEvent("vision", request_id, seconds, tokens, detail={"images": len(embeddings)}))
+            # "cached": images whose embeddings an earlier request computed (the tower's cache).
+            detail = {"images": len(embeddings), "cached": sum(e.cached for e in embeddings)}
+            observer(StageEvent("vision", request_id, seconds, tokens, detail=detail))
         expanded = expand_markers(text, self.marker, [e.prompt_text for e in embeddings])
         ids = self.tokenizer.encode(expanded)
         image_id = int(self.spec.image_token_id)  # type: ignore[arg-type]
