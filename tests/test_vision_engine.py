@@ -16,10 +16,12 @@ from vision_helpers import (
     IDEFICS3_IMAGE_TOKEN,
     assert_close_in_scale,
     build_idefics3_chat,
+    build_qwen2_vl,
     random_image,
 )
 
 from clika_export.api import export
+from clika_export.checkpoint import CheckpointError
 from clika_runtime import modelverse
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
@@ -224,3 +226,9 @@ def test_the_same_image_is_reused_next_turn_and_a_different_one_is_not(idefics3,
     assert third_sink.report.cached_tokens <= int(other_media.positions[0])  # nothing from the image on
     _, expected = reference(hf_model, other_ids, other, tower.settings)
     assert third_sink.tokens == expected
+
+
+def test_a_qwen2_vl_checkpoint_is_refused_by_name(tmp_path):
+    build_qwen2_vl(tmp_path / "qwen2-vl")
+    with pytest.raises(CheckpointError, match="qwen2_vl checkpoints are not exported: .*M-RoPE"):
+        export(tmp_path / "qwen2-vl", tmp_path / "out", progress=False)

@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 from clika_export.checkpoint import Checkpoint, CheckpointError, check_architecture, check_layers_exist
 from clika_export.graph.rope import rope_type
 from clika_export.readers.layouts import SHIFTED_NORM_FAMILIES, fused_phi3_names, row_slices, shifted_norm
-from clika_export.readers.multimodal import text_part
+from clika_export.readers.multimodal import refuse_unbuilt, text_part
 from clika_export.readers.regular_file import file_sha256
 from clika_export.readers.safetensors_file import tensor_loaders
 from clika_runtime.manifest import Architecture
@@ -59,6 +59,7 @@ def read_hf(folder: str | Path) -> Checkpoint:
     if not is_hf_folder(folder):
         raise CheckpointError(f"{folder.name} is not a Hugging Face model folder: no config.json")
     config = _json(folder / "config.json")
+    refuse_unbuilt(config)  # named before anything else of the folder is read
     generation = _json(folder / "generation_config.json", required=False)
     tok_config = _json(folder / "tokenizer_config.json", required=False)
     tokenizer_json = _tokenizer_json(folder)

@@ -32,13 +32,19 @@ def is_multimodal(config: dict[str, Any]) -> bool:
     return str(config.get("model_type", "")).lower() in TEXT_MODELS
 
 
+def refuse_unbuilt(config: dict[str, Any]) -> None:
+    """A CheckpointError naming a multimodal family whose text model the step graph does not build."""
+    kind = str(config.get("model_type", "")).lower()
+    if kind in _REFUSED:
+        raise CheckpointError(f"{kind} checkpoints are not exported: {_REFUSED[kind]}")
+
+
 def text_part(
     config: dict[str, Any], loaders: dict[str, Callable[[], Any]]
 ) -> tuple[dict[str, Any], dict[str, Callable[[], Any]]]:
     """The text model's config and weights (renamed as a text checkpoint's); others unchanged."""
+    refuse_unbuilt(config)
     kind = str(config.get("model_type", "")).lower()
-    if kind in _REFUSED:
-        raise CheckpointError(f"{kind} checkpoints are not exported: {_REFUSED[kind]}")
     if kind not in TEXT_MODELS:
         return config, loaders
     prefix, family = TEXT_MODELS[kind]
