@@ -53,13 +53,13 @@ def _save(model, folder: Path, processor: dict) -> Path:
     return folder
 
 
-def build_idefics3(folder: Path):
+def build_idefics3(folder: Path, text: dict | None = None):
     config = transformers.Idefics3Config(
         vision_config=dict(
             hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=64,
             patch_size=8,
         ),
-        text_config=TEXT,
+        text_config=text or TEXT,
         scale_factor=2,
         image_token_id=319,
     )  # fmt: skip
@@ -93,3 +93,53 @@ def assert_close_in_scale(ours: np.ndarray, ref: np.ndarray, tolerance: float = 
     scale = float(np.abs(ref).max())
     assert scale > 0.1  # the embeddings are not degenerate
     assert float(np.abs(ours - ref).max()) <= tolerance * scale
+
+
+# -- a tiny Idefics3 with a tokenizer and chat template, for the end-to-end tests ------------
+
+IDEFICS3_SPECIALS = (
+    "<|im_start|>",
+    "<end_of_utterance>",
+    "<fake_token_around_image>",
+    "<global-img>",
+    *(f"<row_{r}_col_{c}>" for r in range(1, 5) for c in range(1, 5)),
+)
+IDEFICS3_IMAGE_TOKEN = 319
+# SmolVLM's template shape: content parts of type text and image, an image as one <image> marker.
+IDEFICS3_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}:"
+    "{% if message['content'] is string %}{{ ' ' + message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ ' ' + part['text'] }}"
+    "{% elif part['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}{% endif %}"
+    "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+
+
+def idefics3_tokenizer():
+    """Byte-level: the 256 byte symbols, the Idefics3 specials from 256, ``<image>`` at 319."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    specials = [*IDEFICS3_SPECIALS]
+    specials += [f"<unused_{i}>" for i in range(IDEFICS3_IMAGE_TOKEN - 256 - len(specials))] + ["<image>"]
+    vocab.update({token: 256 + i for i, token in enumerate(specials)})
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(specials)
+    assert tokenizer.token_to_id("<image>") == IDEFICS3_IMAGE_TOKEN
+    return tokenizer
+
+
+def build_idefics3_chat(folder: Path):
+    """``build_idefics3`` plus a tokenizer and chat template: a folder the whole export reads."""
+    # head_dim 16: the step graph's attention op takes head sizes in multiples of 8.
+    model, folder = build_idefics3(folder, {**TEXT, "hidden_size": 64, "num_hidden_layers": 2})
+    idefics3_tokenizer().save(str(folder / "tokenizer.json"))
+    config = {
+        "bos_token": "<|im_start|>",
+        "eos_token": "<end_of_utterance>",
+        "chat_template": IDEFICS3_TEMPLATE,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return model, folder

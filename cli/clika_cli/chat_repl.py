@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from clika_cli.arguments import utf8_problem
+from clika_cli.chat_images import restored, storable
 from clika_cli.chat_input import read_message
 from clika_cli.common import dim, draft_tally, say
 from clika_cli.conversations import ConversationError, Conversations
@@ -43,6 +44,7 @@ class ChatRepl:
         self.conversations = conversations or Conversations()
         self.conversation_id: str | None = None
         self.session: ChatSession = self._new_session(system=system)
+        self.images: list[Any] = []  # attached by /image: they ride the next message
 
     @property
     def system(self) -> str | None:
@@ -90,10 +92,13 @@ class ChatRepl:
 
     def reply(self, text: str) -> None:
         try:
-            pieces = self.session.send(text, stream=True, **self.overrides, max_new_tokens=self.budget)
+            pieces = self.session.send(
+                text, stream=True, images=self.images, **self.overrides, max_new_tokens=self.budget
+            )
         except ValueError as exc:  # the conversation no longer fits, a setting the model refuses
             say(f"Error: {exc}")
             return
+        self.images = []
         try:
             for piece in pieces:
                 if isinstance(piece, str):
@@ -142,13 +147,20 @@ class ChatRepl:
     def save(self, conversation_id: str | None) -> str:
         """Save under ``conversation_id`` (None: the bound id, else a new one) and bind to it."""
         chosen = conversation_id or self.conversation_id or self.conversations.unused_id()
-        self.conversations.save(chosen, self.session.messages)
+        self.conversations.save(chosen, storable(self.session.messages))
         self.conversation_id = chosen
         return chosen
 
     def load(self, conversation_id: str) -> int:
         """Continue a saved conversation (bound to its id); returns how many turns it holds."""
-        return self.adopt(conversation_id, self.conversations.load(conversation_id))
+        messages = self.conversations.load(conversation_id)
+        try:
+            messages = restored(messages)
+        except ValueError as exc:
+            raise ConversationError(
+                f"{conversation_id!r} holds an image that cannot be read: {exc}"
+            ) from None
+        return self.adopt(conversation_id, messages)
 
     def adopt(self, conversation_id: str, messages: list[dict[str, Any]]) -> int:
         """Continue ``messages``, saved under ``conversation_id``; returns how many turns they hold."""
@@ -165,7 +177,7 @@ class ChatRepl:
         if self.conversation_id is None:
             return
         try:
-            self.conversations.save(self.conversation_id, self.session.messages)
+            self.conversations.save(self.conversation_id, storable(self.session.messages))
         except ConversationError as exc:
             say(f"Error: {exc}")
 

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from clika_cli.chat_images import read_attachment
 from clika_cli.common import dim, say
 from clika_cli.conversations import ConversationError
 
@@ -20,6 +21,7 @@ HELP = """\
 /show               the model, the settings, the context used and the conversation's id
 /save [ID]          save the conversation (and every later reply) under ID (default: a new id)
 /load [ID]          continue a saved conversation (/load alone lists them)
+/image PATH         attach an image file to your next message (models with a vision graph)
 /help               this list
 /exit               leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
 A line ending in \\ continues on the next line; \"\"\" opens and closes a multi-line block.
@@ -150,6 +152,13 @@ def _save(repl: ChatRepl, argument: str) -> None:
     say(f"saved as {saved!r} (later replies are saved too); resume with: clika chat --resume {saved}")
 
 
+def _image(repl: ChatRepl, argument: str) -> None:
+    pixels = read_attachment(argument, repl.model.supports_vision)
+    repl.images.append(pixels)
+    height, width = pixels.shape[:2]
+    say(dim(f"(image attached: {width} x {height}; it rides your next message)"))
+
+
 def _load(repl: ChatRepl, argument: str) -> None:
     if not argument:
         ids = repl.conversations.ids()
@@ -168,4 +177,5 @@ _COMMANDS: dict[str, Callable[[ChatRepl, str], None]] = {
     "/show": _show,
     "/save": _save,
     "/load": _load,
+    "/image": _image,
 }

@@ -79,6 +79,11 @@ def describe(local: LocalModel) -> dict[str, Any]:
         tools = model.tool_call_format if model.supports_tools else None
         reasoning = model.reasoning_mode
         has_template = model.has_chat_template
+        media = {
+            "vision": model.supports_vision,
+            "audio": model.supports_audio,
+            "video": model.supports_video,
+        }
     finally:
         model.close()
     item = _catalog_item_of(manifest.provenance.source_sha256)
@@ -99,6 +104,7 @@ def describe(local: LocalModel) -> dict[str, Any]:
         "chat_template": manifest.chat_template_file if has_template else None,
         "tool_call_format": tools,
         "reasoning_mode": reasoning,
+        "media": media,  # what the model reads beside text (a vision graph: images)
         "generation_defaults": dict(manifest.generation_defaults),
         "quality": dict(manifest.quality),
         "source": dataclasses.asdict(manifest.provenance),

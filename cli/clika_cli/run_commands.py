@@ -120,6 +120,11 @@ def generate(
     default="",
     help="Origins browsers may call from, comma-separated ('*': any); none by default.",
 )
+@click.option(
+    "--allow-image-files",
+    is_flag=True,
+    help="Let image_url parts name local files (data: URLs are always read; remote URLs never).",
+)
 @assistant_option
 @engine_options
 def serve(
@@ -133,6 +138,7 @@ def serve(
     default_max_tokens: int,
     model_id: str | None,
     cors_origins: str,
+    allow_image_files: bool,
     assistant: str | None,
     engine: EngineChoice,
 ) -> None:
@@ -167,6 +173,7 @@ def serve(
             on_ready=ready,
             log_level="warning",
             cors_origins=[origin.strip() for origin in cors_origins.split(",") if origin.strip()],
+            image_files=allow_image_files,
         )
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
         say("stopped")

@@ -27,6 +27,7 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.hidden_states import add_hidden_states_in_place, ensure_hidden_states
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
+from clika_export.media.vision_export import attach_vision, export_vision, read_json
 from clika_export.progress import Progress
 from clika_export.quality_report import (
     choose_levels_by_sensitivity,
@@ -35,6 +36,7 @@ from clika_export.quality_report import (
     wants_sensitivity,
 )
 from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
+from clika_export.readers.multimodal import is_multimodal
 from clika_export.readers.regular_file import file_sha256
 from clika_export.template_check import check_chat_template
 from clika_export.termination import terminated_as_exit
@@ -90,6 +92,7 @@ def export(
         checkpoint = read_source(source)
         check_chat_template(checkpoint)
     sensitive = sensitivity_planned(precision, quant_options, checkpoint.architecture)
+    vision = has_vision_tower(source)
     family = family_for(checkpoint)
     context = resolve_context_window(checkpoint, context_window)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +111,7 @@ def export(
                     context,
                     on_layer=_both(on_layer, reference.layer_done if reference else None),
                     on_tensor=reference.observe if reference else None,
+                    media_inputs=vision,
                 )
             expected = reference.logits() if reference else None
             record = {"weights": "fp32", "matrices": built.matrices}
@@ -153,6 +157,8 @@ def export(
                     manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
                 except KVQuantError as exc:  # e.g. weights that make the keys non-finite
                     raise ExportError(f"the int8 KV cache could not be calibrated: {exc}") from None
+                if vision:
+                    attach_vision(work, export_vision(source, work))
                 Manifest.read(work)  # the folder must read back as a complete model
             _publish(work, out, overwrite)
         except BaseException:
@@ -206,6 +212,17 @@ def _both(first: Callable[[int], None], second: Callable[[int], None] | None) ->
         second(index)
 
     return call
+
+
+def has_vision_tower(source: Path) -> bool:
+    """True for a Hugging Face folder of a multimodal family whose vision tower is exported too
+    (its step graph then takes the media embeddings, ``clika_runtime.step_graph.MEDIA_INPUTS``)."""
+    if not is_hf_folder(source):
+        return False
+    try:
+        return is_multimodal(read_json(source / "config.json"))
+    except CheckpointError:
+        return False  # reading the checkpoint names the problem
 
 
 def read_source(source: Path) -> Checkpoint:

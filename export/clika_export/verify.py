@@ -32,6 +32,7 @@ from clika_runtime.step_graph import (
     PRESENT_KEY,
     PRESENT_VALUE,
     pack_step,
+    text_only_media,
 )
 
 # fp32 graphs must match the float reference this closely (max|diff| / max|ref| per logits row).
@@ -57,6 +58,8 @@ class StepRunner:
             (np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(arch.num_layers)
         ]
         self.binding = session.io_binding()
+        for name, array in text_only_media(session.get_inputs()).items():  # a vision folder's graph
+            self.binding.bind_cpu_input(name, array)
         # Bound first so it stays output 0 when rebound each step.
         self.binding.bind_output(LOGITS)
         self._shared: list[ort.OrtValue] = []  # the bindings refer to these: keep them alive

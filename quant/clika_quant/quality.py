@@ -24,7 +24,7 @@ import onnxruntime as ort
 
 from clika_runtime.chat.templates import ChatTemplate
 from clika_runtime.model_folder import ModelFolder, open_model_folder
-from clika_runtime.step_graph import GridLayout, grid_layout, pack_step
+from clika_runtime.step_graph import GridLayout, grid_layout, pack_step, text_only_media
 
 # Fixed prompts for greedy agreement: short, varied, answerable by a small chat model.
 CHAT_PROMPTS = (
@@ -66,6 +66,8 @@ class SequenceRunner:
         kv = model.graph.kv
         self.binding = self.session.io_binding()
         self.binding.bind_output(self.logits_name)  # bound first: stays output 0 when rebound
+        for name, array in text_only_media(self.session.get_inputs()).items():  # a vision folder's graph
+            self.binding.bind_cpu_input(name, array)
         self._values = []
         shape = (1, arch.num_kv_heads, capacity, arch.head_dim)
         for layer in range(arch.num_layers):

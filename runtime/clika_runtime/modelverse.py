@@ -30,9 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from clika_runtime.chat.media_turns import (
+    attach_images,
+    refuse_media,
+    split_images,
+    with_images_on_last_user_turn,
+)
 from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.outcome import ChatOutcome
-from clika_runtime.chat.prepare import refuse_media
 from clika_runtime.chat.render import render_prompt
 from clika_runtime.chat.session import ChatSession
 from clika_runtime.chat.templates import ChatTemplate
@@ -46,10 +51,13 @@ from clika_runtime.engine.errors import GenerationError
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
 from clika_runtime.engine.paged_cache import PagedKVCache
+from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.stages import StageEvent, StageObserver
+from clika_runtime.media.image_prompts import ImagePrompts
 from clika_runtime.model_folder import ModelFolder, open_model_folder
 from clika_runtime.paged_step_graph import PAGED_LAYOUT
+from clika_runtime.step_graph import takes_media
 from clika_runtime.store.load_target import folder_to_load
 from clika_runtime.text.tokenizer import Tokenizer
 
@@ -78,6 +86,7 @@ class _Loaded:
     template: ChatTemplate | None
     kv_cache_mode: str | None
     options: EngineOptions
+    threads: int | None = None  # the load's ORT threads (a vision graph opens with them too)
 
     @property
     def residency(self) -> dict[str, Any]:
@@ -169,7 +178,7 @@ def load(
     # refuses when they outnumber its cos/sin table (the context window): a step never packs more.
     step_tokens = min(options.max_step_tokens, opened.manifest.context_window)
     options = dataclasses.replace(options, max_step_tokens=step_tokens)
-    model = GenerativeModel(_Loaded(opened, tokenizer, template, kv_cache_mode, options))
+    model = GenerativeModel(_Loaded(opened, tokenizer, template, kv_cache_mode, options, threads))
     if isinstance(assistant_model, (str, Path)):
         assistant_model = load(assistant_model, threads=threads, allow_spinning=allow_spinning)
         model._owned_assistant = assistant_model
@@ -202,6 +211,19 @@ class GenerativeModel:
         self._assistant: GenerativeModel | None = None
         self._owned_assistant: GenerativeModel | None = None  # loaded by ``load``: closed with this model
         self._embedder: Embedder | None = None
+        vision = manifest.vision
+        # A vision graph is of use only when the step graph takes its embeddings.
+        self._images = (
+            None
+            if vision is None or not takes_media(handle.folder.graph.inputs)
+            else ImagePrompts(
+                handle.folder.path,
+                vision,
+                handle.tokenizer,
+                threads=handle.threads,
+                observer=lambda: self._observer,
+            )
+        )
 
     # -- what the model is -------------------------------------------------------------
 
@@ -323,7 +345,17 @@ class GenerativeModel:
 
     @property
     def supports_vision(self) -> bool:
-        return False
+        """True when the folder has a vision graph: ``images=`` ride the user turn."""
+        return self._images is not None
+
+    def encode_with_images(
+        self, text: str, images: Sequence[Any], *, request_id: int | None = None
+    ) -> tuple[list[int], PromptMedia | None]:
+        """``text`` (one image marker per image, where the chat template put them) as token ids with
+        each marker expanded to its image's tokens, and the images' embeddings (the ``vision`` stage)."""
+        if self._images is None:
+            raise ValueError("this model reads text only; it takes no images")
+        return self._images.encode(text, images, token_budget=self.max_seq - 1, request_id=request_id)
 
     @property
     def supports_audio(self) -> bool:
@@ -517,6 +549,25 @@ class GenerativeModel:
         ``role: content`` lines with the assistant's turn opened."""
         return self.render(messages)
 
+    def _prompt_with_images(
+        self, prompt: Any, messages: Any, config: GenerationConfig, images: list[Any]
+    ) -> tuple[str, list[Any]]:
+        """The prompt text (an image marker where each image rides) and the images in prompt order."""
+        if messages is not None:
+            rendered, images = split_images(messages)
+            return self._prompt_text(None, rendered, config), images
+        if not images:
+            return self._prompt_text(prompt, None, config), []
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        if self._handle.template is None:  # raw text: the markers lead, unless the prompt places them
+            assert self._images is not None
+            marker = self._images.marker
+            return (prompt if marker in prompt else marker * len(images) + prompt), images
+        turn = attach_images({"role": "user", "content": prompt}, images)
+        rendered, images = split_images([turn])
+        return self.render(rendered, config=config), images
+
     def _prompt_text(self, prompt: Any, messages: Any, config: GenerationConfig) -> str:
         if (prompt is None) == (messages is None):
             raise ValueError("pass either a prompt or messages= (exactly one of them)")
@@ -540,15 +591,25 @@ class GenerativeModel:
         *,
         skip_special_tokens: bool = True,
         detokenize: bool = True,
+        images: Sequence[Any] = (),
     ) -> RequestStream:
         engine = self.engine
         request_id = engine.new_request_id()
-        began = time.perf_counter()
-        ids = self.tokenizer.encode(text)
-        if self._observer is not None:
-            self._observer(StageEvent("tokenize", request_id, time.perf_counter() - began, len(ids)))
+        media = None
+        if images:
+            ids, media = self.encode_with_images(text, images, request_id=request_id)
+        else:
+            began = time.perf_counter()
+            ids = self.tokenizer.encode(text)
+            if self._observer is not None:
+                self._observer(StageEvent("tokenize", request_id, time.perf_counter() - began, len(ids)))
         return engine.submit(
-            ids, config, request_id=request_id, skip_special_tokens=skip_special_tokens, detokenize=detokenize
+            ids,
+            config,
+            request_id=request_id,
+            skip_special_tokens=skip_special_tokens,
+            detokenize=detokenize,
+            media=media,
         )
 
     def generate(
@@ -573,7 +634,7 @@ class GenerativeModel:
         if isinstance(prompt, (list, tuple)):
             if messages is not None:
                 raise ValueError("pass either a list of prompts or messages=, not both")
-            refuse_media(images, audio, videos)
+            refuse_media(images, audio, videos, vision=False)  # media ride one prompt, not a batch
             return self.generate_batch(prompt, config=config, max_active=max_active, **overrides)
         pieces = self.stream_generate(
             prompt, messages=messages, config=config, images=images, audio=audio, videos=videos, **overrides
@@ -600,10 +661,14 @@ class GenerativeModel:
         Closing the iterator early cancels the request at the next step.
         ``report`` is set once the reply is complete.
         """
-        refuse_media(images, audio, videos)
+        refuse_media(images, audio, videos, vision=self.supports_vision)
         cfg = self._config(config, overrides)
-        text = self._prompt_text(prompt, messages, cfg)
-        stream = self._submit(text, cfg, skip_special_tokens=skip_special_tokens, detokenize=decode)
+        if messages is not None and images:
+            messages = with_images_on_last_user_turn(messages, images)
+        text, images = self._prompt_with_images(prompt, messages, cfg, list(images))
+        stream = self._submit(
+            text, cfg, skip_special_tokens=skip_special_tokens, detokenize=decode, images=images
+        )
         pieces = stream.texts() if decode else stream.token_batches()
         return _StreamedReply(stream, pieces, self._set_report)
 

@@ -73,6 +73,13 @@ STEP_INPUTS = (
     TOTAL_SEQUENCE_LENGTH,
     LOGITS_INDEX,
 )
+# A graph exported with a vision tower also takes embeddings for the media positions of the
+# step's packed tokens: row ``media_rows[m]`` of the token embeddings is replaced by
+# ``media_embeds[m]`` before the first layer (M = 0 on a text-only step). Graphs without them
+# (text-only exports) are told apart by their input names (``takes_media``).
+MEDIA_EMBEDS = "media_embeds"  # float32 [M, hidden]
+MEDIA_ROWS = "media_rows"  # int64 [M]: packed token rows, distinct, each < T
+MEDIA_INPUTS = (MEDIA_EMBEDS, MEDIA_ROWS)
 LOGITS = "logits"
 # The final norm of every packed token ``[T, hidden]``: what embeddings pool (the engine leaves it unbound).
 HIDDEN_STATES = "hidden_states"
@@ -102,6 +109,63 @@ def grid_layout(input_names: Iterable[str]) -> GridLayout | None:
         f"the step graph takes {GRID_INDEX} but neither {TOKEN_CELL} nor {TOKEN_INDEX}: "
         f"not a step graph this runtime knows (inputs: {', '.join(sorted(names))})"
     )
+
+
+def takes_media(input_names: Iterable[str]) -> bool:
+    """True when a step graph (continuous or paged) takes media embeddings for its token rows."""
+    names = set(input_names)
+    if names.isdisjoint(MEDIA_INPUTS):
+        return False
+    if not names.issuperset(MEDIA_INPUTS):
+        raise ValueError(f"the step graph takes one of {MEDIA_EMBEDS} / {MEDIA_ROWS} without the other")
+    return True
+
+
+def text_only_media(inputs: Iterable[object]) -> dict[str, np.ndarray]:
+    """The media inputs (M = 0) to bind once on a graph that takes them, for runs that feed
+    text alone (verification, calibration); ``{}`` for a graph without. ``inputs``: a
+    session's ``get_inputs()`` (objects with ``name`` and ``shape``)."""
+    shapes = {getattr(value, "name", ""): getattr(value, "shape", None) for value in inputs}
+    if not takes_media(shapes):
+        return {}
+    shape = shapes[MEDIA_EMBEDS] or []
+    width = shape[1] if len(shape) == 2 and isinstance(shape[1], int) else 0
+    return pack_media([], width)
+
+
+class MediaSpan(NamedTuple):
+    """A sequence's media rows in prompt order: ``positions[m]`` takes ``embeds[m]``."""
+
+    positions: np.ndarray  # int64 [M], ascending prompt positions
+    embeds: np.ndarray  # float32 [M, hidden]
+
+
+def pack_media(spans: Sequence[tuple[MediaSpan | None, int, int]], hidden_size: int) -> dict[str, np.ndarray]:
+    """The media inputs of one step from ``(span, start, count)`` per row, in packing order.
+
+    A row runs the positions ``[start, start + count)`` of its sequence; the media
+    positions among them land at the row's packed offset plus ``position - start``.
+    A step without media gives ``M = 0`` (empty arrays of the right dtypes and width).
+    """
+    rows: list[np.ndarray] = []
+    embeds: list[np.ndarray] = []
+    offset = 0
+    for span, start, count in spans:
+        if span is not None and len(span.positions):
+            lo, hi = np.searchsorted(span.positions, [start, start + count])
+            if hi > lo:
+                rows.append(span.positions[lo:hi] - start + offset)
+                embeds.append(span.embeds[lo:hi])
+        offset += count
+    if not rows:
+        return {
+            MEDIA_EMBEDS: np.zeros((0, hidden_size), dtype=np.float32),
+            MEDIA_ROWS: np.zeros(0, dtype=np.int64),
+        }
+    return {
+        MEDIA_EMBEDS: np.ascontiguousarray(np.concatenate(embeds), dtype=np.float32),
+        MEDIA_ROWS: np.concatenate(rows).astype(np.int64),
+    }
 
 
 class StepRow(NamedTuple):

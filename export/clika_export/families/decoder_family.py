@@ -30,7 +30,11 @@ class DecoderFamily:
         context_window: int,
         on_layer: Callable[[int], None] | None = None,
         on_tensor: Callable[[str, np.ndarray], None] | None = None,
+        media_inputs: bool = False,
     ) -> BuiltGraph:
-        """Write the step graph of a checkpoint of this family into ``folder``."""
+        """Write the step graph of a checkpoint of this family into ``folder``
+        (``media_inputs``: with the media embeddings' inputs, for a folder with a vision tower)."""
         spec = self.spec_of(checkpoint, context_window)
-        return build_decoder(spec, checkpoint, folder, on_layer=on_layer, on_tensor=on_tensor)
+        return build_decoder(
+            spec, checkpoint, folder, on_layer=on_layer, on_tensor=on_tensor, media_inputs=media_inputs
+        )

@@ -3,7 +3,7 @@
 One ORT call = one engine step for a batch of rows; the inputs are described
 in ``clika_runtime.step_graph``. Dataflow::
 
-    input_ids[T] -> Gather(embed) -> h[T, H]
+    input_ids[T] -> Gather(embed) -> h[T, H]  (-> ScatterND(media_rows, media_embeds) with media inputs)
     per layer:   SkipSimplifiedLayerNorm(prev mlp out, residual) -> x, residual
                  attention(x) -> SkipSimplifiedLayerNorm(+residual) -> mlp -> mlp out
     head:        Gather(logits_index) of mlp out and residual -> final norm -> lm_head -> logits[N, V]
@@ -40,6 +40,7 @@ DATA_FILE = "model.onnx.data"
 
 # Symbolic dimension names of the step graph.
 TOKENS, GRID_COLS, ROWS, PICKED, CAPACITY = "tokens", "grid_cols", "rows", "logits_rows", "capacity"
+MEDIA = "media_rows"
 
 
 __all__ = ["BuiltGraph", "DecoderSpec", "LayerSpec", "RopeSpec", "build_decoder"]
@@ -64,15 +65,19 @@ def build_decoder(
     *,
     on_layer: Callable[[int], None] | None = None,
     on_tensor: Callable[[str, np.ndarray], None] | None = None,
+    media_inputs: bool = False,
 ) -> BuiltGraph:
     """Write ``model.onnx`` and ``model.onnx.data`` for ``checkpoint`` into ``folder``.
 
     ``on_layer(i)`` is called when layer ``i`` is written; ``on_tensor(name, array)``
     sees every checkpoint tensor as it is read (HF name and layout), once.
+    ``media_inputs``: the graph also takes ``media_embeds`` / ``media_rows`` (a folder
+    with a vision tower), scattered over the token embeddings before the first layer.
     """
     data = ExternalData(Path(folder) / DATA_FILE)
     try:
         builder = _DecoderBuilder(spec, checkpoint, GraphBuilder("clika_step", data), on_tensor)
+        builder.media_inputs = media_inputs
         model = builder.build(on_layer)
     finally:
         data.close()
@@ -131,6 +136,7 @@ class _DecoderBuilder:
         self.matrices: dict[str, dict[str, Any]] = {}
         self._shapes = _expected_shapes(spec)
         self._constants: dict[str, str] = {}
+        self.media_inputs = False
 
     # -- whole graph ---------------------------------------------------------
 
@@ -157,6 +163,9 @@ class _DecoderBuilder:
         g.input(io.SEQLENS_K, np.int32, [ROWS])
         g.input(io.TOTAL_SEQUENCE_LENGTH, np.int32, [])
         g.input(io.LOGITS_INDEX, np.int64, [PICKED])
+        if self.media_inputs:
+            g.input(io.MEDIA_EMBEDS, np.float32, [MEDIA, a.hidden_size])
+            g.input(io.MEDIA_ROWS, np.int64, [MEDIA])
         kv_shape = [ROWS, a.num_kv_heads, CAPACITY, a.head_dim]
         for layer in range(a.num_layers):
             g.input(io.PAST_KEY.format(layer=layer), np.float32, kv_shape)
@@ -187,8 +196,22 @@ class _DecoderBuilder:
         with self.g.scope("embed_tokens"):
             hidden = self.g.op("Gather", [self.embed_name, io.INPUT_IDS], axis=0)
             hidden = self._scaled(hidden, self.spec.embedding_scale, "model.embed_scale")
+        if self.media_inputs:
+            hidden = self._media(hidden)
         self._record(self.embed_name, "embed", "/model/embed_tokens/Gather", None, "out_in", table.shape)
         return hidden
+
+    def _media(self, hidden: str) -> str:
+        """``hidden`` with rows ``media_rows`` replaced by ``media_embeds`` (the projector's output,
+        already at the text model's scale: the embedding scale applies to tokens only).
+
+        ONNX Runtime runs the ScatterND with M = 0 (a text-only step) as a copy of ``hidden``.
+        """
+        g = self.g
+        with g.scope("media"):
+            axes = g.constant("model.media.axes", np.array([-1], dtype=np.int64))
+            rows = g.op("Unsqueeze", [io.MEDIA_ROWS, axes], label="Rows")
+            return g.op("ScatterND", [hidden, rows, io.MEDIA_EMBEDS])
 
     def _head(self, mlp_out: str, residual: str) -> None:
         """Final norm and lm_head on the picked positions only (then the logits' scale and soft-cap).

@@ -45,7 +45,7 @@ from clika_export.graph.builder import save_model
 from clika_export.graph.paged_graph import DEFAULT_BLOCK_SIZE, add_paged_graph
 from clika_runtime.manifest import MANIFEST_FILE, GraphSpec, Manifest, graph_key
 from clika_runtime.model_folder import session_options
-from clika_runtime.step_graph import GridLayout, StepRow, grid_layout, pack_step
+from clika_runtime.step_graph import GridLayout, StepRow, grid_layout, pack_step, text_only_media
 
 INT8_KV_MODEL_FILE = "model_kv8.onnx"
 INT8 = "int8"
@@ -130,7 +130,8 @@ def kv_scales(
     binding = session.io_binding()
     # Folders exported before the token_cell form take the flat grid maps.
     layout = grid_layout(i.name for i in session.get_inputs()) or GridLayout.CELLS
-    for name, array in pack_step([StepRow(0, list(token_ids))], capacity=count).feeds(layout).items():
+    feeds = pack_step([StepRow(0, list(token_ids))], capacity=count).feeds(layout)
+    for name, array in {**feeds, **text_only_media(session.get_inputs())}.items():
         binding.bind_cpu_input(name, np.ascontiguousarray(array))
     caches: list[tuple[np.ndarray, np.ndarray]] = []
     for layer in range(arch.num_layers):

@@ -235,7 +235,7 @@ def _splice(
 def _replace_io(
     graph: onnx.GraphProto, arch: Architecture, block_size: int, kv_names: KVNames, pool_type: int
 ) -> None:
-    kept = [v for v in graph.input if v.name in (io.INPUT_IDS, io.LOGITS_INDEX)]
+    kept = [v for v in graph.input if v.name in (io.INPUT_IDS, io.LOGITS_INDEX, *io.MEDIA_INPUTS)]
     new_inputs = [
         helper.make_tensor_value_info(io.POSITION_IDS, onnx.TensorProto.INT64, [TOKENS]),
         helper.make_tensor_value_info(io.SLOT_MAPPING, onnx.TensorProto.INT64, [TOKENS]),

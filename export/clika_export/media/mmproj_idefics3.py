@@ -15,37 +15,29 @@ from typing import Any
 
 import numpy as np
 
-from clika_export.checkpoint import CheckpointError
+from clika_export.media.mmproj_names import MmprojNames
 from clika_export.readers.gguf_file import GGUFMetadata
 
-_GLOBAL = {
-    "embeddings.patch_embedding": "v.patch_embd",
-    "embeddings.position_embedding": "v.position_embd",
-    "post_layernorm": "v.post_ln",
-    "connector.modality_projection.proj": "mm.model.fc",
-}
-_LAYER = re.compile(r"encoder\.layers\.(\d+)\.(.+)")
-_LAYER_PARTS = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.out_proj": "attn_out",
-    "layer_norm1": "ln1",
-    "layer_norm2": "ln2",
-    "mlp.fc1": "ffn_up",
-    "mlp.fc2": "ffn_down",
-}
-
-
-def gguf_name(hf_name: str) -> str:
-    """The mmproj tensor name of a tower-relative Hugging Face name (``...weight`` / ``...bias``)."""
-    module, _, leaf = hf_name.rpartition(".")
-    if module in _GLOBAL:
-        return f"{_GLOBAL[module]}.{leaf}"
-    match = _LAYER.fullmatch(module)
-    if match and match.group(2) in _LAYER_PARTS:
-        return f"v.blk.{int(match.group(1))}.{_LAYER_PARTS[match.group(2)]}.{leaf}"
-    raise CheckpointError(f"no mmproj tensor corresponds to {hf_name}")
+NAMES = MmprojNames(
+    modules={
+        "embeddings.patch_embedding": "v.patch_embd",
+        "embeddings.position_embedding": "v.position_embd",
+        "post_layernorm": "v.post_ln",
+        "connector.modality_projection.proj": "mm.model.fc",
+    },
+    layer=re.compile(r"encoder\.layers\.(\d+)\.(.+)"),
+    parts={
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.out_proj": "attn_out",
+        "layer_norm1": "ln1",
+        "layer_norm2": "ln2",
+        "mlp.fc1": "ffn_up",
+        "mlp.fc2": "ffn_down",
+    },
+)
+gguf_name = NAMES.gguf_name
 
 
 def weights(read: Callable[[str], np.ndarray]) -> Callable[[str], np.ndarray]:

@@ -18,28 +18,22 @@ from typing import Any
 import numpy as np
 
 from clika_export.checkpoint import CheckpointError
+from clika_export.media.mmproj_names import MmprojNames
 from clika_export.readers.gguf_file import GGUFMetadata
 
-_GLOBAL = {"merger.ln_q": "v.post_ln", "merger.mlp.0": "mm.0", "merger.mlp.2": "mm.2"}
-_BLOCK = re.compile(r"blocks\.(\d+)\.(.+)")
-_BLOCK_PARTS = {
-    "norm1": "ln1",
-    "norm2": "ln2",
-    "attn.proj": "attn_out",
-    "mlp.fc1": "ffn_up",
-    "mlp.fc2": "ffn_down",
-}
-
-
-def gguf_name(hf_name: str) -> str:
-    """The mmproj tensor of a tower-relative name (the fused and 3-D tensors are handled by ``weights``)."""
-    module, _, leaf = hf_name.rpartition(".")
-    if module in _GLOBAL:
-        return f"{_GLOBAL[module]}.{leaf}"
-    match = _BLOCK.fullmatch(module)
-    if match and match.group(2) in _BLOCK_PARTS:
-        return f"v.blk.{int(match.group(1))}.{_BLOCK_PARTS[match.group(2)]}.{leaf}"
-    raise CheckpointError(f"no mmproj tensor corresponds to {hf_name}")
+# The fused and 3-D tensors are handled by ``weights``.
+NAMES = MmprojNames(
+    modules={"merger.ln_q": "v.post_ln", "merger.mlp.0": "mm.0", "merger.mlp.2": "mm.2"},
+    layer=re.compile(r"blocks\.(\d+)\.(.+)"),
+    parts={
+        "norm1": "ln1",
+        "norm2": "ln2",
+        "attn.proj": "attn_out",
+        "mlp.fc1": "ffn_up",
+        "mlp.fc2": "ffn_down",
+    },
+)
+gguf_name = NAMES.gguf_name
 
 
 def weights(read: Callable[[str], np.ndarray]) -> Callable[[str], np.ndarray]:

@@ -23,6 +23,7 @@ from tokenizers import Tokenizer
 from clika_export.checkpoint import Checkpoint, CheckpointError, check_architecture, check_layers_exist
 from clika_export.graph.rope import rope_type
 from clika_export.readers.layouts import SHIFTED_NORM_FAMILIES, fused_phi3_names, row_slices, shifted_norm
+from clika_export.readers.multimodal import refuse_unbuilt, text_part
 from clika_export.readers.pooling import hf_pooling
 from clika_export.readers.regular_file import file_sha256
 from clika_export.readers.safetensors_file import tensor_loaders
@@ -37,6 +38,7 @@ _HASHED = (
     "tokenizer_config.json",
     "chat_template.jinja",
     "chat_template.json",
+    "preprocessor_config.json",  # a multimodal checkpoint's image processor (exported beside it)
     INDEX_FILE,
 )
 # model_type -> the family name (Gemma 3's text-only checkpoints say "gemma3_text").
@@ -58,11 +60,12 @@ def read_hf(folder: str | Path) -> Checkpoint:
     if not is_hf_folder(folder):
         raise CheckpointError(f"{folder.name} is not a Hugging Face model folder: no config.json")
     config = _json(folder / "config.json")
+    refuse_unbuilt(config)  # named before anything else of the folder is read
     generation = _json(folder / "generation_config.json", required=False)
     tok_config = _json(folder / "tokenizer_config.json", required=False)
     tokenizer_json = _tokenizer_json(folder)
     tokenizer = Tokenizer.from_str(tokenizer_json)
-    loaders = _weights(folder)
+    config, loaders = text_part(config, _weights(folder))  # a multimodal checkpoint's text model
     arch = architecture(config, has_lm_head="lm_head.weight" in loaders)
     check_layers_exist(arch, loaders, "config.json")
     loaders = _llama_layout(arch, loaders)

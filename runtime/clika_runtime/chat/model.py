@@ -7,12 +7,14 @@ tokenizer, and submits turns to the model's engine.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from clika_runtime.chat.templates import ChatTemplate
     from clika_runtime.engine.config import GenerationConfig
     from clika_runtime.engine.engine import Engine
+    from clika_runtime.engine.prompt_media import PromptMedia
     from clika_runtime.text.tokenizer import Tokenizer
 
 
@@ -35,6 +37,14 @@ class ChatModel(Protocol):
     def engine(self) -> Engine: ...
 
     def raise_limits(self, *, max_active: int | None = None, max_queued: int | None = None) -> None: ...
+
+    @property
+    def supports_vision(self) -> bool: ...
+
+    def encode_with_images(self, text: str, images: Sequence[Any]) -> tuple[list[int], PromptMedia | None]:
+        """``text`` (with one image marker per image) as token ids, each marker expanded to its
+        image's tokens, and the images' embeddings for them."""
+        ...
 
 
 def supports_tools(template: ChatTemplate | None) -> bool:

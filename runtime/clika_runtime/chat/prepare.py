@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from clika_runtime.chat.media_turns import split_images
 from clika_runtime.chat.model import supports_tools
 from clika_runtime.chat.render import render_prompt
 from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
@@ -19,16 +20,19 @@ from clika_runtime.chat.tools import normalize_tools
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
     from clika_runtime.engine.config import GenerationConfig
+    from clika_runtime.engine.prompt_media import PromptMedia
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A turn ready for the engine: the prompt text, its token ids and the reply's parser."""
+    """A turn ready for the engine: the prompt text, its token ids, the reply's parser and the
+    embeddings of the images its user turns carry (None: a text prompt)."""
 
     prompt_text: str
     prompt_ids: list[int]
     parser: ReplyParser
     skip_special_tokens: bool
+    media: PromptMedia | None = None
 
 
 def check_chat_arguments(default_budget: int, system: str | None) -> None:
@@ -50,25 +54,28 @@ def offered_tools(model: ChatModel, tools: Sequence[Mapping[str, Any]] | None) -
     return offered
 
 
-def refuse_media(images: Sequence[Any], audio: Sequence[Any], videos: Sequence[Any]) -> None:
-    """Raise ValueError naming the first kind of media given (the models read text only)."""
-    for name, given in (("images", images), ("audio", audio), ("videos", videos)):
-        if given:
-            raise ValueError(f"this model reads text only; it takes no {name}")
-
-
 def prepare_turn(
     model: ChatModel,
     messages: Sequence[Mapping[str, Any]],
     tools: list[dict[str, Any]] | None,
     policy: GenerationConfig,
 ) -> Prepared:
-    """Render ``messages`` for ``model``, tokenize them and make the reply's parser."""
+    """Render ``messages`` for ``model``, tokenize them (their images through the model's vision
+    graph: ``chat.media_turns``) and make the reply's parser."""
     template = model.chat_template
-    text = render_prompt(template, messages, policy, tools=tools)
+    rendered, images = split_images(messages)
+    text = render_prompt(template, rendered, policy, tools=tools)
+    media = None
+    if images:
+        if not model.supports_vision:
+            raise ValueError("this model reads text only; it takes no images")
+        ids, media = model.encode_with_images(text, images)
+    else:
+        ids = model.tokenizer.encode(text)
     return Prepared(
         prompt_text=text,
-        prompt_ids=model.tokenizer.encode(text),
+        prompt_ids=ids,
         parser=reply_parser_for(template, text, tools),
         skip_special_tokens=not keeps_special_tokens(template, tools),
+        media=media,
     )

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.history import checked_messages
+from clika_runtime.chat.media_turns import attach_images, refuse_media, with_images_on_last_user_turn
 from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.outcome import ChatOutcome
-from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn, refuse_media
+from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn
 from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.reply_events import ReplyEvent, ReplyReader, TextDelta
 from clika_runtime.chat.tool_loop import LoopHooks, LoopResult, run_tool_loop
@@ -190,8 +191,9 @@ class ChatSession:
         """
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
-        refuse_media(images, audio, videos)
-        turn = {"role": "user", "content": content}
+        refuse_media(images, audio, videos, vision=self._model.supports_vision)
+        # The images stay in the history: every later turn renders (and reuses) them again.
+        turn = attach_images({"role": "user", "content": content}, images)
         return self._turn(lambda: ([*self._history, turn], [turn]), stream, config, tools, overrides)
 
     def respond(
@@ -224,8 +226,9 @@ class ChatSession:
         **overrides: Any,
     ) -> str | Iterator[str | ToolCall]:
         """The assistant's reply to an explicit conversation, leaving the session's history untouched."""
-        refuse_media(images, audio, videos)
-        return self._turn(lambda: (list(messages), None), stream, config, tools, overrides)
+        refuse_media(images, audio, videos, vision=self._model.supports_vision)
+        conversation = with_images_on_last_user_turn(messages, images)
+        return self._turn(lambda: (conversation, None), stream, config, tools, overrides)
 
     def run(
         self,
@@ -336,7 +339,10 @@ class ChatSession:
         policy = GenerationConfig.resolve(self._defaults, config, overrides)
         prepared = prepare_turn(self._model, messages, offered, policy)
         request = self._model.engine.submit(
-            prepared.prompt_ids, policy, skip_special_tokens=prepared.skip_special_tokens
+            prepared.prompt_ids,
+            policy,
+            skip_special_tokens=prepared.skip_special_tokens,
+            media=prepared.media,
         )
         return request, self._pieces(request, prepared.parser, commit)
 

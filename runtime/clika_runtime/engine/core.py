@@ -29,6 +29,7 @@ from clika_runtime.engine.errors import QueueFullError
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.logprobs import TokenLogprob, log_softmax, token_logprob
 from clika_runtime.engine.options import EngineOptions
+from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler, confirmed_drafts
@@ -148,9 +149,13 @@ class EngineCore:
 
     # -- requests ------------------------------------------------------------------------
 
-    def check_request(self, prompt_ids: Sequence[int], config: GenerationConfig) -> tuple[int, ...]:
+    def check_request(
+        self, prompt_ids: Sequence[int], config: GenerationConfig, media: PromptMedia | None = None
+    ) -> tuple[int, ...]:
         """``prompt_ids`` as a tuple, or ValueError naming what this engine cannot run (any thread)."""
         prompt = tuple(int(t) for t in prompt_ids)
+        if media is not None:
+            self._check_media(media, len(prompt))
         if not prompt:
             raise ValueError("the prompt is empty: there is nothing to continue")
         if len(prompt) >= self.max_seq:
@@ -177,6 +182,15 @@ class EngineCore:
                 "or load(..., assistant_model=)"
             )
         return prompt
+
+    def _check_media(self, media: PromptMedia, prompt_len: int) -> None:
+        if not getattr(self.executor, "takes_media", False):
+            raise ValueError("images: this model reads text only (its step graph takes no media embeddings)")
+        width = getattr(self.executor, "media_width", None)
+        if width is not None and media.hidden_size != width:
+            raise ValueError(f"images: the embeddings are {media.hidden_size} wide, the model takes {width}")
+        if len(media.positions) and not 0 <= int(media.positions[0]) <= int(media.positions[-1]) < prompt_len:
+            raise ValueError("images: a media position lies outside the prompt")
 
     def decoder_for(
         self, prompt: Sequence[int], config: GenerationConfig, *, skip_special_tokens: bool, detokenize: bool

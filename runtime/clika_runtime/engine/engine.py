@@ -23,6 +23,7 @@ from clika_runtime.engine.drafting import Drafter
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.options import EngineOptions
+from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
@@ -238,11 +239,13 @@ class Engine:
         request_id: int | None = None,
         skip_special_tokens: bool = True,
         detokenize: bool = True,
+        media: PromptMedia | None = None,
     ) -> RequestStream:
-        """Queue a request; its stream yields the reply. Bad input raises ValueError, a full queue QueueFullError."""
-        prompt = self.core.check_request(prompt_ids, config)
+        """Queue a request; its stream yields the reply. Bad input raises ValueError, a full queue
+        QueueFullError. ``media``: embeddings for the prompt's media positions (``prompt_media``)."""
+        prompt = self.core.check_request(prompt_ids, config, media)
         rid = self.new_request_id() if request_id is None else request_id
-        request = Request(rid, prompt, config, self.core.eos_token_ids)
+        request = Request(rid, prompt, config, self.core.eos_token_ids, media=media)
         stream = RequestStream(self, rid)
         decoder = self.core.decoder_for(
             prompt, config, skip_special_tokens=skip_special_tokens, detokenize=detokenize

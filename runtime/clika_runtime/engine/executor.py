@@ -10,6 +10,11 @@ not copied again. The logits output is bound to a preallocated array the same wa
 The cache packs the grid maps in the current layout; a continuous graph exported
 before it (``GridLayout.FLAT``, told by the session's input names at load) gets
 them converted.
+
+A graph that takes media embeddings (a folder with a vision tower) gets, each
+step, the rows of the plan's media positions (``step_graph.pack_media``, in the
+cache's packing order); a step without media feeds the same read-only empty
+arrays every time, so binding them costs nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ import onnxruntime as ort
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.step_plan import StepPlan
 from clika_runtime.manifest import GraphSpec
-from clika_runtime.step_graph import FlatGridFeeds, GridLayout, grid_layout
+from clika_runtime.step_graph import (
+    MEDIA_EMBEDS,
+    FlatGridFeeds,
+    GridLayout,
+    grid_layout,
+    pack_media,
+    takes_media,
+)
 
 
 @dataclass
@@ -61,8 +73,12 @@ class Executor:
         self._inputs: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
         self._sources: dict[str, np.ndarray] = {}  # the array each input was last copied from
         self._logits: tuple[np.ndarray, ort.OrtValue] | None = None
-        layout = grid_layout(value.name for value in session.get_inputs())
+        inputs = {value.name: value for value in session.get_inputs()}
+        layout = grid_layout(inputs)
         self._flat_grid = FlatGridFeeds() if layout is GridLayout.FLAT else None
+        self.takes_media = takes_media(inputs)
+        self.media_width = _media_width(inputs[MEDIA_EMBEDS].shape) if self.takes_media else None
+        self._no_media = _no_media(self.media_width) if self.takes_media else {}
 
     def run(self, plan: StepPlan, before_call: Callable[[], None] | None = None) -> np.ndarray:
         """Run ``plan``; returns logits ``[len(plan.sample_rows), vocab]`` in ``sample_rows`` order.
@@ -74,6 +90,8 @@ class Executor:
         self._bind_cache()
         packed = self.cache.pack(plan, self.context_window)
         feeds = packed.feeds if self._flat_grid is None else self._flat_grid.convert(packed.feeds)
+        if self.takes_media:
+            feeds = {**feeds, **self._media_feeds(plan)}
         for name, array in feeds.items():
             self._bind_input(name, array)
         logits = self._bind_logits(packed.num_logits)
@@ -89,6 +107,13 @@ class Executor:
             host_s=(called - start) + (time.perf_counter() - returned), model_s=returned - called
         )
         return picked
+
+    def _media_feeds(self, plan: StepPlan) -> dict[str, np.ndarray]:
+        if all(row.seq.media is None for row in plan.rows):
+            return self._no_media
+        order = self.cache.packing_order(plan)
+        spans = [(None if r.seq.media is None else r.seq.media.span, r.start, r.num_new) for r in order]
+        return pack_media(spans, self.media_width or 0)
 
     def _bind_cache(self) -> None:
         if self.cache.version == self._kv_version:
@@ -130,3 +155,17 @@ class Executor:
             self.binding.bind_ortvalue_output(self.graph.logits_output, value)
             self._logits = (array, value)
         return self._logits[0]
+
+
+def _media_width(shape: list) -> int | None:
+    """The embeddings' width a graph declares (its second dimension), None when symbolic."""
+    width = shape[1] if len(shape) == 2 else None
+    return width if isinstance(width, int) else None
+
+
+def _no_media(width: int | None) -> dict[str, np.ndarray]:
+    """The media inputs of a step without media: M = 0, read-only so they are bound once."""
+    feeds = pack_media([], width or 0)
+    for array in feeds.values():
+        array.flags.writeable = False
+    return feeds

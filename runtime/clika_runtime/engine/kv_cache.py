@@ -28,7 +28,7 @@ import numpy as np
 
 from clika_runtime.engine.decode_packer import DecodePacker
 from clika_runtime.engine.sequence import Sequence
-from clika_runtime.engine.step_plan import StepPlan
+from clika_runtime.engine.step_plan import ScheduledRow, StepPlan
 from clika_runtime.step_graph import StepRow, pack_step
 
 # Capacity grows in these steps so a growing conversation rarely reallocates.
@@ -132,6 +132,10 @@ class KVCacheManager(abc.ABC):
     @abc.abstractmethod
     def pack(self, plan: StepPlan, context_window: int | None) -> PackedStep:
         """The graph inputs of ``plan`` over this cache's layout."""
+
+    def packing_order(self, plan: StepPlan) -> list[ScheduledRow]:
+        """The plan's rows in the order ``pack`` lays their tokens along ``T``."""
+        return list(plan.rows)
 
     @abc.abstractmethod
     def ensure_slots(self, num_slots: int) -> None:
@@ -275,7 +279,7 @@ class ContinuousKVCache(KVCacheManager):
             return None
         if needed > self.capacity:
             self._grow(needed)
-        prompt = np.asarray(seq.token_ids, dtype=np.int64)
+        prompt = np.asarray(seq.cache_ids, dtype=np.int64)
         slot, cached, source = self._best_slot(prompt)
         if source >= 0:
             self._copy_prefix(source, slot, cached)
@@ -301,7 +305,7 @@ class ContinuousKVCache(KVCacheManager):
         self._free.append(slot)
         self._written[slot] = max(self._written.get(slot, 0), seq.num_computed_tokens)
         if self.prefix_reuse and seq.num_computed_tokens:
-            self._held[slot] = np.asarray(seq.token_ids[: seq.num_computed_tokens], dtype=np.int64)
+            self._held[slot] = np.asarray(seq.cache_ids[: seq.num_computed_tokens], dtype=np.int64)
         if not self._owner:
             self._release_idle()
 
@@ -342,6 +346,10 @@ class ContinuousKVCache(KVCacheManager):
         packed = pack_step(rows, capacity=self.capacity, context_window=context_window)
         sample = sampled_logits(plan, [packed.logits_rows[r.slot] for r in plan.sample_rows])
         return PackedStep(packed.feeds(), len(packed.logits_index), sample)
+
+    def packing_order(self, plan: StepPlan) -> list[ScheduledRow]:
+        """Slot order: ``pack`` gives each slot its grid row, the packed tokens follow them."""
+        return sorted(plan.rows, key=lambda row: row.slot)
 
     def _pack_decode(self, plan: StepPlan, context_window: int | None) -> PackedStep | None:
         """A step of one token per row (rows in slot order): the packer's fast path."""
@@ -403,7 +411,7 @@ class ContinuousKVCache(KVCacheManager):
         limit = len(prompt) - 1
         for slot, seq in self._seqs.items():
             n = min(limit, seq.num_computed_tokens)
-            held = np.asarray(seq.token_ids[:n], dtype=np.int64)
+            held = np.asarray(seq.cache_ids[:n], dtype=np.int64)
             differ = np.flatnonzero(held != prompt[:n])
             shared = int(differ[0]) if differ.size else n
             if shared > best:

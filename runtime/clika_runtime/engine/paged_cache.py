@@ -145,7 +145,7 @@ class PagedKVCache(KVCacheManager):
     def allocate(self, seq: Sequence) -> Allocation | None:
         if not self._free_slots:
             return None
-        tokens = seq.token_ids
+        tokens = seq.cache_ids
         match = self.index.match(tokens, len(tokens) - 1) if self.prefix_reuse else PrefixMatch()
         if not self._fits(tokens, match):
             # Copying a partial match takes one block more than computing it: without it the
@@ -182,9 +182,10 @@ class PagedKVCache(KVCacheManager):
         rid = seq.request_id
         table, hashes = self._tables[rid], self._hashes[rid]
         bs = self.block_size
+        keyed = seq.cache_ids
         for i in range(len(hashes), seq.num_computed_tokens // bs):
             parent = hashes[-1] if hashes else ROOT_HASH
-            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            tokens = tuple(keyed[i * bs : (i + 1) * bs])
             indexed = self.index.find_full(parent, tokens)
             if indexed is None:
                 self.index.add(table[i], parent, tokens)
@@ -261,7 +262,7 @@ class PagedKVCache(KVCacheManager):
         if self.pool.refcount[block] == 1:
             start = full * self.block_size
             self.index.add(
-                block, hashes[-1] if hashes else ROOT_HASH, tuple(seq.token_ids[start : start + rest])
+                block, hashes[-1] if hashes else ROOT_HASH, tuple(seq.cache_ids[start : start + rest])
             )
 
     def _grow(self) -> None:

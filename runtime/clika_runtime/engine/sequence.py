@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.prompt_media import PromptMedia
 
 
 class SequenceStatus(enum.IntEnum):
@@ -43,13 +44,17 @@ _FINISH_REASONS = {
 
 @dataclass(frozen=True)
 class Request:
-    """What the engine is asked to do: continue ``prompt_ids`` under ``config``."""
+    """What the engine is asked to do: continue ``prompt_ids`` under ``config``.
+
+    ``media``: embeddings for the prompt's media positions (images), None for a text prompt.
+    """
 
     request_id: int
     prompt_ids: tuple[int, ...]
     config: GenerationConfig
     eos_token_ids: frozenset[int] = frozenset()
     arrival_time: float = field(default_factory=time.perf_counter)
+    media: PromptMedia | None = None
 
     @property
     def stop_ids(self) -> frozenset[int]:
@@ -113,6 +118,17 @@ class Sequence:
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def media(self) -> PromptMedia | None:
+        return self.request.media
+
+    @property
+    def cache_ids(self) -> list[int]:
+        """The ids the KV caches compare for prefix reuse: ``token_ids``, each media position's
+        id replaced by its image's key id (``prompt_media``). The same list object without media."""
+        media = self.request.media
+        return self.token_ids if media is None else media.keyed(self.token_ids)
 
     @property
     def num_prompt_tokens(self) -> int:

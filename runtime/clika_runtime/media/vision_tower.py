@@ -10,7 +10,10 @@ key on the media's content.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,9 @@ from clika_runtime.media.video import sample_frames
 from clika_runtime.model_folder import open_session, session_options
 
 _SETTINGS = {"idefics3": Idefics3Settings, "qwen2_vl": Qwen2VLSettings}
+# Embeddings of the latest images kept by their digest: a conversation renders its images on
+# every turn, and the tower is by far the costliest stage (seconds per tile on a CPU).
+EMBEDDING_CACHE_SIZE = 32
 _VIDEO_FAMILIES = ("qwen2_vl",)
 # Qwen2-VL's video processor samples 2 frames per second.
 DEFAULT_VIDEO_FPS = 2.0
@@ -46,6 +52,7 @@ class MediaEmbedding:
     prompt_text: str  # what the media's marker expands to
     digest: str  # sha256 of the pixels (and a clip's timestamps)
     timestamps: tuple[float, ...] = ()  # a clip's: the start of each temporal patch, in seconds
+    cached: bool = False  # taken from the tower's cache of recent images (no graph run)
 
     @property
     def num_tokens(self) -> int:
@@ -99,6 +106,8 @@ class VisionTower:
         self.spec = spec
         self.settings = settings
         self.session = open_session(folder / spec.file, session_options(threads))
+        self._embedded: OrderedDict[str, MediaEmbedding] = OrderedDict()
+        self._embedded_lock = threading.Lock()
         names = [i.name for i in self.session.get_inputs()]
         if set(names) != set(spec.inputs):
             raise ManifestError(f"{spec.file} takes {names}, the manifest names {list(spec.inputs)}")
@@ -119,7 +128,7 @@ class VisionTower:
         if not arrays:
             return []
         if self.spec.family == "idefics3":
-            embeddings = [self._idefics3(image) for image in arrays]
+            embeddings = [self._cached_idefics3(image) for image in arrays]
         else:
             embeddings = self._qwen2_vl(arrays)
         return check_token_budget(embeddings, token_budget, "images")
@@ -159,6 +168,20 @@ class VisionTower:
             "rotary_sin": sin,
             "attention_bias": frame_attention_bias(grids),
         }
+
+    def _cached_idefics3(self, image: np.ndarray) -> MediaEmbedding:
+        digest = image_digest(image)
+        with self._embedded_lock:
+            found = self._embedded.get(digest)
+            if found is not None:
+                self._embedded.move_to_end(digest)
+                return dataclasses.replace(found, cached=True)
+        embedding = self._idefics3(image)
+        with self._embedded_lock:
+            self._embedded[digest] = embedding
+            while len(self._embedded) > EMBEDDING_CACHE_SIZE:
+                self._embedded.popitem(last=False)
+        return embedding
 
     def _idefics3(self, image: np.ndarray) -> MediaEmbedding:
         tiles = preprocess_idefics3(image, self.settings)

@@ -46,6 +46,7 @@ def build_backend(
     engine: Engine | None = None,
     threads: int | None = None,
     default_max_tokens: int = 1024,
+    image_files: bool = False,
 ) -> ModelBackend:
     """The served model: a loaded model, a chat session or a model folder; the id clients use; one engine.
 
@@ -54,6 +55,7 @@ def build_backend(
     those are higher; ``engine`` names another engine built over ``model``. The
     server admits ``max_active + max_queued`` requests of its own at once.
     ``default_max_tokens`` bounds a reply whose request names no ``max_tokens``.
+    ``image_files``: ``image_url`` parts may name local files (data: URLs always; remote never).
     """
     from clika_runtime import modelverse
     from clika_runtime.chat.session import ChatSession
@@ -76,6 +78,7 @@ def build_backend(
         engine=engine,
         owns_model=owns,
         default_max_tokens=default_max_tokens,
+        image_files=image_files,
     )
 
 
@@ -96,6 +99,7 @@ def serve(
     cors_origins: Sequence[str] = (),
     read_timeout: float | None = None,
     access_log: bool = True,
+    image_files: bool = False,
 ) -> None:
     """Serve ``model`` (a GenerativeModel, a ChatSession's engine, or a model folder) until Ctrl-C.
 
@@ -103,6 +107,7 @@ def serve(
     ``cors_origins``: the origins browsers may call from (``*``: any).
     ``read_timeout``: seconds a client has to send a whole request (default 30).
     ``access_log``: one line per request on stderr.
+    ``image_files``: ``image_url`` parts may name local files (off: data: URLs only).
     ``on_ready(url)`` is called once the socket listens.
     """
     require_server_stack()
@@ -113,6 +118,7 @@ def serve(
         max_queued=max_queued,
         engine=engine,
         default_max_tokens=default_max_tokens,
+        image_files=image_files,
     )
     try:
         server, sock = _uvicorn_server(
@@ -183,6 +189,7 @@ def start_server(
     cors_origins: Sequence[str] = (),
     read_timeout: float | None = None,
     access_log: bool = False,
+    image_files: bool = False,
 ) -> RunningServer:
     """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens.
 
@@ -196,6 +203,7 @@ def start_server(
         max_queued=max_queued,
         engine=engine,
         default_max_tokens=default_max_tokens,
+        image_files=image_files,
     )
     try:
         server, sock = _uvicorn_server(

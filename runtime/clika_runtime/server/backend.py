@@ -37,6 +37,7 @@ from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.engine.logprobs import TokenLogprob
 from clika_runtime.modelverse import GenerativeModel
 from clika_runtime.server.errors import ApiError, bad_request
+from clika_runtime.server.image_parts import request_images
 from clika_runtime.server.prompt_bound import PromptBound
 from clika_runtime.server.protocol import NONE, REQUEST_FIELD, REQUIRED, ChatRequest, ToolChoice
 
@@ -114,8 +115,10 @@ class ModelBackend:
         engine: Engine | None = None,
         owns_model: bool = False,
         default_max_tokens: int = 1024,
+        image_files: bool = False,
     ) -> None:
         self.model = model
+        self.image_files = image_files  # image_url parts may name local files (never remote URLs)
         self.prompt_bound = PromptBound(model.tokenizer, model.max_seq)
         self.model_id = model_id
         self.default_max_tokens = default_max_tokens
@@ -170,13 +173,22 @@ class ModelBackend:
         the same steps and share the prompt's KV); a given seed becomes seed + i for choice i."""
         offered = self._offered_tools(request)
         config = self._config(request.options)
+        messages, images = request_images(request.messages, self.model.supports_vision, self.image_files)
         try:
-            prompt = self.model.render(request.messages, tools=offered, config=config)
+            prompt = self.model.render(messages, tools=offered, config=config)
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"the conversation cannot be rendered: {exc}", "messages") from None
         template = self.model.chat_template
         prefill = _call_opener(template, prompt, request.tool_choice, offered) if offered else ""
-        ids = self.prompt_bound.encode(prompt + prefill, "messages")
+        media = None
+        if images:
+            try:
+                ids, media = self.model.encode_with_images(prompt + prefill, images)
+            except ValueError as exc:
+                code = "context_length_exceeded" if "context window" in str(exc) else None
+                raise bad_request(f"the images cannot be used: {exc}", "messages", code) from None
+        else:
+            ids = self.prompt_bound.encode(prompt + prefill, "messages")
         keep_special = keeps_special_tokens(template, offered)
         runs: list[ReplyRun] = []
         try:
@@ -186,6 +198,7 @@ class ModelBackend:
                     _choice_config(config, choice),
                     request.max_tokens_given,
                     skip_special_tokens=not keep_special,
+                    media=media,
                 )
                 runs.append(ReplyRun(stream, reply_parser_for(template, prompt, offered), prefill))
         except BaseException:

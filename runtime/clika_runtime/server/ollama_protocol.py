@@ -208,6 +208,16 @@ def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
     return value
 
 
+def _image_parts(images: Any, param: str) -> list[dict[str, Any]]:
+    """A message's ``images`` (base64 strings) as the image parts the backend reads."""
+    if not isinstance(images, list) or not all(isinstance(image, str) and image for image in images):
+        raise bad_request(f"{param} must be an array of base64-encoded images", param)
+    return [
+        {"type": "image_url", "url": f"data:image;base64,{image}", "param": f"{param}[{j}]"}
+        for j, image in enumerate(images)
+    ]
+
+
 def _message(message: Any, index: int) -> dict[str, Any]:
     """An Ollama message as the chat layer's turn (tool calls with ids, tool results named)."""
     param = f"messages[{index}]"
@@ -216,14 +226,15 @@ def _message(message: Any, index: int) -> dict[str, Any]:
     role = message.get("role")
     if role not in ROLES:
         raise bad_request(f"{param}.role must be one of {', '.join(ROLES)}, got {role!r}", f"{param}.role")
-    if message.get("images"):
-        raise bad_request(
-            f"{param}: this model reads text only, 'images' are not supported", f"{param}.images"
-        )
     content = message.get("content", "")
     if not isinstance(content, str):
         raise bad_request(f"{param}.content must be a string", f"{param}.content")
     turn: dict[str, Any] = {"role": role, "content": content}
+    if message.get("images"):
+        turn["content"] = [
+            *_image_parts(message["images"], f"{param}.images"),
+            {"type": "text", "text": content},
+        ]
     if isinstance(message.get("thinking"), str):
         turn["reasoning_content"] = message["thinking"]
     if role == "tool":

@@ -232,24 +232,41 @@ def _tool_calls(calls: Any, param: str) -> list[Any]:
     return checked
 
 
-def _content_text(content: Any, param: str) -> str:
-    """A string, or the text parts of a content array joined (this server reads text only)."""
+def _content_text(content: Any, param: str) -> str | list[dict[str, Any]]:
+    """A string, or the text parts of a content array joined; with ``image_url`` parts the parts
+    themselves (text and ``{"type": "image_url", "url", "param"}``, the images read later)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise bad_request(f"{param} must be a string or an array of content parts", param)
-    texts = []
+    parts: list[dict[str, Any]] = []
     for index, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
+        where = f"{param}[{index}]"
+        if kind == "image_url":
+            parts.append({"type": "image_url", "url": _image_url(part, where), "param": f"{where}.image_url"})
+            continue
         if kind != "text" or not isinstance(part.get("text"), str):
             raise bad_request(
-                f"{param}[{index}] is a {kind or type(part).__name__!s} part; this model reads text parts only",
-                f"{param}[{index}]",
+                f"{where} is a {kind or type(part).__name__!s} part; this server reads text and image_url parts",
+                where,
             )
-        texts.append(part["text"])
-    return "".join(texts)
+        parts.append({"type": "text", "text": part["text"]})
+    if all(part["type"] == "text" for part in parts):
+        return "".join(part["text"] for part in parts)
+    return parts
+
+
+def _image_url(part: dict[str, Any], where: str) -> str:
+    value = part.get("image_url")
+    url = value.get("url") if isinstance(value, dict) else value
+    if not isinstance(url, str) or not url:
+        raise bad_request(
+            f"{where}.image_url must be {{'url': 'data:image/...;base64,...'}}", f"{where}.image_url"
+        )
+    return url
 
 
 def check_tools(value: Any) -> list[dict[str, Any]] | None:

@@ -1,0 +1,90 @@
+"""A prompt's images made ready for the engine: vision graph, image tokens, embeddings.
+
+``ImagePrompts`` belongs to a loaded model whose folder has a vision graph. It
+takes a rendered prompt (one image marker per image, where the chat template
+put them) and the images in that order, runs the vision graph on them (the
+``vision`` stage an observer sees), expands each marker into the image's
+tokens (Idefics3: ``<fake_token_around_image>``, row/column tokens and
+``<image>`` per tile, then the global view), tokenizes the result and pairs
+the image-token positions with the embeddings (``PromptMedia``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
+from clika_runtime.engine.stages import StageEvent
+from clika_runtime.manifest import ManifestError, VisionSpec
+from clika_runtime.media.placeholders import IDEFICS3_IMAGE, expand_markers
+from clika_runtime.media.vision_tower import VisionTower
+from clika_runtime.text.tokenizer import Tokenizer
+
+# The marker a family's chat template emits for one image.
+_MARKERS = {"idefics3": IDEFICS3_IMAGE}
+# Images one request may carry (each is at least one tile of the vision graph).
+MAX_IMAGES = 16
+
+
+class ImagePrompts:
+    """Prompts with images for one model folder (its vision graph opened on first use)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        spec: VisionSpec,
+        tokenizer: Tokenizer,
+        *,
+        threads: int | None = None,
+        observer: Callable[[], Callable[[StageEvent], None] | None] = lambda: None,
+    ) -> None:
+        if spec.family not in _MARKERS:
+            raise ManifestError(f"images for the {spec.family} vision graph are not supported yet")
+        if spec.image_token_id is None:
+            raise ManifestError("the manifest's vision entry names no image token id")
+        self.folder = folder
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.marker = _MARKERS[spec.family]
+        self._threads = threads
+        self._observer = observer
+        self._tower: VisionTower | None = None
+        self._lock = threading.Lock()
+
+    def tower(self) -> VisionTower:
+        with self._lock:
+            if self._tower is None:
+                self._tower = VisionTower.open(self.folder, threads=self._threads)
+            return self._tower
+
+    def encode(
+        self, text: str, images: Sequence[Any], *, token_budget: int, request_id: int | None = None
+    ) -> tuple[list[int], PromptMedia | None]:
+        """Token ids of ``text`` with its markers expanded, and the images' embeddings for them.
+
+        ``token_budget``: the prompt positions the context window leaves; images taking more
+        are refused naming the image that overflows (as are bad shapes, dtypes, too many).
+        """
+        began = time.perf_counter()
+        embeddings = self.tower().embed_images(images, max_count=MAX_IMAGES, token_budget=token_budget)
+        seconds = time.perf_counter() - began
+        observer = self._observer()
+        if observer is not None:
+            tokens = sum(e.num_tokens for e in embeddings)
+            # "cached": images whose embeddings an earlier request computed (the tower's cache).
+            detail = {"images": len(embeddings), "cached": sum(e.cached for e in embeddings)}
+            observer(StageEvent("vision", request_id, seconds, tokens, detail=detail))
+        expanded = expand_markers(text, self.marker, [e.prompt_text for e in embeddings])
+        ids = self.tokenizer.encode(expanded)
+        image_id = int(self.spec.image_token_id)  # type: ignore[arg-type]
+        media = prompt_media(ids, image_id, [(e.embeds, e.digest) for e in embeddings])
+        if len(ids) >= token_budget + 1:
+            raise ValueError(
+                f"images: the prompt takes {len(ids)} tokens with its images, more than the context "
+                f"window leaves ({token_budget + 1}); pass fewer or smaller images"
+            )
+        return ids, media

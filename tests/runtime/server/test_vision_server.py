@@ -1,0 +1,122 @@
+"""image_url parts on the OpenAI API: the real openai client against a served tiny Idefics3.
+
+The reply to an image sent as a data: URL must be the reply ``generate`` gives for the same
+pixels; local files are read only behind the server's flag, remote URLs never.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from vision_helpers import build_idefics3_chat, random_image
+
+from clika_export.api import export
+from clika_runtime import modelverse
+from clika_runtime.server import start_server
+
+PIL = pytest.importorskip("PIL.Image")
+
+MODEL = "tiny-vision"
+QUESTION = "What is this?"
+
+
+@pytest.fixture(scope="module")
+def vision_model(tmp_path_factory):
+    _, hf = build_idefics3_chat(tmp_path_factory.mktemp("idefics3-server-hf"))
+    folder = export(
+        hf, tmp_path_factory.mktemp("idefics3-server") / "model", context_window=512, progress=False
+    )
+    model = modelverse.load(folder, threads=1)
+    yield model
+    model.close()
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    PIL.fromarray(image).save(out, format="PNG")
+    return out.getvalue()
+
+
+def data_url(image: np.ndarray) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_bytes(image)).decode()
+
+
+def image_message(url: str) -> list[dict]:
+    parts = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": QUESTION}]
+    return [{"role": "user", "content": parts}]
+
+
+def test_the_openai_client_sends_an_image_url_part(vision_model):
+    image = random_image(70, 110, 21)
+    expected = vision_model.generate(
+        QUESTION, images=[image], max_new_tokens=8, temperature=0.0, ignore_eos=True
+    )
+    with start_server(vision_model, model_id=MODEL) as running:
+        client = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=120)
+        reply = client.chat.completions.create(
+            model=MODEL, messages=image_message(data_url(image)), max_tokens=8, temperature=0.0,
+            extra_body={"ignore_eos": True},
+        )  # fmt: skip
+    assert reply.choices[0].message.content == expected
+    assert reply.usage.prompt_tokens == vision_model.report.prompt_tokens
+
+
+def test_bad_image_parts_are_400s_naming_the_part(vision_model, tiny_model, tmp_path):
+    image_file = tmp_path / "picture.png"
+    image_file.write_bytes(png_bytes(random_image(40, 40, 2)))
+    with (
+        start_server(vision_model, model_id=MODEL) as running,
+        httpx.Client(base_url=running.base_url) as http,
+    ):
+
+        def refused(messages, expect: str) -> dict:
+            body = {"model": MODEL, "messages": messages, "max_tokens": 2}
+            response = http.post("/v1/chat/completions", json=body, timeout=60)
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert expect in error["message"]
+            return error
+
+        error = refused(image_message("https://example.com/cat.png"), "remote image URLs are not fetched")
+        assert error["param"] == "messages[0].content[0].image_url"
+        refused(image_message(str(image_file)), "--allow-image-files")
+        refused(image_message("data:image/png;base64,@@@"), "malformed")
+        refused(
+            image_message("data:image/png;base64," + base64.b64encode(b"not a png").decode()), "not an image"
+        )
+        too_many = [
+            {"type": "image_url", "image_url": {"url": data_url(random_image(128, 128, i))}} for i in range(7)
+        ]
+        refused([{"role": "user", "content": too_many}], "context window")
+    with (
+        start_server(vision_model, model_id=MODEL, image_files=True) as running,
+        httpx.Client(base_url=running.base_url) as http,
+    ):
+        body = {"model": MODEL, "messages": image_message(image_file.as_uri()), "max_tokens": 2}
+        assert http.post("/v1/chat/completions", json=body, timeout=60).status_code == 200
+    with (
+        start_server(tiny_model, model_id="tiny") as running,
+        httpx.Client(base_url=running.base_url) as http,
+    ):
+        body = {"model": "tiny", "messages": image_message(data_url(random_image(8, 8, 1))), "max_tokens": 2}
+        response = http.post("/v1/chat/completions", json=body, timeout=60)
+        assert response.status_code == 400 and "reads text only" in response.json()["error"]["message"]
+
+
+def test_the_ollama_client_sends_a_messages_images(vision_model, tiny_model):
+    ollama = pytest.importorskip("ollama")
+    image = random_image(50, 80, 23)
+    expected = vision_model.generate(QUESTION, images=[image], max_new_tokens=6, temperature=0.0)
+    message = {"role": "user", "content": QUESTION, "images": [png_bytes(image)]}
+    with start_server(vision_model, model_id=MODEL) as running:
+        client = ollama.Client(host=running.base_url)
+        reply = client.chat(model=MODEL, messages=[message], options={"temperature": 0, "num_predict": 6})
+    assert reply.message.content == expected
+    with start_server(tiny_model, model_id="tiny") as running:
+        with pytest.raises(ollama.ResponseError, match="reads text only"):
+            ollama.Client(host=running.base_url).chat(model="tiny", messages=[message])
