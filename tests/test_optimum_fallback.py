@@ -94,6 +94,21 @@ def test_the_fp32_export_replies_as_transformers_on_a_ragged_batch(checkpoint) -
     assert engine_greedy(folder, batch) == expected
 
 
+def test_prompt_lookup_drafts_keep_the_greedy_reply(checkpoint) -> None:
+    """Draft rows run alone with every logit; what the model confirms is the plain greedy reply."""
+    _, model, hf = checkpoint
+    prompt = prompts()[0] * 3  # repeats, so the lookup finds drafts
+    loaded = modelverse.load(exported(hf, "fp32"), threads=1)
+    try:
+        config = GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=0.0, prompt_lookup_num_tokens=4)
+        stream = loaded.engine.submit(prompt, config)
+        reply = [t for d in stream for t in d.token_ids]
+    finally:
+        loaded.close()
+    assert stream.report.draft_tokens > 0
+    assert reply == reference_greedy(model, prompt, NEW_TOKENS)
+
+
 def test_a_conversation_turn_reuses_the_previous_turns_kv(checkpoint) -> None:
     """The slot's KV is the continuous cache's: a next turn that extends the last one reuses it."""
     _, model, hf = checkpoint
