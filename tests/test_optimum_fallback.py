@@ -141,6 +141,28 @@ def test_generate_and_chat_run_on_an_optimum_folder(checkpoint) -> None:
         loaded.close()
 
 
+def test_the_server_serves_an_optimum_folder(checkpoint) -> None:
+    """The real OpenAI client against the server on 127.0.0.1: whole and streamed replies are the
+    model's own greedy reply."""
+    import openai
+
+    from clika_runtime.server import start_server
+
+    loaded = modelverse.load(exported(checkpoint[2], "fp32"), threads=1)
+    messages = [{"role": "user", "content": "hello"}]
+    try:
+        expected = loaded.generate(messages=messages, max_new_tokens=8, temperature=0.0)
+        with start_server(loaded, model_id="tiny", max_active=2) as running:
+            client = openai.OpenAI(base_url=running.url, api_key="none", max_retries=0, timeout=60)
+            asked = dict(model="tiny", messages=messages, max_tokens=8, temperature=0)
+            whole = client.chat.completions.create(**asked)
+            chunks = list(client.chat.completions.create(**asked, stream=True))
+    finally:
+        loaded.close()
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert whole.choices[0].message.content == streamed == expected
+
+
 def _logits(folder: Path, tokens: list[int]) -> np.ndarray:
     """Every position's logits of ``tokens`` through the folder's graph (one call, no past)."""
     import onnxruntime as ort
