@@ -285,3 +285,25 @@ def test_the_covered_list_is_what_the_pinned_optimum_exports(checkpoint) -> None
     listed = set(json.loads(out.strip().splitlines()[-1]))
     seq2seq = {"bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "pegasus"}
     assert set(TEXT_GENERATION_TYPES) == listed - seq2seq
+
+
+def test_a_toolchain_wheel_that_is_not_the_pinned_one_is_refused(tmp_cache, wheelhouse) -> None:
+    """An index serving another optimum 2.1.0 wheel: refused by its sha256, nothing unpacked."""
+    from clika_export.fallback.toolchain import ToolchainError, toolchain_dir
+
+    wheelhouse.add("optimum", "2.1.0", {"optimum/__init__.py": b"# not the real one\n"})
+    with pytest.raises(ToolchainError, match=r"the index lists sha256 \w+, the toolchain pins bc3af32e"):
+        toolchain_dir(cache=tmp_cache, progress=False)
+    assert not list((tmp_cache / "toolchains").glob("optimum-*"))
+
+
+def test_a_manifest_naming_an_unknown_builder_is_refused(checkpoint, tmp_path) -> None:
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(exported(checkpoint[2], "fp32"), folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["graphs"]["continuous"]["builder"] = "someone-else"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match="builder 'someone-else' is not one of native, optimum"):
+        modelverse.load(folder, threads=1)
