@@ -213,6 +213,18 @@ def test_a_native_family_records_its_builder_and_optimum_can_be_asked_for(tmp_pa
     assert engine_greedy(native, batch) == expected == engine_greedy(fallback, batch)
 
 
+def test_clika_show_names_the_builder(checkpoint) -> None:
+    from clika_cli.main import clika
+
+    result = CliRunner().invoke(clika, ["show", str(exported(checkpoint[2], "fp32")), "--json"])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["builder"] == "optimum" and shown["precision"]["kv_cache"] == {
+        "modes": ["continuous"],
+        "dtypes": ["float32"],
+    }
+
+
 def test_optimum_folders_refuse_the_paged_and_int8_kv_modes_by_name(checkpoint) -> None:
     name, _, hf = checkpoint
     folder = exported(hf, "fp32")
