@@ -37,6 +37,16 @@ from clika_cli.common import at_most_max_threads
     default=None,
     help="ONNX Runtime threads for the export's check (default: ORT's; at most one per logical CPU).",
 )
+@click.option(
+    "--builder",
+    type=click.Choice(["auto", "native", "optimum"]),
+    default="auto",
+    show_default=True,
+    help=(
+        "auto: a native family when one builds the architecture, else optimum's ONNX exporter "
+        "(Hugging Face folders; a slower runtime path, continuous KV only); or name one."
+    ),
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--no-verify", is_flag=True, help="Skip the check against the float reference.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -46,6 +56,7 @@ def export_command(
     precision: str,
     context: int | None,
     threads: int | None,
+    builder: str,
     overwrite: bool,
     no_verify: bool,
     quiet: bool,
@@ -65,6 +76,7 @@ def export_command(
             overwrite=overwrite,
             verify=not no_verify,
             threads=threads,
+            builder=builder,
         )
     except (ExportError, CheckpointError, QuantError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -92,6 +92,8 @@ def describe(local: LocalModel) -> dict[str, Any]:
         "name": local.name,
         "path": str(local.folder),
         "architecture": dataclasses.asdict(manifest.architecture),
+        # "native" (the export's own families) or "optimum" (its ONNX exporter; the slower path).
+        "builder": manifest.graphs["continuous"].builder if "continuous" in manifest.graphs else None,
         "context_window": manifest.context_window,
         "precision": {
             "weights": local.precision,

@@ -22,7 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from clika_export.checkpoint import Checkpoint, CheckpointError
-from clika_export.families import family_for
+from clika_export.fallback.optimum_export import build_with_optimum, optimum_covers
+from clika_export.fallback.optimum_run import TEXT_GENERATION_TYPES, OptimumExportError
+from clika_export.fallback.past_kv_graph import PastKVGraphError
+from clika_export.fallback.toolchain import ToolchainError
+from clika_export.families import FAMILIES, family_for, supported
 from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.hidden_states import add_hidden_states_in_place, ensure_hidden_states
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
@@ -35,14 +39,24 @@ from clika_export.quality_report import (
     sensitivity_planned,
     wants_sensitivity,
 )
-from clika_export.readers.hf import folder_sha256, is_hf_folder, read_hf
+from clika_export.readers.hf import family_name, folder_sha256, is_hf_folder, model_type, read_config, read_hf
 from clika_export.readers.multimodal import is_multimodal
 from clika_export.readers.regular_file import file_sha256
 from clika_export.template_check import check_chat_template
 from clika_export.termination import terminated_as_exit
 from clika_export.verify import CHECK_PLAN, FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
-from clika_runtime.manifest import GraphSpec, KVSpec, Manifest, ManifestError, Provenance, TokenizerSpec
+from clika_runtime.manifest import (
+    BUILDERS,
+    NATIVE_BUILDER,
+    OPTIMUM_BUILDER,
+    GraphSpec,
+    KVSpec,
+    Manifest,
+    ManifestError,
+    Provenance,
+    TokenizerSpec,
+)
 from clika_runtime.step_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 
 TOOL = "clika_export"
@@ -75,8 +89,13 @@ def export(
     threads: int | None = None,
     answers: int = 0,
     quant_options: dict[str, Any] | None = None,
+    builder: str = "auto",
 ) -> Path:
     """Export ``source`` (a Hugging Face folder or a ``.gguf`` file) into the model folder ``out``.
+
+    ``builder``: "native" (the families of ``clika_export.families``), "optimum" (optimum's ONNX
+    exporter, Hugging Face folders only; ``clika_export.fallback``) or "auto": native when a
+    family builds the architecture, else optimum when it does, else refused naming both lists.
 
     ``quant_options``: ``clika_quant.QuantOptions`` fields that differ from the precision's defaults.
     ``answers``: also answer that many questions of the factual set (``clika_quant.answers``, 50
@@ -86,6 +105,10 @@ def export(
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists (pass overwrite=True to replace it)")
     quantizer = _quantizer(precision)
+    if choose_builder(source, builder) == OPTIMUM_BUILDER:
+        return _export_with_optimum(
+            source, out, precision, context_window, progress, overwrite, quant_options
+        )
     # read, build, (quantize,) (verify,) write, calibrate
     report = Progress(progress, stages=4 + (precision != "fp32") + bool(verify) + bool(answers))
     with report.stage(f"reading {source.name}"):
@@ -165,6 +188,64 @@ def export(
             shutil.rmtree(work, ignore_errors=True)
             raise
     report.note(f"wrote {out} ({manifest.architecture.family}, {precision}, context {context})")
+    return out
+
+
+def choose_builder(source: Path, builder: str = "auto") -> str:
+    """Which exporter builds ``source``: ``NATIVE_BUILDER`` or ``OPTIMUM_BUILDER`` (see ``export``)."""
+    if builder not in ("auto", *BUILDERS):
+        raise ExportError(f"builder {builder!r} is not one of auto, {', '.join(BUILDERS)}")
+    if not is_hf_folder(source):
+        if builder == OPTIMUM_BUILDER:
+            raise ExportError(f"optimum's exporter reads Hugging Face folders; {source.name} is not one")
+        return NATIVE_BUILDER
+    if builder != "auto":
+        return builder
+    config = read_config(source)
+    if family_name(config) in FAMILIES:
+        return NATIVE_BUILDER
+    if optimum_covers(model_type(config)):
+        return OPTIMUM_BUILDER
+    raise CheckpointError(
+        f"architecture {model_type(config)!r} is not supported: no native family builds it "
+        f"({', '.join(supported())}) and neither does optimum's ONNX exporter for text generation "
+        f"({', '.join(TEXT_GENERATION_TYPES)})"
+    )
+
+
+def _export_with_optimum(
+    source: Path,
+    out: Path,
+    precision: str,
+    context_window: int | None,
+    progress: bool,
+    overwrite: bool,
+    quant_options: dict[str, Any] | None,
+) -> Path:
+    """The fallback export (``clika_export.fallback``) into a temporary folder, published when complete."""
+    report = Progress(progress, stages=3 + (precision != "fp32"))  # fetch, export, (quantize,) write
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with terminated_as_exit():
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+        work.chmod(0o755)
+        try:
+            try:
+                manifest = build_with_optimum(
+                    source,
+                    work,
+                    precision,
+                    context_window,
+                    report,
+                    quant_options=quant_options,
+                    quantizer=_quantizer(precision),
+                )
+            except (ToolchainError, OptimumExportError, PastKVGraphError) as exc:
+                raise ExportError(str(exc)) from None
+            _publish(work, out, overwrite)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    report.note(f"wrote {out} ({manifest.architecture.family} through optimum, {precision})")
     return out
 
 
@@ -282,7 +363,7 @@ def resolve_context_window(checkpoint: Checkpoint, requested: int | None) -> int
 # -- the cache ---------------------------------------------------------------------
 
 
-def cache_key(sha256: str, precision: str, context_window: int | None) -> str:
+def cache_key(sha256: str, precision: str, context_window: int | None, builder: str = "auto") -> str:
     """What makes two exports the same: source bytes, options and the exporter's version."""
     parts = {
         "source_sha256": sha256,
@@ -291,6 +372,8 @@ def cache_key(sha256: str, precision: str, context_window: int | None) -> str:
         "tool_version": __version__,
         "graph_revision": GRAPH_REVISION,
     }
+    if builder != "auto":  # only a builder asked for by name: earlier keys stay valid
+        parts["builder"] = builder
     if precision != "fp32":  # a new default quantization scheme must not reuse older exports
         try:
             from clika_quant.options import QuantOptions
@@ -309,6 +392,7 @@ def cached_export(
     *,
     cache: Path | None = None,
     sha256: str | None = None,
+    builder: str = "auto",
 ) -> Path:
     """The model folder exported from ``source`` with these options, exported once and cached.
 
@@ -316,16 +400,18 @@ def cached_export(
     """
     from clika_export.fetch import cache_root
 
-    key = cache_key(sha256 or source_sha256(source), precision, context_window)
+    key = cache_key(sha256 or source_sha256(source), precision, context_window, builder)
     folder = (cache or cache_root()) / "exports" / key
     try:
+        if Manifest.read(folder).graphs["continuous"].builder == OPTIMUM_BUILDER:
+            return folder  # continuous float32 KV only: no paged or int8 KV twins to add
         ensure_paged_graph(folder)  # exported before this paged graph existed: derive it, keep the rest
         ensure_int8_kv_graph(folder)  # likewise the int8 KV cache's graph
         ensure_hidden_states(folder)  # and every graph's hidden_states output, for embeddings
         return folder
-    except ManifestError:
+    except (ManifestError, KeyError):
         pass  # absent or broken: export (again)
-    return export(source, folder, precision, context_window, progress, overwrite=True)
+    return export(source, folder, precision, context_window, progress, overwrite=True, builder=builder)
 
 
 # -- writing -----------------------------------------------------------------------

@@ -94,6 +94,15 @@ class KVSpec:
     block_size: int | None = None
 
 
+# Who built a graph: the exporter's own families (the step graph above), or optimum's ONNX
+# exporter for architectures no family covers: a graph of one sequence's new tokens
+# (``input_ids``, ``attention_mask``, maybe ``position_ids``, ``[1, n]``) whose past goes in as
+# ``past_key_values.{layer}.key`` / ``.value`` ``[1, kv_heads, past, head_dim]`` and comes out
+# with the new tokens appended (``present.{layer}.*``); ``engine.past_kv_runner`` drives it.
+NATIVE_BUILDER, OPTIMUM_BUILDER = "native", "optimum"
+BUILDERS = (NATIVE_BUILDER, OPTIMUM_BUILDER)
+
+
 @dataclass(frozen=True)
 class GraphSpec:
     file: str
@@ -101,6 +110,7 @@ class GraphSpec:
     outputs: tuple[str, ...]
     kv: KVSpec
     logits_output: str = "logits"
+    builder: str = NATIVE_BUILDER
 
 
 @dataclass(frozen=True)
@@ -186,6 +196,7 @@ class Manifest:
                     outputs=tuple(g["outputs"]),
                     kv=_build(KVSpec, g["kv"]),
                     logits_output=g.get("logits_output", "logits"),
+                    builder=_builder(g.get("builder", NATIVE_BUILDER), mode),
                 )
                 for mode, g in data["graphs"].items()
             }
@@ -242,6 +253,12 @@ class Manifest:
                 raise ManifestError(f"{name} named by the manifest links outside the model folder")
             if not (folder / name).is_file():
                 raise ManifestError(f"model folder is incomplete: {name} named by the manifest is missing")
+
+
+def _builder(name: Any, mode: str) -> str:
+    if name not in BUILDERS:
+        raise ManifestError(f"manifest graphs.{mode}.builder {name!r} is not one of {', '.join(BUILDERS)}")
+    return name
 
 
 def _vision(data: dict[str, Any]) -> VisionSpec:

@@ -17,7 +17,14 @@ from pathlib import Path
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from clika_runtime.manifest import KV_CACHE_DTYPES, GraphSpec, Manifest, ManifestError, graph_key
+from clika_runtime.manifest import (
+    KV_CACHE_DTYPES,
+    OPTIMUM_BUILDER,
+    GraphSpec,
+    Manifest,
+    ManifestError,
+    graph_key,
+)
 
 DEFAULT_KV_MODE = "continuous"
 
@@ -90,6 +97,13 @@ def open_model_folder(
 def _missing_graph(manifest: Manifest, kv_mode: str, kv_dtype: str) -> str:
     if kv_dtype not in KV_CACHE_DTYPES:
         return f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {kv_dtype!r}"
+    continuous = manifest.graphs.get(DEFAULT_KV_MODE)
+    if continuous is not None and continuous.builder == OPTIMUM_BUILDER:
+        return (
+            f"{manifest.architecture.family} was exported through optimum's ONNX exporter (no native "
+            f"family builds it), which runs with a float32 continuous KV cache only, "
+            f"not kv_cache_mode={kv_mode!r} with kv_cache_dtype={kv_dtype!r}"
+        )
     if kv_dtype != "float32" and kv_mode in manifest.graphs:
         return f"the model has no {kv_dtype} KV cache graph for {kv_mode!r} (exported before it existed: export it again)"
     return f"the model has no {kv_mode!r} graph (it has: {', '.join(sorted(manifest.graphs))})"

@@ -45,15 +45,18 @@ from clika_runtime.chat.tools import ToolCall
 from clika_runtime.embedding.embedder import Embedder, open_embedder
 from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS, AssistantDrafter
 from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
+from clika_runtime.engine.core import StepRunner
 from clika_runtime.engine.drafting import ASSISTANT
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.errors import GenerationError
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
 from clika_runtime.engine.paged_cache import PagedKVCache
+from clika_runtime.engine.past_kv_runner import PastKVRunner
 from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.stages import StageEvent, StageObserver
+from clika_runtime.manifest import OPTIMUM_BUILDER
 from clika_runtime.media.image_prompts import ImagePrompts
 from clika_runtime.model_folder import ModelFolder, open_model_folder
 from clika_runtime.paged_step_graph import PAGED_LAYOUT
@@ -456,14 +459,20 @@ class GenerativeModel:
         folder = self._handle.folder
         arch = folder.manifest.architecture
         cache = self._new_cache(options)
-        executor = Executor(
-            folder.session,
-            folder.graph,
-            cache,
-            num_layers=arch.num_layers,
-            vocab_size=arch.vocab_size,
-            context_window=self.max_seq,
-        )
+        executor: StepRunner
+        if folder.graph.builder == OPTIMUM_BUILDER:  # a past-KV graph: one call per sequence
+            executor = PastKVRunner(
+                folder.session, folder.graph, cache, num_layers=arch.num_layers, vocab_size=arch.vocab_size
+            )
+        else:
+            executor = Executor(
+                folder.session,
+                folder.graph,
+                cache,
+                num_layers=arch.num_layers,
+                vocab_size=arch.vocab_size,
+                context_window=self.max_seq,
+            )
         return Engine(
             executor,
             cache,

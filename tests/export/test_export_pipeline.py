@@ -53,10 +53,12 @@ def test_unknown_family_is_refused_by_name(tiny_llama_hf: Path, tmp_path: Path) 
     for item in tiny_llama_hf.iterdir():
         (source / item.name).write_bytes(item.read_bytes())
     config = json.loads((source / "config.json").read_text())
-    config["model_type"] = "gpt_neox"
+    config["model_type"] = "mistery"  # built neither by a family nor by optimum's exporter
     (source / "config.json").write_text(json.dumps(config))
     supported = "gemma2, gemma3, granite, llama, mistral, olmo2, phi3, qwen2, qwen3, smollm3"
-    with pytest.raises(CheckpointError, match=rf"'gpt_neox' is not supported \(supported: {supported}\)"):
+    with pytest.raises(
+        CheckpointError, match=rf"'mistery' is not supported: no native family builds it \({supported}\)"
+    ):
         export(source, tmp_path / "out", progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mistery"]
 

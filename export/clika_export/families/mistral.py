@@ -7,18 +7,10 @@ through the llama family (llama.cpp records no window for them).
 from __future__ import annotations
 
 from clika_export.checkpoint import Checkpoint
-from clika_export.families.config_facts import (
-    SLIDING,
-    activation,
-    global_rope,
-    layer_types,
-    refuse_partial_rotary,
-    sliding_window,
-    windowed_layers,
-)
+from clika_export.families.config_facts import activation, global_rope, refuse_partial_rotary
 from clika_export.families.decoder_family import DecoderFamily
+from clika_export.families.uniform_window import uniform_window_spec
 from clika_export.graph.decoder import DecoderSpec
-from clika_export.graph.decoder_spec import GLOBAL_ROPE
 
 NAME = "mistral"
 
@@ -27,18 +19,7 @@ def decoder_spec(checkpoint: Checkpoint, context_window: int) -> DecoderSpec:
     """The decoder of a mistral checkpoint: every layer windowed when the config has a window."""
     activation(checkpoint, "silu")
     refuse_partial_rotary(checkpoint)
-    window = sliding_window(checkpoint)
-    types = layer_types(checkpoint, lambda _: SLIDING if window is not None else "full_attention")
-    ropes = {GLOBAL_ROPE: global_rope(checkpoint)}
-    bias = checkpoint.architecture.attention_bias
-    return DecoderSpec(
-        checkpoint.architecture,
-        context_window,
-        qkv_bias=bias,
-        o_bias=bias,
-        ropes=ropes,
-        layers=windowed_layers(types, window, ropes),
-    )
+    return uniform_window_spec(checkpoint, context_window, global_rope(checkpoint))
 
 
 build = DecoderFamily(NAME, decoder_spec).build

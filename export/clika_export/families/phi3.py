@@ -8,19 +8,10 @@ head and, where the config has one, a sliding window on every layer.
 from __future__ import annotations
 
 from clika_export.checkpoint import Checkpoint
-from clika_export.families.config_facts import (
-    FULL,
-    SLIDING,
-    activation,
-    global_rope,
-    layer_types,
-    rotary_dim,
-    sliding_window,
-    windowed_layers,
-)
+from clika_export.families.config_facts import activation, global_rope, rotary_dim
 from clika_export.families.decoder_family import DecoderFamily
+from clika_export.families.uniform_window import uniform_window_spec
 from clika_export.graph.decoder import DecoderSpec
-from clika_export.graph.decoder_spec import GLOBAL_ROPE
 
 NAME = "phi3"
 
@@ -28,18 +19,7 @@ NAME = "phi3"
 def decoder_spec(checkpoint: Checkpoint, context_window: int) -> DecoderSpec:
     """The decoder of a phi3 checkpoint."""
     activation(checkpoint, "silu")
-    window = sliding_window(checkpoint)
-    types = layer_types(checkpoint, lambda _: SLIDING if window is not None else FULL)
-    ropes = {GLOBAL_ROPE: global_rope(checkpoint, rotary_dim(checkpoint))}
-    bias = checkpoint.architecture.attention_bias
-    return DecoderSpec(
-        checkpoint.architecture,
-        context_window,
-        qkv_bias=bias,
-        o_bias=bias,
-        ropes=ropes,
-        layers=windowed_layers(types, window, ropes),
-    )
+    return uniform_window_spec(checkpoint, context_window, global_rope(checkpoint, rotary_dim(checkpoint)))
 
 
 build = DecoderFamily(NAME, decoder_spec).build

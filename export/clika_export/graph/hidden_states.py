@@ -30,7 +30,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from clika_export.graph.builder import save_model
-from clika_runtime.manifest import MANIFEST_FILE, GraphSpec, Manifest
+from clika_runtime.manifest import MANIFEST_FILE, OPTIMUM_BUILDER, GraphSpec, Manifest
 from clika_runtime.step_graph import HIDDEN_STATES
 
 HEAD_NORM = "/model/norm/SkipSimplifiedLayerNormalization"
@@ -100,7 +100,12 @@ def ensure_hidden_states(folder: Path) -> Manifest:
     """The folder's manifest, after giving every step graph without it the output (about a second)."""
     folder = Path(folder)
     manifest = Manifest.read(folder)
-    missing = {key: spec for key, spec in manifest.graphs.items() if HIDDEN_STATES not in spec.outputs}
+    missing = {
+        key: spec
+        for key, spec in manifest.graphs.items()
+        # optimum's past-KV graphs have no packed hidden rows to expose: such folders do not embed
+        if HIDDEN_STATES not in spec.outputs and spec.builder != OPTIMUM_BUILDER
+    }
     if not missing:
         return manifest
     hidden_size = manifest.architecture.hidden_size

@@ -61,20 +61,24 @@ def read_hf(folder: str | Path) -> Checkpoint:
         raise CheckpointError(f"{folder.name} is not a Hugging Face model folder: no config.json")
     config = _json(folder / "config.json")
     refuse_unbuilt(config)  # named before anything else of the folder is read
-    generation = _json(folder / "generation_config.json", required=False)
-    tok_config = _json(folder / "tokenizer_config.json", required=False)
-    tokenizer_json = _tokenizer_json(folder)
-    tokenizer = Tokenizer.from_str(tokenizer_json)
     config, loaders = text_part(config, _weights(folder))  # a multimodal checkpoint's text model
     arch = architecture(config, has_lm_head="lm_head.weight" in loaders)
     check_layers_exist(arch, loaders, "config.json")
     loaders = _llama_layout(arch, loaders)
+    return Checkpoint(architecture=arch, tensor_loaders=loaders, config=config, **text_parts(folder, config))
+
+
+def text_parts(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """Everything of a Hugging Face folder but its weights, as ``Checkpoint`` fields: the tokenizer,
+    special tokens, chat template, generation defaults and where it came from."""
+    generation = _json(folder / "generation_config.json", required=False)
+    tok_config = _json(folder / "tokenizer_config.json", required=False)
+    tokenizer_json = _tokenizer_json(folder)
+    tokenizer = Tokenizer.from_str(tokenizer_json)
     bos_token = _token_text(tok_config.get("bos_token"))
     eos_token = _token_text(tok_config.get("eos_token"))
     bos_id = _first(config.get("bos_token_id"), generation.get("bos_token_id"), _id(tokenizer, bos_token))
-    return Checkpoint(
-        architecture=arch,
-        tensor_loaders=loaders,
+    return dict(
         tokenizer_json=tokenizer_json,
         bos_token_id=bos_id,
         eos_token_ids=_eos_ids(config, generation, tokenizer, eos_token),
@@ -92,17 +96,32 @@ def read_hf(folder: str | Path) -> Checkpoint:
         source_sha256=folder_sha256(folder),
         bos_token=bos_token if bos_token is not None else _token(tokenizer, bos_id),
         eos_token=eos_token,
-        config=config,
         pooling=hf_pooling(folder),
     )
 
 
+def read_config(folder: str | Path) -> dict[str, Any]:
+    """A Hugging Face folder's ``config.json`` (CheckpointError when it is missing or not an object)."""
+    return _json(Path(folder) / "config.json")
+
+
+def model_type(config: dict[str, Any]) -> str:
+    """The config's ``model_type``, lower case (CheckpointError when it has none)."""
+    name = config.get("model_type")
+    if not isinstance(name, str) or not name:
+        raise CheckpointError("config.json has no model_type")
+    return name.lower()
+
+
+def family_name(config: dict[str, Any]) -> str:
+    """The native family name a config's ``model_type`` goes by (Gemma 3 text: "gemma3")."""
+    name = model_type(config)
+    return _FAMILY_NAMES.get(name, name)
+
+
 def architecture(config: dict[str, Any], *, has_lm_head: bool = True) -> Architecture:
     """The architecture facts of a transformers ``config.json``."""
-    model_type = str(config.get("model_type", "")).lower()
-    if not model_type:
-        raise CheckpointError("config.json has no model_type")
-    family = _FAMILY_NAMES.get(model_type, model_type)
+    family = family_name(config)
     _refuse_unsupported(config, family)
     heads = _config_number(config, "num_attention_heads", int)
     hidden = _config_number(config, "hidden_size", int)
