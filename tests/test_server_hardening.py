@@ -473,6 +473,15 @@ def test_metrics_report_drifted_kv_bookkeeping_as_0_and_log_it(tiny_llama_model,
     assert [r.getMessage() for r in caplog.records] == ["KV bookkeeping drifted: a slot is free twice"]
 
 
+def test_replies_are_sent_without_waiting_for_the_clients_ack(server):
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        assert client.get("/health").status_code == 200  # the connection stays open (keep-alive)
+        connections = list(server._server.server_state.connections)
+        sockets = [c.transport.get_extra_info("socket") for c in connections]
+        delays = [s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in sockets]
+    assert connections and all(delays), delays
+
+
 def test_one_access_log_line_per_request(server, http, caplog):
     with caplog.at_level(logging.INFO, logger="clika_runtime.server.access"):
         http.get("/health")
