@@ -18,16 +18,18 @@ fixes them for the export's context window:
   window exceeds the original one, as llama.cpp does (transformers switches
   per sequence: rows shorter than the original window then differ).
 
-The tables are stored in the weights file, not computed when a folder loads,
-because at the default context cap they are about 1% of a folder (SmolLM2-135M
-int4: 2.1 MB of 141 MB; Qwen2.5-Coder-0.5B: 8.4 of 803 MB; 1.5B: 16.8 of
-1,758 MB; all graphs of a folder read one copy) and the runtime holds the same
-bytes either way. ONNX Runtime could take them at session creation
-(``SessionOptions.add_initializer`` over a ``[0, rotary_dim / 2]`` placeholder
-initializer gives bit-identical logits; a placeholder whose external data names
-a missing file is refused); that would pay only for windows asked far past the
-default (2^20 positions at 128 dims: 537 MB in the folder, 5.3 s to compute at
-every load instead).
+The tables are stored in the weights file (once; every graph of a folder reads
+them), computed here. At the default context cap they are 1.0-1.5% of a llama
+or qwen2 folder (SmolLM2-135M int4: 2.1 of 141 MB; Qwen2.5-Coder-0.5B: 8.4 of
+803 MB; 1.5B: 16.8 of 1,758 MB) but 13.8% of gemma-3-270m int4 (two ropes of
+128 frequencies at 32,768 positions: 67 of 486 MB). ONNX Runtime can take them
+at session creation instead: ``SessionOptions.add_initializer`` over a
+``[0, rotary_dim / 2]`` placeholder initializer gives identical tokens and
+logprobs (a placeholder whose external data names a missing file is refused);
+every session opened on such a graph (the runtime's, verification's, KV
+calibration's, the sensitivity pass's) would then have to supply them.
+``benchmarks/rope_tables.py`` measures both. A 2^20-position, 64-frequency
+table is 537 MB and takes seconds to compute.
 """
 
 from __future__ import annotations
