@@ -473,12 +473,14 @@ def test_metrics_report_drifted_kv_bookkeeping_as_0_and_log_it(tiny_llama_model,
     assert [r.getMessage() for r in caplog.records] == ["KV bookkeeping drifted: a slot is free twice"]
 
 
-def test_replies_are_sent_without_waiting_for_the_clients_ack(server):
-    with httpx.Client(base_url=server.base_url, timeout=60) as client:
-        assert client.get("/health").status_code == 200  # the connection stays open (keep-alive)
-        connections = list(server._server.server_state.connections)
-        sockets = [c.transport.get_extra_info("socket") for c in connections]
-        delays = [s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in sockets]
+def test_replies_are_sent_without_waiting_for_the_clients_ack(tiny_model):
+    # Its own server: the module's would log this request's line into the next test's capture.
+    with start_server(tiny_model, model_id=MODEL) as running:
+        with httpx.Client(base_url=running.base_url, timeout=60) as client:
+            assert client.get("/health").status_code == 200  # the connection stays open (keep-alive)
+            connections = list(running._server.server_state.connections)
+            sockets = [c.transport.get_extra_info("socket") for c in connections]
+            delays = [s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in sockets]
     assert connections and all(delays), delays
 
 

@@ -116,6 +116,7 @@ class ModelBackend:
     ) -> None:
         self.model = model
         self.prompt_bound = PromptBound(model.tokenizer, model.max_seq)
+        self.prompt_bound.longest_token_bytes  # noqa: B018 (a vocabulary scan: before serving, not in a request)
         self.model_id = model_id
         self.default_max_tokens = default_max_tokens
         self.created = int(time.time())
