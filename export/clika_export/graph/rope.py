@@ -17,6 +17,19 @@ fixes them for the export's context window:
   and its long ones beyond; the table takes the long factors when the context
   window exceeds the original one, as llama.cpp does (transformers switches
   per sequence: rows shorter than the original window then differ).
+
+The tables are stored in the weights file (once; every graph of a folder reads
+them), computed here. At the default context cap they are 1.0-1.5% of a llama
+or qwen2 folder (SmolLM2-135M int4: 2.1 of 141 MB; Qwen2.5-Coder-0.5B: 8.4 of
+803 MB; 1.5B: 16.8 of 1,758 MB) but 13.8% of gemma-3-270m int4 (two ropes of
+128 frequencies at 32,768 positions: 67 of 486 MB). ONNX Runtime can take them
+at session creation instead: ``SessionOptions.add_initializer`` over a
+``[0, rotary_dim / 2]`` placeholder initializer gives identical tokens and
+logprobs (a placeholder whose external data names a missing file is refused);
+every session opened on such a graph (the runtime's, verification's, KV
+calibration's, the sensitivity pass's) would then have to supply them.
+``benchmarks/features/rope_tables.py`` measures both. A 2^20-position, 64-frequency
+table is 537 MB and takes seconds to compute.
 """
 
 from __future__ import annotations

@@ -120,6 +120,7 @@ class ModelBackend:
         self.model = model
         self.image_files = image_files  # image_url parts may name local files (never remote URLs)
         self.prompt_bound = PromptBound(model.tokenizer, model.max_seq)
+        self.prompt_bound.longest_token_bytes  # noqa: B018 (a vocabulary scan: before serving, not in a request)
         self.model_id = model_id
         self.default_max_tokens = default_max_tokens
         self.created = int(time.time())

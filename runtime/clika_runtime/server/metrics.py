@@ -2,13 +2,18 @@
 
 Counters are the server's own (requests by route and status, tokens of every
 finished reply); gauges are read from the engine at scrape time, the way
-``/health`` reads its load, so scraping never stops a step. Each app has its
+``/health`` reads its load, so scraping never stops a step. One gauge,
+``clika_kv_integrity``, asks the engine's thread to check its bookkeeping
+(requests, slots, KV blocks and their refcounts) between two steps: the scrape
+waits for that, which is why the app renders metrics off the event loop. Each app has its
 own registry: two servers in one process keep separate counts.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -19,6 +24,8 @@ from clika_runtime.engine.types import GenerationReport
 from clika_runtime.server.backend import ModelBackend
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+log = logging.getLogger("clika_runtime.server")
+INTEGRITY_TIMEOUT = 10.0  # seconds a scrape waits for the engine to finish its step
 
 
 class Metrics:
@@ -74,6 +81,9 @@ class _EngineCollector(Collector):
     def __init__(self, backend: ModelBackend) -> None:
         self.backend = backend
 
+    def describe(self) -> list[Any]:
+        return []  # registering must not run collect(): it would wait on the engine's thread
+
     def collect(self) -> Iterator[Any]:
         load = self.backend.load()
         yield _gauge("clika_requests_running", "Requests decoding now", load["active"])
@@ -96,6 +106,25 @@ class _EngineCollector(Collector):
             "clika_engine_step_seconds", "Seconds spent in engine steps", stats.model_s + stats.host_s
         )
         yield _counter("clika_engine_model_seconds", "Seconds spent in ONNX Runtime", stats.model_s)
+        integrity = _integrity(engine)
+        if integrity is not None:
+            yield _gauge(
+                "clika_kv_integrity", "1 while requests, slots and KV blocks agree, else 0", integrity
+            )
+
+
+def _integrity(engine: Any) -> float | None:
+    """1.0 when the engine's bookkeeping holds, 0.0 when it drifted, None when the engine cannot answer."""
+    if engine.closed:
+        return None
+    try:
+        engine.check_integrity(timeout=INTEGRITY_TIMEOUT)
+    except AssertionError as exc:
+        log.error("KV bookkeeping drifted: %s", exc)
+        return 0.0
+    except FutureTimeout:  # a step longer than the timeout: no reading this scrape
+        return None
+    return 1.0
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -449,11 +449,39 @@ def test_metrics_count_requests_and_tokens_and_read_the_engine(tiny_llama_model,
     assert samples[("clika_requests_running", ())] == 0 and samples[("clika_requests_waiting", ())] == 0
     assert samples[("clika_engine_steps_total", ())] == steps > 0
     assert samples[("clika_engine_step_seconds_total", ())] > 0
+    assert samples[("clika_kv_integrity", ())] == 1  # checked on the engine's thread at the scrape
     if kv_mode == "paged":
         assert samples[("clika_kv_blocks", ())] > 0 and samples[("clika_kv_blocks_used", ())] == 0
         assert samples[("clika_kv_blocks_cached", ())] > 0  # the replies' blocks stay for prefix reuse
     else:
         assert samples[("clika_kv_slots_used", ())] == 0 and samples[("clika_kv_cache_bytes", ())] > 0
+
+
+def test_metrics_report_drifted_kv_bookkeeping_as_0_and_log_it(tiny_llama_model, caplog):
+    from clika_runtime import modelverse
+
+    model = modelverse.load(tiny_llama_model, threads=1)
+    with start_server(model, model_id=MODEL) as running:
+        cache = running.backend.engine.cache
+        cache._free.append(cache._free[0])  # a slot free twice: what a lost release would leave
+        with caplog.at_level(logging.ERROR, logger="clika_runtime.server"):
+            drifted = _samples(httpx.get(running.base_url + "/metrics").text)
+        cache._free.pop()
+        healed = _samples(httpx.get(running.base_url + "/metrics").text)
+    model.close()
+    assert drifted[("clika_kv_integrity", ())] == 0 and healed[("clika_kv_integrity", ())] == 1
+    assert [r.getMessage() for r in caplog.records] == ["KV bookkeeping drifted: a slot is free twice"]
+
+
+def test_replies_are_sent_without_waiting_for_the_clients_ack(tiny_model):
+    # Its own server: the module's would log this request's line into the next test's capture.
+    with start_server(tiny_model, model_id=MODEL) as running:
+        with httpx.Client(base_url=running.base_url, timeout=60) as client:
+            assert client.get("/health").status_code == 200  # the connection stays open (keep-alive)
+            connections = list(running._server.server_state.connections)
+            sockets = [c.transport.get_extra_info("socket") for c in connections]
+            delays = [s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in sockets]
+    assert connections and all(delays), delays
 
 
 def test_one_access_log_line_per_request(server, http, caplog):
