@@ -40,7 +40,7 @@ from clika_export.quality_report import (
     wants_sensitivity,
 )
 from clika_export.readers.hf import family_name, folder_sha256, is_hf_folder, model_type, read_config, read_hf
-from clika_export.readers.multimodal import is_multimodal
+from clika_export.readers.multimodal import is_multimodal, refuse_unbuilt
 from clika_export.readers.regular_file import file_sha256
 from clika_export.template_check import check_chat_template
 from clika_export.termination import terminated_as_exit
@@ -202,7 +202,8 @@ def choose_builder(source: Path, builder: str = "auto") -> str:
     if builder != "auto":
         return builder
     config = read_config(source)
-    if family_name(config) in FAMILIES:
+    refuse_unbuilt(config)  # a multimodal family named before the two lists
+    if family_name(config) in FAMILIES or is_multimodal(config):  # Idefics3: its llama text model
         return NATIVE_BUILDER
     if optimum_covers(model_type(config)):
         return OPTIMUM_BUILDER
