@@ -30,13 +30,16 @@ import onnxruntime as ort
 CAPACITY = 512  # the KV buffer's positions (both kinds of graph write position ``past`` only)
 
 
+SPIN = {"spin": True}  # --no-spin: workers sleep, so the process CPU time is the work done
+
+
 def session(path: Path, threads: int, profile_prefix: str | None = None) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if SPIN["spin"] else "0")
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
@@ -71,10 +74,11 @@ class Graph:
             if output.name not in bound:
                 self.binding.bind_output(output.name)
 
-    def step(self) -> float:
-        start = time.perf_counter()
+    def step(self) -> tuple[float, float]:
+        """Wall and process CPU seconds of one step."""
+        start, cpu = time.perf_counter(), time.process_time()
         self.session.run_with_iobinding(self.binding)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
 
 
 def folder_graph(folder: Path, past: int, threads: int, profile: str | None) -> Graph:
@@ -153,10 +157,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40, help="steps per graph per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="also print ORT's per-operator profile")
+    ap.add_argument(
+        "--no-spin",
+        action="store_true",
+        help="sleeping workers: the CPU time a step takes is its work, whatever else runs",
+    )
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
     if not 0 < args.past < CAPACITY:
         ap.error(f"--past must be in 1..{CAPACITY - 1}")
+    SPIN["spin"] = not args.no_spin
     makers = {}
     for spec in args.folder:
         name, _, path = spec.partition("=")
@@ -169,16 +179,25 @@ def main() -> None:
         ap.error("name at least one --folder or --genai")
     graphs = {name: make(path, args.past, args.threads, None) for name, (make, path) in makers.items()}
     times: dict[str, list[float]] = {name: [] for name in graphs}
+    cpu: dict[str, list[float]] = {name: [] for name in graphs}
     for graph in graphs.values():
         for _ in range(5):
             graph.step()
     for _ in range(args.rounds):
         for name, graph in graphs.items():
-            times[name] += [graph.step() * 1e3 for _ in range(args.steps)]
-    print(f"one token after {args.past}, {args.threads} threads, load {os.getloadavg()[0]:.1f}; ms a step")
+            for _ in range(args.steps):
+                wall, used = graph.step()
+                times[name].append(wall * 1e3)
+                cpu[name].append(used * 1e3)
+    spin = "sleeping" if args.no_spin else "spinning"
+    load = os.getloadavg()[0]
+    print(f"one token after {args.past}, {args.threads} {spin} threads, load {load:.1f}; ms a step")
     for name, ms in times.items():
         quarter = statistics.quantiles(ms, n=4)[0]
-        print(f"  {name:24s} min {min(ms):7.3f}  p25 {quarter:7.3f}  median {statistics.median(ms):7.3f}")
+        print(
+            f"  {name:24s} wall min {min(ms):7.3f}  p25 {quarter:7.3f}  median {statistics.median(ms):7.3f}"
+            f"  CPU median {statistics.median(cpu[name]):7.3f}"
+        )
     if args.profile:
         with tempfile.TemporaryDirectory() as tmp:
             for name, (make, path) in makers.items():
