@@ -35,6 +35,7 @@ BENCHMARKS_DIR = BENCH_DIR.parent  # the workload prompts (prompts.json) every f
 REPO_DIR = BENCHMARKS_DIR.parent
 DEFAULT_MODEL = "smollm2-135m-instruct"
 ALL_SYSTEMS = ("clika", "llama-cpp-python", "onnxruntime-genai")
+BASELINE = "clika-baseline"  # our runtime on --clika-baseline, a peer in the tables
 # W3 last: its batch of 8 sets the process's peak memory, W1's figure is taken before it.
 WORKLOAD_ORDER = ("W1", "W2", "W4", "W3")
 W1_NEW, W3_NEW, W4_REPLY_CAP = 128, 128, 48
@@ -69,6 +70,11 @@ def parse_args() -> argparse.Namespace:
     )
     ap.add_argument("--clika-precision", default="int4", help="the export's precision when no --clika-model")
     ap.add_argument(
+        "--clika-baseline",
+        type=Path,
+        help="a second model folder, run as the system clika-baseline (before/after in one run)",
+    )
+    ap.add_argument(
         "--peers-dir", type=Path, default=peers_dir, help="what setup_peers.sh made ($CLIKA_PEERS_DIR)"
     )
     ap.add_argument("--peers-python", type=Path, help="default: PEERS_DIR/venv/bin/python")
@@ -93,6 +99,8 @@ def parse_args() -> argparse.Namespace:
     unknown = sorted(set(a.systems) - set(ALL_SYSTEMS))
     if unknown:
         ap.error(f"unknown system(s) {unknown}; known: {', '.join(ALL_SYSTEMS)}")
+    if a.clika_baseline:
+        a.systems.append(BASELINE)
     a.workloads = [w for w in WORKLOAD_ORDER if w in a.workloads.split(",")]
     if not a.workloads:
         ap.error("no known workload named; known: W1, W2, W3, W4")
@@ -172,13 +180,17 @@ def python_can_import(python: Path, module: str) -> str | None:
     return None
 
 
+def model_folder(path: Path) -> tuple[Path | None, str | None]:
+    folder = Path(path)
+    if not (folder / "manifest.json").is_file():
+        return None, f"{folder} is not a model folder (no manifest.json)"
+    return folder, None
+
+
 def clika_model_dir(args, gguf: Path) -> tuple[Path | None, str | None]:
     """The exported model folder: the one given, or the GGUF exported once into the cache."""
     if args.clika_model:
-        folder = Path(args.clika_model)
-        if not (folder / "manifest.json").is_file():
-            return None, f"{folder} is not a model folder (no manifest.json)"
-        return folder, None
+        return model_folder(args.clika_model)
     try:
         from clika_export.api import cached_export
 
@@ -191,10 +203,12 @@ def plan_systems(args, gguf: Path) -> tuple[dict, dict]:
     """{system: how to run it} for the systems that can run, and {system: why not} for the rest."""
     plans, skipped = {}, {}
     for name in args.systems:
-        if name == "clika":
+        if name in ("clika", BASELINE):
             why = python_can_import(Path(sys.executable), "clika_runtime.modelverse")
             folder = None
-            if why is None:
+            if why is None and name == BASELINE:
+                folder, why = model_folder(args.clika_baseline)
+            elif why is None:
                 folder, why = clika_model_dir(args, gguf)
             if why is None:
                 plans[name] = {
@@ -252,6 +266,8 @@ def run_process(name: str, plan: dict, spec: dict, round_no: int, run_dir: Path,
         except subprocess.TimeoutExpired:
             rc = "timeout"
     records = [json.loads(line) for line in raw_path.read_text().splitlines()] if raw_path.exists() else []
+    for r in records:
+        r["system"] = name  # the worker knows its runtime, not which of our two folders it ran
     if rc != 0 and not any(r["workload"] == "error" for r in records):
         records.append(
             {

@@ -27,11 +27,17 @@ The defaults follow the kernel table and the frontier in this package's README
   50 questions of ``clika_quant.answers`` it loses 3 the fp32 model answers (and gains
   4). ``sensitivity_budget``/``sensitivity_target_kl`` (``clika_quant.sensitivity``):
   the export measures the KL each layer and role adds at level 4 on the calibration
-  conversation and computes the worst per byte at level 0 until the KL left is at most
-  0.0004, in models of at most 300M weights. SmolLM2 (all-level-4 KL 0.0039 on 128
-  tokens): 91 of 120 matrices (75.5% of the 4-bit bytes) at level 0, the same 35 answers
-  as fp32; 50% of the bytes lost 2 questions. Qwen2.5-Coder-0.5B with all its 4-bit
-  matrices at level 4 answers the same 42 of 50 as its fp32 export: no pass above 300M.
+  conversation and computes whole layers and roles at level 0, the most KL per byte
+  first, within a speed budget of 20% of the 4-bit bytes (until the KL left is at most
+  0.0004, which a looser budget reaches), in models of at most 300M weights. Level 0
+  costs decode time in proportion to its bytes (2.3-2.9x the level-4 kernel at one
+  token a step, the same per byte for every role). SmolLM2 (all-level-4 KL 0.0039 on
+  128 tokens): all 30 query/key/value matrices and the last layer, 33 of 120 matrices
+  (18.4% of the 4-bit bytes), answer 36 of 50, none of fp32's 35 lost; the previous
+  default (pairs by estimated KL per byte until the KL left was 0.0004) put 91 matrices
+  (75.5%) at level 0 for the same 35 answers, and the pairs' estimate at 25% and 35% of
+  the bytes lost 3. Qwen2.5-Coder-0.5B with all its 4-bit matrices at level 4 answers
+  the same 42 of 50 as its fp32 export: no pass above 300M.
 * The head is ~28% of the bytes a SmolLM2 decode step reads (8 bits, the GGUF's
   Q8_0). ``head_scan_bits=4``: a 4-bit copy ranks the vocabulary and the 256 best
   logits per row are re-scored from the 8-bit bytes, so greedy decoding and top-k
@@ -120,11 +126,11 @@ class QuantOptions:
     # Move integer zero points of blocks with offsets to the block's mean code (same weights,
     # smaller int8-compute error; see choose.center_zero_points).
     center_zero_points: bool = True
-    # Choose level 0 or 4 per (role, layer) of 4-bit weights by the KL each adds at level 4 on the
-    # calibration conversation (``clika_quant.sensitivity``): at most this share of the 4-bit bytes
-    # at level 0 (None: no measurement, the levels above), until the estimated KL left is at most
-    # ``sensitivity_target_kl``.
-    sensitivity_budget: float | None = 1.0
+    # Choose level 0 or 4 for whole layers and roles of 4-bit weights by the KL each adds at level 4
+    # on the calibration conversation (``clika_quant.sensitivity``): at most this share of the 4-bit
+    # bytes at level 0, a speed budget (None: no measurement, the levels above), until the estimated
+    # KL left is at most ``sensitivity_target_kl``.
+    sensitivity_budget: float | None = 0.2
     sensitivity_target_kl: float = 0.0004
     # Only models with at most this many weights get the pass (None: any size): a tiny model's
     # answers hinge on near ties that int8 activations tip (SmolLM2-135M lost 3 of 35 with every
@@ -215,9 +221,9 @@ class QuantOptions:
                 else ""
             )
             parts.append(
-                f"those at level 0 (fp32 compute){size} where int8 activations add the most measured "
-                f"error, until the KL left is at most {self.sensitivity_target_kl:g} "
-                f"(at most {self.sensitivity_budget:.0%} of their bytes)"
+                f"those at level 0 (fp32 compute){size} by whole layers and roles where int8 activations "
+                f"add the most measured error per byte, within {self.sensitivity_budget:.0%} of their bytes "
+                f"(until the KL left is at most {self.sensitivity_target_kl:g})"
             )
         if self.center_zero_points:
             parts.append("zero points centred on each block's mean code")

@@ -10,7 +10,7 @@ from clika_export.api import export
 from clika_export.graph.kv_int8 import calibration_ids
 from clika_quant.options import QuantError, QuantOptions
 from clika_quant.quality import open_runner
-from clika_quant.sensitivity import CALIBRATION_TOKENS, Place, choose, mean_kl
+from clika_quant.sensitivity import CALIBRATION_TOKENS, Place, choose, groups_of, mean_kl
 from clika_runtime.manifest import Manifest
 
 MIXED = {"sensitivity_budget": 0.5, "sensitivity_target_kl": 0.0}
@@ -74,21 +74,41 @@ def test_the_mixed_export_has_the_error_it_states(exports):
     assert kl < record["measured"]["all_fast_kl"]
 
 
-def test_choose_takes_the_most_error_per_byte_first_within_the_budget():
+def _places_and_groups():
     places = [
-        Place("attn.qkv", 0, ("q",), 100),
-        Place("mlp.down", 0, ("d",), 400),
-        Place("attn.o", 1, ("o",), 100),
+        Place("attn.qkv", 0, ("q0",), 100),
+        Place("mlp.down", 0, ("d0",), 400),
+        Place("attn.qkv", 1, ("q1",), 100),
+        Place("mlp.down", 1, ("d1",), 400),
     ]
-    kl = {"attn.qkv@0": 0.004, "mlp.down@0": 0.008, "attn.o@1": 0.001}
-    assert [p.key for p in choose(places, kl, target_kl=0.0, budget=1.0)] == [
-        "attn.qkv@0",
-        "mlp.down@0",
-        "attn.o@1",
-    ]
-    assert [p.key for p in choose(places, kl, target_kl=0.0, budget=0.4)] == ["attn.qkv@0", "attn.o@1"]
-    assert [p.key for p in choose(places, kl, target_kl=0.0095, budget=1.0)] == ["attn.qkv@0"]
-    assert choose(places, kl, target_kl=0.02, budget=1.0) == []
+    measured = {
+        "all_fast_kl": 0.01,
+        "layer_kl": {"0": 0.002, "1": 0.008},
+        "role_kl": {"attn.qkv": 0.006, "mlp.down": 0.004},
+    }
+    estimated = {"attn.qkv@0": 0.0012, "mlp.down@0": 0.0008, "attn.qkv@1": 0.0048, "mlp.down@1": 0.0032}
+    return places, groups_of(places, measured), estimated
+
+
+def test_choose_moves_whole_measured_groups_most_error_per_byte_first_within_the_budget():
+    places, groups, estimated = _places_and_groups()
+    assert sorted(g.name for g in groups) == ["@0", "@1", "attn.qkv", "mlp.down"]
+
+    def keys(target_kl, budget):
+        return [p.key for p in choose(places, groups, estimated, target_kl=target_kl, budget=budget)]
+
+    # KL per byte: the query/key/value role (0.006 / 200) first, then layer 1 (0.008 / 500).
+    assert keys(0.0, 0.2) == ["attn.qkv@0", "attn.qkv@1"]
+    # Layer 1 then adds only its down matrix: 600 of the 1000 bytes.
+    assert keys(0.0, 0.6) == ["attn.qkv@0", "attn.qkv@1", "mlp.down@1"]
+    # A group that does not fit is skipped, not cut: layer 0's down matrix alone would fit 0.6.
+    assert keys(0.0, 0.65) == ["attn.qkv@0", "attn.qkv@1", "mlp.down@1"]
+    assert keys(0.0, 1.0) == ["attn.qkv@0", "mlp.down@0", "attn.qkv@1", "mlp.down@1"]
+    # The estimated KL left stops it: 0.01 - 0.006 (the role) = 0.004 <= 0.0045.
+    assert keys(0.0045, 1.0) == ["attn.qkv@0", "attn.qkv@1"]
+    assert keys(0.02, 1.0) == []
+    # Under budgets no group fits, nothing moves.
+    assert keys(0.0, 0.1) == []
 
 
 def test_bad_sensitivity_options_are_named():
