@@ -274,7 +274,7 @@ def quantized_folder(source: Path, reference_folder: Path, work: Path, name: str
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(reference_folder, folder)
     matrices = Manifest.read(reference_folder).precision["matrices"]
-    quantize_model(folder / "model.onnx", read_source(source), precision, matrices, options)
+    quantize_model(continuous_graph(folder), read_source(source), precision, matrices, options)
     stamp.write_text(wanted)
     return folder
 
@@ -632,7 +632,7 @@ def search(reference, base_folder: Path, calib_tokens: list[int], args) -> list[
 
     from clika_runtime.model_folder import open_model_folder
 
-    model = onnx.load(str(base_folder / "model.onnx"), load_external_data=False)
+    model = onnx.load(str(continuous_graph(base_folder)), load_external_data=False)
     opened = open_model_folder(base_folder, threads=args.threads)
     units = level_units(model, base_folder)
     placements = [("none", [])] + [(f"all {r}", [u for u in units if u[0] == r]) for r in ROLES]
@@ -723,3 +723,11 @@ def print_table(results: dict) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def continuous_graph(folder: Path) -> Path:
+    """The continuous step graph the folder's manifest names (``model_h.onnx`` once a cached folder
+    got the hidden_states output: the plain ``model.onnx`` beside it is no longer read)."""
+    from clika_runtime.manifest import Manifest, graph_key
+
+    return folder / Manifest.read(folder).graphs[graph_key("continuous")].file

@@ -81,7 +81,7 @@ def main() -> None:
             folder = work / name
             shutil.copytree(reference_folder, folder)
             t0 = time.perf_counter()
-            record = quantize_model(folder / "model.onnx", checkpoint, precision, matrices, options)
+            record = quantize_model(continuous_graph(folder), checkpoint, precision, matrices, options)
             candidate = open_runner(folder, threads=args.threads)
             results[name] = _measure(reference, candidate, tokens, args)
             results[name].update(
@@ -114,3 +114,11 @@ def _print(name: str, result: dict) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def continuous_graph(folder: Path) -> Path:
+    """The continuous step graph the folder's manifest names (``model_h.onnx`` once a cached folder
+    got the hidden_states output: the plain ``model.onnx`` beside it is no longer read)."""
+    from clika_runtime.manifest import Manifest, graph_key
+
+    return folder / Manifest.read(folder).graphs[graph_key("continuous")].file

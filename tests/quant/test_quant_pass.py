@@ -12,17 +12,19 @@ import pytest
 from clika_export.api import export, read_source
 from clika_quant import QuantError, quantize_model
 from clika_quant.quality import logits_error, open_runner
-from clika_runtime.manifest import Manifest
+from clika_runtime.manifest import Manifest, graph_key
 from clika_runtime.model_folder import open_model_folder
 
 TOKENS = [256, 72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100, 33, 10, 84, 104, 101, 32, 99, 97, 116]
 
 
 def quantized_copy(folder: Path, dest: Path, source, precision: str, **options) -> tuple[Path, dict]:
-    """A copy of an fp32 model folder with its graph quantized in place."""
+    """A copy of an fp32 model folder with its graph quantized in place (the graph its manifest
+    names: a cached folder given the hidden_states output later names ``model_h.onnx``)."""
     shutil.copytree(folder, dest)
-    matrices = Manifest.read(folder).precision["matrices"]
-    record = quantize_model(dest / "model.onnx", read_source(source), precision, matrices, options)
+    manifest = Manifest.read(folder)
+    graph = dest / manifest.graphs[graph_key("continuous")].file
+    record = quantize_model(graph, read_source(source), precision, manifest.precision["matrices"], options)
     return dest, record
 
 
