@@ -1,7 +1,7 @@
 """Where a single-stream decode step's time goes: model folders' step graphs (and an
 onnxruntime-genai model) run side by side in alternating rounds, with ORT's per-operator profile.
 
-    python benchmarks/decode_profile.py --folder new=path/to/folder --folder old=path/to/other \\
+    python benchmarks/peers/decode_profile.py --folder new=path/to/folder --folder old=path/to/other \\
         --genai ~/.cache/clika-peers/models/genai-int4 --past 160 --profile
 
 Each graph runs one token a step after ``--past`` cached tokens (one row, the KV buffers bound
