@@ -336,7 +336,7 @@ class ChatSession:
         policy = GenerationConfig.resolve(self._defaults, config, overrides)
         prepared = prepare_turn(self._model, messages, offered, policy)
         request = self._model.engine.submit(
-            prepared.prompt_ids, policy, skip_special_tokens=prepared.skip_special_tokens
+            prepared.prompt_ids, prepared.policy_for(policy), skip_special_tokens=prepared.skip_special_tokens
         )
         return request, self._pieces(request, prepared.parser, commit)
 

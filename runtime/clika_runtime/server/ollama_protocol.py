@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clika_runtime.server.errors import bad_request
-from clika_runtime.server.protocol import AUTO, NONE, ChatRequest, ToolChoice, check_tools
+from clika_runtime.server.protocol import AUTO, NONE, ChatRequest, ToolChoice, check_flag, check_tools
 from clika_runtime.server.structured import ollama_constraint
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -112,7 +112,7 @@ def parse_ollama_generate(body: Any) -> GenerateRequest:
         model=model_name(body),
         prompt=prompt,
         system=system,
-        raw=_flag(body, "raw", False),
+        raw=check_flag(body, "raw", False),
         stream=_stream(body),
         options=options,
         max_tokens_given=given,
@@ -196,16 +196,7 @@ def _object(body: Any) -> dict[str, Any]:
 
 
 def _stream(body: Mapping[str, Any]) -> bool:
-    return _flag(body, "stream", True)  # Ollama streams unless told not to
-
-
-def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise bad_request(f"'{name}' must be true or false, got {value!r}", name)
-    return value
+    return check_flag(body, "stream", True)  # Ollama streams unless told not to
 
 
 def _message(message: Any, index: int) -> dict[str, Any]:

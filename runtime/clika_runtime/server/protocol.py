@@ -16,23 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from clika_runtime.chat.tool_choice import AUTO, NONE, REQUIRED, ToolChoice, tool_choice_from
 from clika_runtime.engine.config import MAX_LOGPROBS
 from clika_runtime.server.errors import bad_request
 from clika_runtime.server.json_input import load_json
 from clika_runtime.server.structured import openai_constraint
 
-AUTO, NONE, REQUIRED = "auto", "none", "required"
 MAX_STOP_STRINGS = 4
 MAX_CHOICES = 8  # n: choices of one request decode together, sharing the prompt's KV
 ROLES = ("system", "developer", "user", "assistant", "tool")
-
-
-@dataclass(frozen=True)
-class ToolChoice:
-    """``mode`` is auto, none or required; ``name`` pins one function (a required call to it)."""
-
-    mode: str = AUTO
-    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +37,7 @@ class ChatRequest:
     include_usage: bool = False
     tools: list[dict[str, Any]] | None = None
     tool_choice: ToolChoice = ToolChoice()
+    parallel_tool_calls: bool = True  # a required call may be several
     options: dict[str, Any] = field(default_factory=dict)  # GenerationConfig overrides
     max_tokens_given: bool = False
     n: int = 1  # choices
@@ -71,10 +64,11 @@ def parse_chat(body: Any) -> ChatRequest:
     return ChatRequest(
         model=_model(body),
         messages=[check_message(m, i) for i, m in enumerate(_list(body, "messages", required=True))],
-        stream=_bool(body, "stream"),
+        stream=check_flag(body, "stream"),
         include_usage=_include_usage(body),
         tools=tools,
-        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        tool_choice=parse_tool_choice(body.get("tool_choice"), tools),
+        parallel_tool_calls=check_flag(body, "parallel_tool_calls", True),
         options=_with_logprobs(
             sampling_options(body, "max_completion_tokens", "max_tokens"), chat_logprobs(body)
         ),
@@ -93,11 +87,11 @@ def parse_completion(body: Any) -> CompletionRequest:
     request = CompletionRequest(
         model=_model(body),
         prompts=_prompts(body.get("prompt")),
-        stream=_bool(body, "stream"),
+        stream=check_flag(body, "stream"),
         include_usage=_include_usage(body),
         options=_with_logprobs(sampling_options(body, "max_tokens"), completion_logprobs(body)),
         max_tokens_given=body.get("max_tokens") is not None,
-        echo=_bool(body, "echo"),
+        echo=check_flag(body, "echo"),
         n=_choices(body),
     )
     if request.stream and len(request.prompts) != 1:
@@ -162,10 +156,11 @@ def completion_logprobs(body: Mapping[str, Any]) -> int | None:
     return value
 
 
-def _bool(body: Mapping[str, Any], name: str) -> bool:
+def check_flag(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    """A true/false field (``default`` when absent); a 400 naming it otherwise."""
     value = body.get(name)
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise bad_request(f"'{name}' must be true or false, got {value!r}", name)
     return value
@@ -179,7 +174,7 @@ def _include_usage(body: Mapping[str, Any]) -> bool:
         raise bad_request("'stream_options' must be an object", "stream_options")
     if not body.get("stream"):
         raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
-    return _bool(options, "include_usage")
+    return check_flag(options, "include_usage")
 
 
 def _list(body: Mapping[str, Any], name: str, *, required: bool = False) -> list[Any]:
@@ -270,29 +265,19 @@ def check_tools(value: Any) -> list[dict[str, Any]] | None:
     return value or None
 
 
-def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
+def parse_tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
+    """A body's ``tool_choice`` on its checked ``tools`` (chat or Responses shape); a 400 naming it
+    otherwise. Absent: auto with tools, none without."""
     if value is None:
         return ToolChoice(AUTO if tools else NONE)
-    if value in (AUTO, NONE, REQUIRED):
-        if value != NONE and not tools:
-            raise bad_request(f"tool_choice {value!r} needs 'tools'", "tool_choice")
-        return ToolChoice(value)
-    if (
-        isinstance(value, dict)
-        and value.get("type") == "function"
-        and isinstance(value.get("function"), dict)
-    ):
-        name = value["function"].get("name")
-        offered = [tool["function"]["name"] for tool in tools or ()]
-        if name not in offered:
-            raise bad_request(
-                f"tool_choice names {name!r}, which is not among the tools offered", "tool_choice"
-            )
-        return ToolChoice(REQUIRED, name)
-    raise bad_request(
-        "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
-        "tool_choice",
-    )
+    if isinstance(value, str) and value not in (AUTO, NONE, REQUIRED):
+        raise bad_request(
+            f"tool_choice must be 'auto', 'none', 'required' or a function, got {value!r}", "tool_choice"
+        )
+    try:
+        return tool_choice_from(value, tools)
+    except ValueError as exc:
+        raise bad_request(str(exc), "tool_choice") from None
 
 
 def _prompts(value: Any) -> list[str | list[int]]:

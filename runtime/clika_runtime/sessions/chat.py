@@ -264,7 +264,7 @@ class AsyncChat:
     def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream:
         """Submit a prepared turn to the chat's engine; ``close`` cancels it while it runs."""
         request = self.engine.submit(
-            prepared.prompt_ids, policy, skip_special_tokens=prepared.skip_special_tokens
+            prepared.prompt_ids, prepared.policy_for(policy), skip_special_tokens=prepared.skip_special_tokens
         )
         with self._requests_lock:
             self._requests.add(request)
