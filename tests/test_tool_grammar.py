@@ -231,3 +231,21 @@ def test_the_chosen_tools():
     assert chosen_tools(TOOLS, ToolChoice("none")) is None
     assert chosen_tools(TOOLS, ToolChoice(REQUIRED, "add")) == [ADD]
     assert chosen_tools(TOOLS, ToolChoice(REQUIRED)) == TOOLS
+
+
+def test_an_xml_text_value_keeps_its_length_and_cannot_close_the_call(vocab):
+    tokenizer, vocabulary = vocab
+    short = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"type": "object", "properties": {"s": {"type": "string", "maxLength": 5}}},
+        },
+    }
+    opened = "<tool_call>\n<function=f>\n<parameter=s>\n"
+    assert (
+        refused_at(tokenizer, matcher(vocabulary, "qwen_xml", [short]), opened + "abcdef")
+        == opened + "abcdef"
+    )
+    city = "<tool_call>\n<function=get_weather>\n<parameter=city>\nP</function>"
+    assert refused_at(tokenizer, matcher(vocabulary, "qwen_xml"), city) == city

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 # The separators the formats' own examples use (and the models were trained on).
 COMMA = '", "'
 PARAMETER_END = "\n</parameter>\n"
+MAX_TEXT_BOUND = 4096  # a text parameter's length bounds past this are not kept (lexer states)
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
@@ -181,30 +182,44 @@ def _pythonic(tools: list[dict[str, Any]], literal: _Literals, parallel: bool) -
 
 
 def _qwen_xml(tools: list[dict[str, Any]], literal: _Literals, parallel: bool) -> list[str]:
-    """qwen_xml: ``<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>``.
+    """qwen_xml: ``<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>``.
 
-    Values are text: a string parameter is free text (one of its ``enum`` when it has one), any
-    other type is JSON under its schema, as the format's reader types them back."""
+    Values are text: a string parameter is free text within its length bounds (one of its ``enum``
+    when it has one) that cannot close the call early, any other type JSON under its schema, as the
+    format's reader types them back."""
     opening, closing = literal("<tool_call>"), literal("</tool_call>")
     rules = [_joined("call", '"\\n"', parallel), f'call: {opening} "\\n" function "\\n" {closing}']
     rules.append("function: " + " | ".join(f"function_{index}" for index in range(len(tools))))
+    texts: dict[str, str] = {}  # one text rule per length bound
     for index, tool in enumerate(tools):
-        parameters = _keyword_items(arguments_schema(tool), _xml_parameter)
+        parameters = _keyword_items(
+            arguments_schema(tool), lambda key, schema: _xml_parameter(key, schema, texts)
+        )
         name = json.dumps(f"<function={tool['function']['name']}>\n")
         rules.append(f'function_{index}: {name} {_listed(parameters, "")} "</function>"')
-    rules.append(f"text_value[suffix={json.dumps(PARAMETER_END)}]: /(?s:.*)/")
+    for rule, bound in texts.items():
+        rules.append(f"{rule}[suffix={json.dumps(PARAMETER_END)}]: {rule.upper()}")
+        rules.append(
+            f"{rule.upper()}: /(?s:.{bound})/ & ~/(?s:.*(<\\/function>|<\\/tool_call>|<parameter=).*)/"
+        )
     return rules
 
 
-def _xml_parameter(key: str, schema: Mapping[str, Any]) -> str:
+def _xml_parameter(key: str, schema: Mapping[str, Any], texts: dict[str, str]) -> str:
     head = json.dumps(f"<parameter={key}>\n")
     enum = schema.get("enum")
     if isinstance(enum, list) and enum and all(isinstance(value, str) for value in enum):
         choices = " | ".join(json.dumps(value) for value in enum)
         return f"{head} ({choices}) {json.dumps(PARAMETER_END)}"
-    if schema.get("type") in ("string", None):
-        return f"{head} text_value"  # the text runs to the parameter's end tag
-    return f"{head} {_json(schema)} {json.dumps(PARAMETER_END)}"
+    if schema.get("type") not in ("string", None):
+        return f"{head} {_json(schema)} {json.dumps(PARAMETER_END)}"
+    low, high = schema.get("minLength"), schema.get("maxLength")
+    low = low if isinstance(low, int) and 0 <= low <= MAX_TEXT_BOUND else 0
+    high = high if isinstance(high, int) and low <= high <= MAX_TEXT_BOUND else None
+    bound = f"{{{low},{'' if high is None else high}}}"
+    rule = f"text_{low}_{'any' if high is None else high}"
+    texts[rule] = bound
+    return f"{head} {rule}"  # the text runs to the parameter's end tag
 
 
 def _keyword_items(

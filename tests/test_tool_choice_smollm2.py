@@ -1,0 +1,141 @@
+"""A required tool call on the real SmolLM2-135M-Instruct (slow, but the smallest real model), served
+under each tool-call format's chat template and asked through the real ``openai`` client: every
+reply is a call of an offered tool (the named one when one is named) whose arguments validate
+against that tool's schema (the ``jsonschema`` library), whole and streamed. SmolLM2's vocabulary
+has no call markers of its own, so the grammar spells them out as text."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import jsonschema
+import openai
+import pytest
+
+from clika_runtime import modelverse
+from clika_runtime.chat.tool_grammar import arguments_schema
+from clika_runtime.server import start_server
+
+pytestmark = pytest.mark.slow
+
+TEMPLATES = Path(__file__).parent / "templates"
+FORMATS = {
+    "hermes": "hermes_tools.jinja",
+    "llama3_json": "llama3_json_tools.jinja",
+    "mistral": "mistral_tools.jinja",
+    "pythonic": "pythonic_tools.jinja",
+    "qwen_xml": "qwen_xml_tools.jinja",
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city",
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 24},
+                    "unit": {"enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "unit"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add_numbers",
+            "description": "Add two integers",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "a": {"type": "integer", "minimum": -1000, "maximum": 1000},
+                    "b": {"type": "integer", "minimum": -1000, "maximum": 1000},
+                },
+                "required": ["a", "b"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
+QUESTIONS = ["What is the weather in Paris?", "What is 12 plus 30?", "Hello there!"]
+
+
+@pytest.fixture(scope="module")
+def smollm2_folder(smollm2_gguf, tmp_path_factory) -> Path:
+    """A copy of SmolLM2's int4 export whose chat template each format replaces in turn."""
+    from clika_export.api import cached_export
+
+    export = cached_export(smollm2_gguf, "int4", progress=False)
+    folder = tmp_path_factory.mktemp("smollm2")
+    for item in export.iterdir():
+        try:
+            os.link(item, folder / item.name)  # the template is replaced, never written through
+        except OSError:
+            shutil.copy(item, folder / item.name)
+    return folder
+
+
+@pytest.fixture(scope="module", params=sorted(FORMATS))
+def served(request, smollm2_folder):
+    """SmolLM2 under the format's template."""
+    template = smollm2_folder / "chat_template.jinja"
+    template.unlink(missing_ok=True)
+    template.write_text((TEMPLATES / FORMATS[request.param]).read_text())
+    model = modelverse.load(smollm2_folder)
+    assert model.tool_call_format == request.param
+    with start_server(model, model_id="smollm2") as running:
+        yield openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=300)
+    model.close()
+
+
+def calls_of(client: openai.OpenAI, question: str, choice, *, stream: bool) -> list[tuple[str, dict]]:
+    request = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": question}],
+        "tools": TOOLS,
+        "tool_choice": choice,
+        "parallel_tool_calls": False,
+        "temperature": 0,
+        "max_tokens": 96,
+    }
+    if not stream:
+        reply = client.chat.completions.create(**request).choices[0]
+        assert reply.finish_reason == "tool_calls", reply
+        return [(c.function.name, json.loads(c.function.arguments)) for c in reply.message.tool_calls]
+    calls: dict[int, list[str]] = {}
+    finish = None
+    for chunk in client.chat.completions.create(**request, stream=True):
+        for part in chunk.choices[0].delta.tool_calls or ():
+            call = calls.setdefault(part.index, ["", ""])
+            call[0] += part.function.name or ""
+            call[1] += part.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls", calls
+    return [(name, json.loads(arguments)) for name, arguments in calls.values()]
+
+
+def check(calls: list[tuple[str, dict]], named: str | None = None) -> None:
+    schemas = {tool["function"]["name"]: arguments_schema(tool) for tool in TOOLS}
+    assert len(calls) == 1, calls
+    for name, arguments in calls:
+        assert name in schemas and (named is None or name == named), calls
+        jsonschema.validate(arguments, schemas[name])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_required_calls_validate(served, stream):
+    for question in QUESTIONS:
+        check(calls_of(served, question, "required", stream=stream))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_named_call_is_that_function(served, stream):
+    for name, question in (("add_numbers", QUESTIONS[0]), ("get_weather", QUESTIONS[1])):
+        choice = {"type": "function", "function": {"name": name}}
+        check(calls_of(served, question, choice, stream=stream), name)
