@@ -59,10 +59,10 @@ class CompletionRequest:
 
 def parse_chat(body: Any) -> ChatRequest:
     """Check a chat completions body (raises a 400 ApiError naming the bad field)."""
-    body = _object(body)
+    body = check_object(body)
     tools = check_tools(body.get("tools"))
     return ChatRequest(
-        model=_model(body),
+        model=check_model(body),
         messages=[check_message(m, i) for i, m in enumerate(_list(body, "messages", required=True))],
         stream=check_flag(body, "stream"),
         include_usage=_include_usage(body),
@@ -79,13 +79,13 @@ def parse_chat(body: Any) -> ChatRequest:
 
 def parse_completion(body: Any) -> CompletionRequest:
     """Check a (legacy) completions body."""
-    body = _object(body)
+    body = check_object(body)
     if body.get("suffix"):
         raise bad_request("'suffix' (fill-in-the-middle) is not supported by this server", "suffix")
     if body.get("best_of") not in (None, 1):
         raise bad_request("'best_of' must be 1 on this server", "best_of")
     request = CompletionRequest(
-        model=_model(body),
+        model=check_model(body),
         prompts=_prompts(body.get("prompt")),
         stream=check_flag(body, "stream"),
         include_usage=_include_usage(body),
@@ -102,13 +102,15 @@ def parse_completion(body: Any) -> CompletionRequest:
 # -- pieces ----------------------------------------------------------------------------------------
 
 
-def _object(body: Any) -> dict[str, Any]:
+def check_object(body: Any) -> dict[str, Any]:
+    """A request body that is a JSON object; a 400 saying what it is otherwise."""
     if not isinstance(body, dict):
         raise bad_request(f"the request body must be a JSON object, got {_json_kind(body)}")
     return body
 
 
-def _model(body: Mapping[str, Any]) -> str:
+def check_model(body: Mapping[str, Any]) -> str:
+    """The body's ``model``: the id of the served model."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required: the id of the served model (see /v1/models)", "model")
@@ -189,11 +191,7 @@ def _list(body: Mapping[str, Any], name: str, *, required: bool = False) -> list
 def check_message(message: Any, index: int, field: str = "messages") -> dict[str, Any]:
     """One chat turn checked (``field``: the request field holding the turns, for the 400's param)."""
     param = f"{field}[{index}]"
-    if not isinstance(message, dict):
-        raise bad_request(f"{param} must be an object with 'role' and 'content'", param)
-    role = message.get("role")
-    if role not in ROLES:
-        raise bad_request(f"{param}.role must be one of {', '.join(ROLES)}, got {role!r}", f"{param}.role")
+    role = check_role(message, param, ROLES)
     turn = {key: value for key, value in message.items() if value is not None}
     turn["role"] = "system" if role == "developer" else role  # chat templates know no developer role
     content = message.get("content")
@@ -205,6 +203,16 @@ def check_message(message: Any, index: int, field: str = "messages") -> dict[str
     if turn.get("tool_calls") is not None:
         turn["tool_calls"] = _tool_calls(turn["tool_calls"], f"{param}.tool_calls")
     return turn
+
+
+def check_role(message: Any, param: str, roles: tuple[str, ...]) -> str:
+    """The role of ``message`` (a turn object), one of ``roles``; a 400 naming ``param`` otherwise."""
+    if not isinstance(message, dict):
+        raise bad_request(f"{param} must be an object with 'role' and 'content'", param)
+    role = message.get("role")
+    if role not in roles:
+        raise bad_request(f"{param}.role must be one of {', '.join(roles)}, got {role!r}", f"{param}.role")
+    return role
 
 
 def _tool_calls(calls: Any, param: str) -> list[Any]:
@@ -229,8 +237,12 @@ def _tool_calls(calls: Any, param: str) -> list[Any]:
 
 def _content_text(content: Any, param: str) -> str:
     """A string, or the text parts of a content array joined (this server reads text only)."""
-    if content is None:
-        return ""
+    return "" if content is None else text_content(content, param)
+
+
+def text_content(content: Any, param: str, kinds: tuple[str, ...] = ("text",)) -> str:
+    """A string, or the parts of ``kinds`` of a content array joined; a 400 naming the first part of
+    another kind (this server reads text only)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -238,7 +250,7 @@ def _content_text(content: Any, param: str) -> str:
     texts = []
     for index, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "text" or not isinstance(part.get("text"), str):
+        if kind not in kinds or not isinstance(part.get("text"), str):
             raise bad_request(
                 f"{param}[{index}] is a {kind or type(part).__name__!s} part; this model reads text parts only",
                 f"{param}[{index}]",
@@ -247,12 +259,19 @@ def _content_text(content: Any, param: str) -> str:
     return "".join(texts)
 
 
-def check_tools(value: Any) -> list[dict[str, Any]] | None:
+def tool_list(value: Any) -> list[Any] | None:
+    """A body's ``tools`` as a list (None when absent); a 400 unless it is an array."""
     if value is None:
         return None
     if not isinstance(value, list):
         raise bad_request("'tools' must be an array of tool definitions", "tools")
-    for index, tool in enumerate(value):
+    return value
+
+
+def check_tools(value: Any) -> list[dict[str, Any]] | None:
+    """``tools`` in the chat shape, each a function with a name (None when absent or empty)."""
+    value = tool_list(value)
+    for index, tool in enumerate(value or ()):
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             raise bad_request(f"tools[{index}] must be {{'type': 'function', 'function': {{...}}}}", "tools")
         function = tool.get("function")
@@ -333,7 +352,7 @@ def sampling_options(body: Mapping[str, Any], *token_fields: str) -> dict[str, A
     for name, target in _PASSED.items():
         if body.get(name) is not None:
             options[target] = body[name]
-    stop = _stops(body.get("stop"))
+    stop = check_stops(body.get("stop"))
     if stop:
         options["stop"] = stop
     constraint = openai_constraint(body)
@@ -355,14 +374,15 @@ def _number(value: Any, low: float, high: float) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
 
 
-def _stops(value: Any) -> tuple[str, ...]:
+def check_stops(value: Any, param: str = "stop", most: int | None = MAX_STOP_STRINGS) -> tuple[str, ...]:
+    """Stop strings: one non-empty string or an array of them (at most ``most``); a 400 naming ``param``."""
     if value is None:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise bad_request("'stop' must be a non-empty string or an array of them", "stop")
-    if len(stops) > MAX_STOP_STRINGS:
-        raise bad_request(f"'stop' takes at most {MAX_STOP_STRINGS} strings, got {len(stops)}", "stop")
+        raise bad_request("'stop' must be a non-empty string or an array of them", param)
+    if most is not None and len(stops) > most:
+        raise bad_request(f"'stop' takes at most {most} strings, got {len(stops)}", param)
     return tuple(stops)
 
 

@@ -22,9 +22,13 @@ from clika_runtime.server.protocol import (
     ChatRequest,
     check_flag,
     check_message,
+    check_model,
+    check_object,
     check_tools,
     parse_tool_choice,
     sampling_options,
+    text_content,
+    tool_list,
 )
 from clika_runtime.server.structured import responses_constraint
 
@@ -41,12 +45,9 @@ class ResponsesRequest:
 
 
 def parse_responses(body: Any) -> ResponsesRequest:
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object")
+    body = check_object(body)
     _refuse_unsupported(body)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise bad_request("'model' is required: the id of the served model (see /v1/models)", "model")
+    model = check_model(body)
     tools = check_tools(_chat_tools(body.get("tools")))
     messages = _instructions(body.get("instructions")) + _input_messages(body.get("input"))
     options = sampling_options({k: v for k, v in body.items() if k != "stop"}, "max_output_tokens")
@@ -117,7 +118,9 @@ def _input_messages(value: Any) -> list[dict[str, Any]]:
             raise bad_request(f"{param} must be an object", param)
         kind = item.get("type", "message")
         if kind == "message":
-            messages.append({**item, "content": _text(item.get("content"), f"{param}.content")})
+            messages.append(
+                {**item, "content": text_content(item.get("content"), f"{param}.content", _TEXT_PARTS)}
+            )
             messages[-1].pop("type", None)
         elif kind == "function_call":
             _call_into(messages, item, param)
@@ -147,29 +150,11 @@ def _call_into(messages: list[dict[str, Any]], item: Mapping[str, Any], param: s
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def _text(content: Any, param: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise bad_request(f"{param} must be a string or an array of content parts", param)
-    texts = []
-    for index, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise bad_request(
-                f"{param}[{index}] is a {kind or type(part).__name__} part; this model reads text parts only",
-                f"{param}[{index}]",
-            )
-        texts.append(part["text"])
-    return "".join(texts)
-
-
 def _chat_tools(value: Any) -> list[dict[str, Any]] | None:
     """Responses function tools (``{"type": "function", "name": ...}``) in the chat shape."""
+    value = tool_list(value)
     if value is None:
         return None
-    if not isinstance(value, list):
-        raise bad_request("'tools' must be an array of tool definitions", "tools")
     tools = []
     for index, tool in enumerate(value):
         if not isinstance(tool, dict) or tool.get("type") != "function":
