@@ -15,7 +15,6 @@ import openai
 import pytest
 
 from clika_runtime import modelverse
-from clika_runtime.chat.tool_grammar import arguments_schema
 from clika_runtime.server import start_server
 
 pytestmark = pytest.mark.slow
@@ -77,7 +76,8 @@ TOOLS = [
         },
     },
 ]
-SCHEMAS = {tool["function"]["name"]: arguments_schema(tool) for tool in TOOLS}
+SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
+STRICT = {tool["function"]["name"] for tool in TOOLS if tool["function"].get("strict")}
 QUESTIONS = [
     "Is it cold in Oslo today?",
     "Book a project sync with Ana and Li on Tuesday for half an hour.",
@@ -107,7 +107,9 @@ def check(calls: list[tuple[str, str]], named: str | None = None, *, one: bool =
     assert calls and (not one or len(calls) == 1), calls
     for name, arguments in calls:
         assert name in SCHEMAS and (named is None or name == named), calls
-        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+        value = json.loads(arguments)
+        jsonschema.validate(value, SCHEMAS[name])
+        assert name not in STRICT or set(value) <= set(SCHEMAS[name]["properties"]), value
 
 
 def chat_calls(client, question: str, choice, *, stream: bool, **fields) -> list[tuple[str, str]]:

@@ -16,7 +16,6 @@ import openai
 import pytest
 
 from clika_runtime import modelverse
-from clika_runtime.chat.tool_grammar import arguments_schema
 from clika_runtime.server import start_server
 
 pytestmark = pytest.mark.slow
@@ -121,11 +120,12 @@ def calls_of(client: openai.OpenAI, question: str, choice, *, stream: bool) -> l
 
 
 def check(calls: list[tuple[str, dict]], named: str | None = None) -> None:
-    schemas = {tool["function"]["name"]: arguments_schema(tool) for tool in TOOLS}
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
     assert len(calls) == 1, calls
     for name, arguments in calls:
         assert name in schemas and (named is None or name == named), calls
         jsonschema.validate(arguments, schemas[name])
+        assert set(arguments) <= set(schemas[name]["properties"]), arguments  # strict or closed: no others
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

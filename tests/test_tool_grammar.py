@@ -249,3 +249,24 @@ def test_an_xml_text_value_keeps_its_length_and_cannot_close_the_call(vocab):
     )
     city = "<tool_call>\n<function=get_weather>\n<parameter=city>\nP</function>"
     assert refused_at(tokenizer, matcher(vocabulary, "qwen_xml"), city) == city
+
+
+def test_a_strict_numbers_fraction_ends(vocab):
+    tokenizer, vocabulary = vocab
+    price = {
+        "type": "function",
+        "function": {
+            "name": "pay",
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {"amount": {"type": "number"}},
+                "required": ["amount"],
+            },
+        },
+    }
+    opened = '<tool_call>\n{"name": "pay", "arguments": {"amount": 100.'
+    assert refused_at(tokenizer, matcher(vocabulary, "hermes", [price]), opened + "0" * 10 + "}}") is None
+    assert (
+        refused_at(tokenizer, matcher(vocabulary, "hermes", [price]), opened + "0" * 11) == opened + "0" * 11
+    )
