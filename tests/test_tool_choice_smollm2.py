@@ -6,6 +6,7 @@ has no call markers of its own, so the grammar spells them out as text."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -139,3 +140,26 @@ def test_a_named_call_is_that_function(served, stream):
     for name, question in (("add_numbers", QUESTIONS[0]), ("get_weather", QUESTIONS[1])):
         choice = {"type": "function", "function": {"name": name}}
         check(calls_of(served, question, choice, stream=stream), name)
+
+
+def test_an_async_sessions_tool_choice(smollm2_folder):
+    """The async sessions read ``tool_choice`` from a turn's options (here under the hermes template)."""
+    from clika_runtime.sessions import AsyncChat
+
+    template = smollm2_folder / "chat_template.jinja"
+    template.unlink(missing_ok=True)
+    template.write_text((TEMPLATES / FORMATS["hermes"]).read_text())
+
+    async def turn() -> list[tuple[str, dict]]:
+        result = (
+            await AsyncChat(model)
+            .create_session(tools=TOOLS)
+            .send(QUESTIONS[2], tool_choice="add_numbers", parallel_tool_calls=False, max_new_tokens=96)
+        )
+        return [(call.name, call.arguments) for call in result.tool_calls]
+
+    model = modelverse.load(smollm2_folder)
+    try:
+        check(asyncio.run(turn()), "add_numbers")
+    finally:
+        model.close()
