@@ -182,7 +182,8 @@ def _pythonic(tools: list[dict[str, Any]], literal: _Literals, parallel: bool) -
 
 
 def _qwen_xml(tools: list[dict[str, Any]], literal: _Literals, parallel: bool) -> list[str]:
-    """qwen_xml: ``<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>``.
+    """qwen_xml: ``<tool_call>``, ``<function=NAME>``, then per parameter ``<parameter=KEY>``, its
+    value and ``</parameter>``, then ``</function>`` and ``</tool_call>``, each on its own line.
 
     Values are text: a string parameter is free text within its length bounds (one of its ``enum``
     when it has one) that cannot close the call early, any other type JSON under its schema, as the
