@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 
-import jsonschema
 import openai
 import pytest
+from tool_call_checks import Call, check_calls, requested_calls
 
 from clika_runtime import modelverse
 from clika_runtime.server import start_server
@@ -76,8 +76,7 @@ TOOLS = [
         },
     },
 ]
-SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
-STRICT = {tool["function"]["name"] for tool in TOOLS if tool["function"].get("strict")}
+NAMES = [tool["function"]["name"] for tool in TOOLS]
 QUESTIONS = [
     "Is it cold in Oslo today?",
     "Book a project sync with Ana and Li on Tuesday for half an hour.",
@@ -102,17 +101,11 @@ def client(model):
         yield openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=600)
 
 
-def check(calls: list[tuple[str, str]], named: str | None = None, *, one: bool = False) -> None:
-    """Every call names an offered tool (``named`` when given) and its arguments validate."""
-    assert calls and (not one or len(calls) == 1), calls
-    for name, arguments in calls:
-        assert name in SCHEMAS and (named is None or name == named), calls
-        value = json.loads(arguments)
-        jsonschema.validate(value, SCHEMAS[name])
-        assert name not in STRICT or set(value) <= set(SCHEMAS[name]["properties"]), value
+def check(calls: list[Call], named: str | None = None, *, one: bool = False) -> None:
+    check_calls(calls, TOOLS, named, one=one)
 
 
-def chat_calls(client, question: str, choice, *, stream: bool, **fields) -> list[tuple[str, str]]:
+def chat_calls(client, question: str, choice, *, stream: bool, **fields) -> list[Call]:
     request = {
         "model": MODEL,
         "messages": [{"role": "user", "content": question}],
@@ -122,20 +115,7 @@ def chat_calls(client, question: str, choice, *, stream: bool, **fields) -> list
         "max_tokens": 160,
         **fields,
     }
-    if not stream:
-        reply = client.chat.completions.create(**request).choices[0]
-        assert reply.finish_reason == "tool_calls", reply
-        return [(call.function.name, call.function.arguments) for call in reply.message.tool_calls]
-    calls: dict[int, list[str]] = {}
-    finish = None
-    for chunk in client.chat.completions.create(**request, stream=True):
-        for part in chunk.choices[0].delta.tool_calls or ():
-            call = calls.setdefault(part.index, ["", ""])
-            call[0] += part.function.name or ""
-            call[1] += part.function.arguments or ""
-        finish = chunk.choices[0].finish_reason or finish
-    assert finish == "tool_calls", calls
-    return [(name, arguments) for name, arguments in calls.values()]
+    return requested_calls(client, request, stream=stream)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -146,7 +126,7 @@ def test_required_calls_validate(client, stream):
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_a_named_call_is_that_function_whatever_was_asked(client, stream):
-    for name, question in zip(SCHEMAS, QUESTIONS[:-4:-1], strict=True):
+    for name, question in zip(NAMES, QUESTIONS[:-4:-1], strict=True):
         choice = {"type": "function", "function": {"name": name}}
         check(chat_calls(client, question, choice, stream=stream), name)
 
@@ -170,7 +150,11 @@ def test_responses_required_and_named(client):
             temperature=0,
             max_output_tokens=160,
         )
-        calls = [(item.name, item.arguments) for item in response.output if item.type == "function_call"]
+        calls = [
+            (item.name, json.loads(item.arguments))
+            for item in response.output
+            if item.type == "function_call"
+        ]
         check(calls, named)
         events = client.responses.create(
             model=MODEL,
@@ -182,16 +166,16 @@ def test_responses_required_and_named(client):
             stream=True,
         )
         done = [e for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"]
-        check([(e.item.name, e.item.arguments) for e in done], named)
+        check([(e.item.name, json.loads(e.item.arguments)) for e in done], named)
 
 
 def test_a_chat_sessions_tool_choice(model):
     with model.chat_session(tools=TOOLS) as chat:
         for question in QUESTIONS[3:]:
             chat.send(question, tool_choice="required", max_new_tokens=160)
-            check([(call.name, call.arguments_json) for call in chat.tool_calls])
+            check([(call.name, call.arguments) for call in chat.tool_calls])
         chat.send(QUESTIONS[0], tool_choice="schedule_meeting", max_new_tokens=160)
-        check([(call.name, call.arguments_json) for call in chat.tool_calls], "schedule_meeting")
+        check([(call.name, call.arguments) for call in chat.tool_calls], "schedule_meeting")
 
 
 def test_auto_stays_free(client):

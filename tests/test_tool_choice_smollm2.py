@@ -7,14 +7,13 @@ has no call markers of its own, so the grammar spells them out as text."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 from pathlib import Path
 
-import jsonschema
 import openai
 import pytest
+from tool_call_checks import Call, check_calls, requested_calls
 
 from clika_runtime import modelverse
 from clika_runtime.server import start_server
@@ -94,7 +93,7 @@ def served(request, smollm2_folder):
     model.close()
 
 
-def calls_of(client: openai.OpenAI, question: str, choice, *, stream: bool) -> list[tuple[str, dict]]:
+def calls_of(client: openai.OpenAI, question: str, choice, *, stream: bool) -> list[Call]:
     request = {
         "model": "smollm2",
         "messages": [{"role": "user", "content": question}],
@@ -104,29 +103,11 @@ def calls_of(client: openai.OpenAI, question: str, choice, *, stream: bool) -> l
         "temperature": 0,
         "max_tokens": 96,
     }
-    if not stream:
-        reply = client.chat.completions.create(**request).choices[0]
-        assert reply.finish_reason == "tool_calls", reply
-        return [(c.function.name, json.loads(c.function.arguments)) for c in reply.message.tool_calls]
-    calls: dict[int, list[str]] = {}
-    finish = None
-    for chunk in client.chat.completions.create(**request, stream=True):
-        for part in chunk.choices[0].delta.tool_calls or ():
-            call = calls.setdefault(part.index, ["", ""])
-            call[0] += part.function.name or ""
-            call[1] += part.function.arguments or ""
-        finish = chunk.choices[0].finish_reason or finish
-    assert finish == "tool_calls", calls
-    return [(name, json.loads(arguments)) for name, arguments in calls.values()]
+    return requested_calls(client, request, stream=stream)
 
 
-def check(calls: list[tuple[str, dict]], named: str | None = None) -> None:
-    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
-    assert len(calls) == 1, calls
-    for name, arguments in calls:
-        assert name in schemas and (named is None or name == named), calls
-        jsonschema.validate(arguments, schemas[name])
-        assert set(arguments) <= set(schemas[name]["properties"]), arguments  # strict or closed: no others
+def check(calls: list[Call], named: str | None = None) -> None:
+    check_calls(calls, TOOLS, named, one=True)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
