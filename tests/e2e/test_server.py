@@ -144,6 +144,7 @@ def test_a_required_tool_call_is_made_even_to_small_talk(client, weather_tool):
         messages=ask("Hello there!"),
         tools=[weather_tool],
         tool_choice="required",
+        parallel_tool_calls=False,  # allowed, greedy small talk goes on calling
         temperature=0,
         max_tokens=64,
     )

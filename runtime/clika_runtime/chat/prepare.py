@@ -15,24 +15,35 @@ from clika_runtime.chat.media_turns import split_images
 from clika_runtime.chat.model import supports_tools
 from clika_runtime.chat.render import render_prompt
 from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
+from clika_runtime.chat.tool_choice import chosen_tools, tool_choice_from
+from clika_runtime.chat.tool_grammar import required_call_constraint
 from clika_runtime.chat.tools import normalize_tools
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
     from clika_runtime.engine.config import GenerationConfig
     from clika_runtime.engine.prompt_media import PromptMedia
+    from clika_runtime.grammar.constraint import Constraint
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A turn ready for the engine: the prompt text, its token ids, the reply's parser and the
-    embeddings of the images its user turns carry (None: a text prompt)."""
+    """A turn ready for the engine: the prompt text, its token ids, the reply's parser, the
+    embeddings of the images its user turns carry (None: a text prompt) and, when the turn
+    requires a tool call, the grammar that holds the reply to one."""
 
     prompt_text: str
     prompt_ids: list[int]
     parser: ReplyParser
     skip_special_tokens: bool
     media: PromptMedia | None = None
+    call_constraint: Constraint | None = None
+
+    def policy_for(self, policy: GenerationConfig) -> GenerationConfig:
+        """``policy`` with the required call's grammar as its ``response_format``."""
+        if self.call_constraint is None:
+            return policy
+        return policy.overlay({"response_format": self.call_constraint})
 
 
 def check_chat_arguments(default_budget: int, system: str | None) -> None:
@@ -61,8 +72,15 @@ def prepare_turn(
     policy: GenerationConfig,
 ) -> Prepared:
     """Render ``messages`` for ``model``, tokenize them (their images through the model's vision
-    graph: ``chat.media_turns``) and make the reply's parser."""
+    graph: ``chat.media_turns``) and make the reply's parser.
+
+    ``policy.tool_choice`` "none" offers no tools; "required" or a named function holds the
+    reply to a valid call (``policy.parallel_tool_calls``: one call or several)."""
     template = model.chat_template
+    choice = tool_choice_from(policy.tool_choice, tools)
+    tools = chosen_tools(tools, choice)
+    if choice.required and policy.response_format is not None:
+        raise ValueError("a required tool call and a response_format cannot both hold the reply")
     rendered, images = split_images(messages)
     text = render_prompt(template, rendered, policy, tools=tools)
     media = None
@@ -72,10 +90,14 @@ def prepare_turn(
         ids, media = model.encode_with_images(text, images)
     else:
         ids = model.tokenizer.encode(text)
+    constraint = required_call_constraint(
+        template, text, tools, choice, model.tokenizer, model.vocab_size, parallel=policy.parallel_tool_calls
+    )
     return Prepared(
         prompt_text=text,
         prompt_ids=ids,
         parser=reply_parser_for(template, text, tools),
         skip_special_tokens=not keeps_special_tokens(template, tools),
         media=media,
+        call_constraint=constraint,
     )

@@ -187,7 +187,9 @@ class ChatSession:
 
         The reply joins the history once complete. ``tools`` offers tool
         definitions for this turn (None: the session's); keyword arguments
-        overlay the decode policy (``enable_thinking=False``, ``reasoning_effort=``, ...).
+        overlay the decode policy (``enable_thinking=False``, ``reasoning_effort=``, ...;
+        ``tool_choice="required"`` or a function's name holds the reply to a valid call of
+        the offered tools, ``parallel_tool_calls=False`` to one).
         """
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
@@ -340,7 +342,7 @@ class ChatSession:
         prepared = prepare_turn(self._model, messages, offered, policy)
         request = self._model.engine.submit(
             prepared.prompt_ids,
-            policy,
+            prepared.policy_for(policy),
             skip_special_tokens=prepared.skip_special_tokens,
             media=prepared.media,
         )

@@ -45,6 +45,10 @@ class GenerationConfig:
     ``logprobs`` (None: off) reports each new token's log-probability under
     the model's own distribution, with that many most likely alternatives
     (0 to ``MAX_LOGPROBS``); a request asking for them decodes without drafts.
+    ``tool_choice`` (a chat turn offered tools: "auto", "none", "required" or a
+    function, see :mod:`clika_runtime.chat.tool_choice`) and
+    ``parallel_tool_calls`` are read by the chat layer, which holds a required
+    call to the offered tools' schemas with a grammar.
     """
 
     max_new_tokens: int = 256
@@ -63,9 +67,11 @@ class GenerationConfig:
     num_assistant_tokens: int = 0
     response_format: Any = None
     logprobs: int | None = None
-    # Read by the chat layer (template rendering); the engine ignores them.
+    # Read by the chat layer (template rendering, tool calls); the engine ignores them.
     enable_thinking: bool | None = None
     reasoning_effort: str | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -191,6 +197,12 @@ def _check_flags(c: GenerationConfig) -> None:
         raise ValueError(f"enable_thinking must be True, False or None, got {c.enable_thinking!r}")
     if c.reasoning_effort is not None and not isinstance(c.reasoning_effort, str):
         raise ValueError(f"reasoning_effort must be a string or None, got {c.reasoning_effort!r}")
+    if not isinstance(c.parallel_tool_calls, bool):
+        raise ValueError(f"parallel_tool_calls must be True or False, got {c.parallel_tool_calls!r}")
+    if c.tool_choice is not None and not isinstance(c.tool_choice, (str, Mapping)):
+        raise ValueError(
+            f"tool_choice must be 'auto', 'none', 'required', a function name or a mapping, got {c.tool_choice!r}"
+        )
 
 
 # More drafted tokens than this only make rejected steps wider.

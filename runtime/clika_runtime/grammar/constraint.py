@@ -11,7 +11,7 @@ Accepted shapes (each front end speaks one of them):
 
 Object schemas are closed (``additionalProperties: false`` where a schema lists its
 properties and says nothing of others) and numbers without bounds get 16 digits
-before the point at most (as llama.cpp's grammars do), unless
+before the point at most (as llama.cpp's grammars do) and 10 after it, unless
 ``json_schema.strict`` is False.
 
 Compiling is bounded: a source larger than ``MAX_SOURCE_CHARS``, or a grammar
@@ -29,6 +29,7 @@ from typing import Any
 MAX_SOURCE_CHARS = 200_000
 MAX_SCHEMA_DEPTH = 64
 NUMBER_BOUND = 10**16 - 1
+FRACTION_STEP = 1e-10  # at most 10 digits after a number's point (the engine takes no finer step)
 KINDS = ("json_schema", "json", "regex", "lark", "gbnf")
 # Bounds on what compiling one grammar may cost (llguidance's own defaults are larger).
 LIMITS = {"max_items_in_row": 2000, "max_lexer_states": 50_000, "max_grammar_size": 500_000}
@@ -118,6 +119,9 @@ def closed_schema(schema: Any, depth: int = 0) -> Any:
         # give a number at most 16 digits before its point unless the schema bounds it.
         closed.setdefault("minimum", -NUMBER_BOUND)
         closed.setdefault("maximum", NUMBER_BOUND)
+    if schema.get("type") == "number" and "multipleOf" not in schema:
+        # Nor zeros after the point without end ("100.0000..." is 100 and within any bound).
+        closed["multipleOf"] = FRACTION_STEP
     return closed
 
 

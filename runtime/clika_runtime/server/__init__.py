@@ -21,7 +21,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,20 +110,8 @@ def serve(
     ``image_files``: ``image_url`` parts may name local files (off: data: URLs only).
     ``on_ready(url)`` is called once the socket listens.
     """
-    require_server_stack()
-    backend = build_backend(
-        model,
-        model_id=model_id,
-        max_active=max_active,
-        max_queued=max_queued,
-        engine=engine,
-        default_max_tokens=default_max_tokens,
-        image_files=image_files,
-    )
+    backend, server, sock = _listening(model, locals())  # first: locals() are the arguments
     try:
-        server, sock = _uvicorn_server(
-            backend, host, port, api_key, max_body_bytes, log_level, cors_origins, read_timeout, access_log
-        )
         if on_ready is not None:
             on_ready(_url(sock))
         server.run(sockets=[sock])
@@ -195,20 +183,8 @@ def start_server(
 
     The options are :func:`serve`'s; the access log is off unless asked for.
     """
-    require_server_stack()
-    backend = build_backend(
-        model,
-        model_id=model_id,
-        max_active=max_active,
-        max_queued=max_queued,
-        engine=engine,
-        default_max_tokens=default_max_tokens,
-        image_files=image_files,
-    )
+    backend, server, sock = _listening(model, locals())  # first: locals() are the arguments
     try:
-        server, sock = _uvicorn_server(
-            backend, host, port, api_key, max_body_bytes, log_level, cors_origins, read_timeout, access_log
-        )
         running = RunningServer(backend, server, sock)
         running.wait_started()
     except BaseException:
@@ -217,35 +193,48 @@ def start_server(
     return running
 
 
-def _uvicorn_server(
-    backend: ModelBackend,
-    host: str,
-    port: int,
-    api_key: str | None,
-    max_body_bytes: int | None,
-    log_level: str,
-    cors_origins: Sequence[str],
-    read_timeout: float | None,
-    access_log: bool,
-) -> tuple[Any, socket.socket]:
+def _listening(
+    model: GenerativeModel | ChatSession | str | Path, options: Mapping[str, Any]
+) -> tuple[ModelBackend, Any, socket.socket]:
+    """The backend and a bound (not yet serving) uvicorn server for ``model`` under ``options``,
+    :func:`serve`'s keyword arguments; the backend is closed again when binding fails."""
+    require_server_stack()
+    backend = build_backend(
+        model,
+        model_id=options["model_id"],
+        max_active=options["max_active"],
+        max_queued=options["max_queued"],
+        engine=options["engine"],
+        default_max_tokens=options["default_max_tokens"],
+        image_files=options["image_files"],
+    )
+    try:
+        return (backend, *_uvicorn_server(backend, options))
+    except BaseException:
+        backend.close()
+        raise
+
+
+def _uvicorn_server(backend: ModelBackend, options: Mapping[str, Any]) -> tuple[Any, socket.socket]:
     from clika_runtime.server.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, create_app
     from clika_runtime.server.lifecycle import configure_logging, uvicorn_server
     from clika_runtime.server.streaming import Closing
 
     closing = Closing()
-    timeout = read_timeout or DEFAULT_READ_TIMEOUT
+    timeout = options["read_timeout"] or DEFAULT_READ_TIMEOUT
     app = create_app(
         backend,
-        api_key=api_key,
-        max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+        api_key=options["api_key"],
+        max_body_bytes=options["max_body_bytes"] or DEFAULT_MAX_BODY_BYTES,
         read_timeout=timeout,
-        cors_origins=cors_origins,
+        cors_origins=options["cors_origins"],
         closing=closing,
     )
-    configure_logging(log_level, access_log)
+    configure_logging(options["log_level"], options["access_log"])
     # Bound here (not by uvicorn) so port 0 yields its real port before serving starts.
-    sock = socket.create_server((host, port), family=_family(host), reuse_port=False)
-    return uvicorn_server(app, closing, log_level=log_level, read_timeout=timeout), sock
+    host = options["host"]
+    sock = socket.create_server((host, options["port"]), family=_family(host), reuse_port=False)
+    return uvicorn_server(app, closing, log_level=options["log_level"], read_timeout=timeout), sock
 
 
 def require_server_stack() -> None:

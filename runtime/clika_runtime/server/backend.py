@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
@@ -30,16 +30,19 @@ from clika_runtime.chat.reply_events import (
     reply_events,
 )
 from clika_runtime.chat.templates import TemplateError
+from clika_runtime.chat.tool_choice import chosen_tools
+from clika_runtime.chat.tool_grammar import required_call_constraint
 from clika_runtime.chat.tools import normalize_tools
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, RequestStream
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.engine.logprobs import TokenLogprob
+from clika_runtime.grammar import GrammarError
 from clika_runtime.modelverse import GenerativeModel
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.image_parts import request_images
 from clika_runtime.server.prompt_bound import PromptBound
-from clika_runtime.server.protocol import NONE, REQUEST_FIELD, REQUIRED, ChatRequest, ToolChoice
+from clika_runtime.server.protocol import REQUEST_FIELD, ChatRequest
 
 # The reply's events are the chat layer's one vocabulary (re-exported: the server's shapes read them).
 Event = ReplyEvent
@@ -49,10 +52,9 @@ __all__ = ["CallDelta", "Event", "Finished", "ModelBackend", "ReasoningDelta", "
 class ReplyRun:
     """One submitted request: ``events()`` (blocking; run it on a worker thread) and ``cancel()``."""
 
-    def __init__(self, stream: RequestStream, parser: ReplyParser | None, prefill: str = "") -> None:
+    def __init__(self, stream: RequestStream, parser: ReplyParser | None) -> None:
         self.stream = stream
         self.parser = parser
-        self.prefill = prefill
         self.created = int(time.time())
         # Token log-probabilities as they arrive (when asked for), taken by a streamed reply's chunks.
         self.fresh_logprobs: collections.deque[TokenLogprob] = collections.deque()
@@ -73,7 +75,7 @@ class ReplyRun:
         reader = ReplyReader(self.parser)
         pieces = self._texts()
         try:
-            yield from reply_events(self._with_prefill(pieces), reader)
+            yield from reply_events(pieces, reader)
         finally:
             pieces.close()  # type: ignore[attr-defined]  # a consumer that stopped early cancels
         report = self.stream.report
@@ -91,11 +93,6 @@ class ReplyRun:
                     yield delta.text
         finally:
             deltas.close()  # type: ignore[attr-defined]  # a consumer that stopped early cancels
-
-    def _with_prefill(self, pieces: Iterator[str]) -> Iterator[str]:
-        if self.prefill:
-            yield self.prefill
-        yield from pieces
 
 
 class ModelBackend:
@@ -180,33 +177,54 @@ class ModelBackend:
         except (TemplateError, ValueError) as exc:
             raise bad_request(f"the conversation cannot be rendered: {exc}", "messages") from None
         template = self.model.chat_template
-        prefill = _call_opener(template, prompt, request.tool_choice, offered) if offered else ""
+        config = self._held_to_a_call(config, request, prompt, offered)
         media = None
         if images:
             try:
-                ids, media = self.model.encode_with_images(prompt + prefill, images)
+                ids, media = self.model.encode_with_images(prompt, images)
             except ValueError as exc:
                 code = "context_length_exceeded" if "context window" in str(exc) else None
                 raise bad_request(f"the images cannot be used: {exc}", "messages", code) from None
         else:
-            ids = self.prompt_bound.encode(prompt + prefill, "messages")
+            ids = self.prompt_bound.encode(prompt, "messages")
         keep_special = keeps_special_tokens(template, offered)
-        runs: list[ReplyRun] = []
+
+        def start(choice: int) -> ReplyRun:
+            config_i = _choice_config(config, choice)
+            stream = self._submit(
+                ids, config_i, request.max_tokens_given, skip_special_tokens=not keep_special, media=media
+            )
+            return ReplyRun(stream, reply_parser_for(template, prompt, offered))
+
+        return start_all(partial(start, choice) for choice in range(n))
+
+    def _held_to_a_call(
+        self,
+        config: GenerationConfig,
+        request: ChatRequest,
+        prompt: str,
+        offered: list[dict[str, Any]] | None,
+    ) -> GenerationConfig:
+        """``config`` holding the reply to a valid call of ``offered`` when the request requires one."""
+        if not request.tool_choice.required or not offered:
+            return config
+        if config.response_format is not None:
+            raise bad_request(
+                "a required tool call and a response_format cannot both hold the reply", "tool_choice"
+            )
         try:
-            for choice in range(n):
-                stream = self._submit(
-                    ids,
-                    _choice_config(config, choice),
-                    request.max_tokens_given,
-                    skip_special_tokens=not keep_special,
-                    media=media,
-                )
-                runs.append(ReplyRun(stream, reply_parser_for(template, prompt, offered), prefill))
-        except BaseException:
-            for run in runs:
-                run.cancel()
-            raise
-        return runs
+            constraint = required_call_constraint(
+                self.model.chat_template,
+                prompt,
+                offered,
+                request.tool_choice,
+                self.model.tokenizer,
+                self.model.vocab_size,
+                parallel=request.parallel_tool_calls,
+            )
+        except GrammarError as exc:
+            raise bad_request(str(exc), "tools") from None
+        return config if constraint is None else config.overlay({"response_format": constraint})
 
     def start_completion(
         self, prompt: str | list[int], options: Mapping[str, Any], max_tokens_given: bool, choice: int = 0
@@ -220,16 +238,13 @@ class ModelBackend:
         return ReplyRun(self._submit(ids, config, max_tokens_given), None)
 
     def _offered_tools(self, request: ChatRequest) -> list[dict[str, Any]] | None:
-        choice = request.tool_choice
-        if not request.tools or choice.mode == NONE:
+        tools = chosen_tools(request.tools, request.tool_choice)
+        if not tools:
             return None
         if not self.model.supports_tools:
             raise bad_request(
                 f"the model {self.model_id!r} takes no tools (its chat template has no tools slot)", "tools"
             )
-        tools = request.tools
-        if choice.name is not None:
-            tools = [tool for tool in tools if tool["function"]["name"] == choice.name]
         try:
             return normalize_tools(tools)
         except ValueError as exc:
@@ -303,30 +318,22 @@ class ModelBackend:
             self._in_flight -= 1
 
 
+def start_all(starts: Iterable[Callable[[], ReplyRun]]) -> list[ReplyRun]:
+    """Every run ``starts`` start, in order; when one is refused, the runs started before it are
+    cancelled (so a request's choices are all submitted or none stay running) and the refusal raised."""
+    runs: list[ReplyRun] = []
+    try:
+        for start in starts:
+            runs.append(start())
+    except BaseException:
+        for run in runs:
+            run.cancel()
+        raise
+    return runs
+
+
 def _choice_config(config: GenerationConfig, choice: int) -> GenerationConfig:
     """Choice ``choice``'s decode policy: its own seed when the request gave one."""
     if choice == 0 or config.seed is None:
         return config
     return config.overlay({"seed": config.seed + choice})
-
-
-def _call_opener(template: Any, prompt: str, choice: ToolChoice, offered: list[dict[str, Any]]) -> str:
-    """Text that starts the reply inside a call when a call is required.
-
-    Without constrained decoding this is how a required call is asked for: the
-    reply begins with the format's start marker (for hermes' JSON calls, also
-    the ``"name"`` key, and the function's name and the brace opening its
-    arguments when one is named or only one is offered), so the model
-    writes the rest of the call. Small models otherwise often end the reply
-    right after a bare marker.
-    """
-    if choice.mode != REQUIRED or template is None or template.opens_reasoning(prompt):
-        return ""
-    if template.tool_call_format == "hermes":
-        only = choice.name or (offered[0]["function"]["name"] if len(offered) == 1 else None)
-        named = f'{json.dumps(only)}, "arguments": {{' if only else '"'
-        return '<tool_call>\n{"name": ' + named
-    syntax = template.format.syntaxes[0]
-    if syntax.implicit or syntax.at_reply_start or not syntax.start:
-        return ""
-    return syntax.start

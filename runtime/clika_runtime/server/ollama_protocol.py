@@ -17,7 +17,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from clika_runtime.server.errors import bad_request
-from clika_runtime.server.protocol import AUTO, NONE, ChatRequest, ToolChoice, check_tools
+from clika_runtime.server.protocol import (
+    AUTO,
+    NONE,
+    ChatRequest,
+    ToolChoice,
+    check_flag,
+    check_object,
+    check_role,
+    check_stops,
+    check_tools,
+)
 from clika_runtime.server.structured import ollama_constraint
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -70,7 +80,7 @@ class GenerateRequest:
 
 
 def parse_ollama_chat(body: Any) -> ChatRequest:
-    body = _object(body)
+    body = check_object(body)
     _refuse_unsupported(body)
     tools = check_tools(body.get("tools"))
     options, given = ollama_options(body.get("options"))
@@ -92,7 +102,7 @@ def parse_ollama_chat(body: Any) -> ChatRequest:
 
 
 def parse_ollama_generate(body: Any) -> GenerateRequest:
-    body = _object(body)
+    body = check_object(body)
     _refuse_unsupported(body)
     for name in ("suffix", "template", "context"):
         if body.get(name):
@@ -112,7 +122,7 @@ def parse_ollama_generate(body: Any) -> GenerateRequest:
         model=model_name(body),
         prompt=prompt,
         system=system,
-        raw=_flag(body, "raw", False),
+        raw=check_flag(body, "raw", False),
         stream=_stream(body),
         options=options,
         max_tokens_given=given,
@@ -149,7 +159,7 @@ def ollama_options(value: Any) -> tuple[dict[str, Any], bool]:
         elif name == "num_predict":
             given = _num_predict(setting, options)
         elif name == "stop":
-            options["stop"] = _stops(setting)
+            options["stop"] = check_stops(setting, "options.stop", most=None)
         elif name == "repeat_last_n":
             if setting != -1:
                 raise bad_request(
@@ -175,13 +185,6 @@ def _num_predict(setting: Any, options: dict[str, Any]) -> bool:
     return True
 
 
-def _stops(value: Any) -> tuple[str, ...]:
-    stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise bad_request("'stop' must be an array of non-empty strings", "options.stop")
-    return tuple(stops)
-
-
 def _refuse_unsupported(body: Mapping[str, Any]) -> None:
     if body.get("images"):
         raise bad_request("this model reads text only: 'images' are not supported", "images")
@@ -189,23 +192,8 @@ def _refuse_unsupported(body: Mapping[str, Any]) -> None:
         raise bad_request("'logprobs' are not supported by this server", "logprobs")
 
 
-def _object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object")
-    return body
-
-
 def _stream(body: Mapping[str, Any]) -> bool:
-    return _flag(body, "stream", True)  # Ollama streams unless told not to
-
-
-def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise bad_request(f"'{name}' must be true or false, got {value!r}", name)
-    return value
+    return check_flag(body, "stream", True)  # Ollama streams unless told not to
 
 
 def _image_parts(images: Any, param: str) -> list[dict[str, Any]]:
@@ -221,11 +209,7 @@ def _image_parts(images: Any, param: str) -> list[dict[str, Any]]:
 def _message(message: Any, index: int) -> dict[str, Any]:
     """An Ollama message as the chat layer's turn (tool calls with ids, tool results named)."""
     param = f"messages[{index}]"
-    if not isinstance(message, dict):
-        raise bad_request(f"{param} must be an object with 'role' and 'content'", param)
-    role = message.get("role")
-    if role not in ROLES:
-        raise bad_request(f"{param}.role must be one of {', '.join(ROLES)}, got {role!r}", f"{param}.role")
+    role = check_role(message, param, ROLES)
     content = message.get("content", "")
     if not isinstance(content, str):
         raise bad_request(f"{param}.content must be a string", f"{param}.content")

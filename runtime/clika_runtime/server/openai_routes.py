@@ -7,13 +7,14 @@ on a worker thread, never on the event loop.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from clika_runtime.server.backend import Finished, ReplyRun
+from clika_runtime.server.backend import Finished, ReplyRun, start_all
 from clika_runtime.server.bridge import run_events
 from clika_runtime.server.choices import merged_chunks
 from clika_runtime.server.errors import bad_request, error_body
@@ -110,18 +111,12 @@ class _OpenAI:
         return JSONResponse(completion(reply_id, self.backend.model_id, runs[0].created, replies, token_text))
 
     def _start_completions(self, parsed: CompletionRequest) -> list[ReplyRun]:
-        runs: list[ReplyRun] = []
-        try:
-            for prompt in parsed.prompts:  # all submitted before any is read: they decode together
-                for choice in range(parsed.n):
-                    runs.append(
-                        self.backend.start_completion(prompt, parsed.options, parsed.max_tokens_given, choice)
-                    )
-        except BaseException:
-            for run in runs:
-                run.cancel()
-            raise
-        return runs
+        start = self.backend.start_completion
+        return start_all(  # all submitted before any is read: they decode together
+            partial(start, prompt, parsed.options, parsed.max_tokens_given, choice)
+            for prompt in parsed.prompts
+            for choice in range(parsed.n)
+        )
 
     def _echo(self, parsed: CompletionRequest, prompt: str | list[int]) -> str:
         if not parsed.echo:

@@ -16,23 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from clika_runtime.chat.tool_choice import AUTO, NONE, REQUIRED, ToolChoice, tool_choice_from
 from clika_runtime.engine.config import MAX_LOGPROBS
 from clika_runtime.server.errors import bad_request
 from clika_runtime.server.json_input import load_json
 from clika_runtime.server.structured import openai_constraint
 
-AUTO, NONE, REQUIRED = "auto", "none", "required"
 MAX_STOP_STRINGS = 4
 MAX_CHOICES = 8  # n: choices of one request decode together, sharing the prompt's KV
 ROLES = ("system", "developer", "user", "assistant", "tool")
-
-
-@dataclass(frozen=True)
-class ToolChoice:
-    """``mode`` is auto, none or required; ``name`` pins one function (a required call to it)."""
-
-    mode: str = AUTO
-    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +37,7 @@ class ChatRequest:
     include_usage: bool = False
     tools: list[dict[str, Any]] | None = None
     tool_choice: ToolChoice = ToolChoice()
+    parallel_tool_calls: bool = True  # a required call may be several
     options: dict[str, Any] = field(default_factory=dict)  # GenerationConfig overrides
     max_tokens_given: bool = False
     n: int = 1  # choices
@@ -66,15 +59,16 @@ class CompletionRequest:
 
 def parse_chat(body: Any) -> ChatRequest:
     """Check a chat completions body (raises a 400 ApiError naming the bad field)."""
-    body = _object(body)
+    body = check_object(body)
     tools = check_tools(body.get("tools"))
     return ChatRequest(
-        model=_model(body),
+        model=check_model(body),
         messages=[check_message(m, i) for i, m in enumerate(_list(body, "messages", required=True))],
-        stream=_bool(body, "stream"),
+        stream=check_flag(body, "stream"),
         include_usage=_include_usage(body),
         tools=tools,
-        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        tool_choice=parse_tool_choice(body.get("tool_choice"), tools),
+        parallel_tool_calls=check_flag(body, "parallel_tool_calls", True),
         options=_with_logprobs(
             sampling_options(body, "max_completion_tokens", "max_tokens"), chat_logprobs(body)
         ),
@@ -85,19 +79,19 @@ def parse_chat(body: Any) -> ChatRequest:
 
 def parse_completion(body: Any) -> CompletionRequest:
     """Check a (legacy) completions body."""
-    body = _object(body)
+    body = check_object(body)
     if body.get("suffix"):
         raise bad_request("'suffix' (fill-in-the-middle) is not supported by this server", "suffix")
     if body.get("best_of") not in (None, 1):
         raise bad_request("'best_of' must be 1 on this server", "best_of")
     request = CompletionRequest(
-        model=_model(body),
+        model=check_model(body),
         prompts=_prompts(body.get("prompt")),
-        stream=_bool(body, "stream"),
+        stream=check_flag(body, "stream"),
         include_usage=_include_usage(body),
         options=_with_logprobs(sampling_options(body, "max_tokens"), completion_logprobs(body)),
         max_tokens_given=body.get("max_tokens") is not None,
-        echo=_bool(body, "echo"),
+        echo=check_flag(body, "echo"),
         n=_choices(body),
     )
     if request.stream and len(request.prompts) != 1:
@@ -108,13 +102,15 @@ def parse_completion(body: Any) -> CompletionRequest:
 # -- pieces ----------------------------------------------------------------------------------------
 
 
-def _object(body: Any) -> dict[str, Any]:
+def check_object(body: Any) -> dict[str, Any]:
+    """A request body that is a JSON object; a 400 saying what it is otherwise."""
     if not isinstance(body, dict):
         raise bad_request(f"the request body must be a JSON object, got {_json_kind(body)}")
     return body
 
 
-def _model(body: Mapping[str, Any]) -> str:
+def check_model(body: Mapping[str, Any]) -> str:
+    """The body's ``model``: the id of the served model."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required: the id of the served model (see /v1/models)", "model")
@@ -162,10 +158,11 @@ def completion_logprobs(body: Mapping[str, Any]) -> int | None:
     return value
 
 
-def _bool(body: Mapping[str, Any], name: str) -> bool:
+def check_flag(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    """A true/false field (``default`` when absent); a 400 naming it otherwise."""
     value = body.get(name)
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise bad_request(f"'{name}' must be true or false, got {value!r}", name)
     return value
@@ -179,7 +176,7 @@ def _include_usage(body: Mapping[str, Any]) -> bool:
         raise bad_request("'stream_options' must be an object", "stream_options")
     if not body.get("stream"):
         raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
-    return _bool(options, "include_usage")
+    return check_flag(options, "include_usage")
 
 
 def _list(body: Mapping[str, Any], name: str, *, required: bool = False) -> list[Any]:
@@ -194,11 +191,7 @@ def _list(body: Mapping[str, Any], name: str, *, required: bool = False) -> list
 def check_message(message: Any, index: int, field: str = "messages") -> dict[str, Any]:
     """One chat turn checked (``field``: the request field holding the turns, for the 400's param)."""
     param = f"{field}[{index}]"
-    if not isinstance(message, dict):
-        raise bad_request(f"{param} must be an object with 'role' and 'content'", param)
-    role = message.get("role")
-    if role not in ROLES:
-        raise bad_request(f"{param}.role must be one of {', '.join(ROLES)}, got {role!r}", f"{param}.role")
+    role = check_role(message, param, ROLES)
     turn = {key: value for key, value in message.items() if value is not None}
     turn["role"] = "system" if role == "developer" else role  # chat templates know no developer role
     content = message.get("content")
@@ -210,6 +203,16 @@ def check_message(message: Any, index: int, field: str = "messages") -> dict[str
     if turn.get("tool_calls") is not None:
         turn["tool_calls"] = _tool_calls(turn["tool_calls"], f"{param}.tool_calls")
     return turn
+
+
+def check_role(message: Any, param: str, roles: tuple[str, ...]) -> str:
+    """The role of ``message`` (a turn object), one of ``roles``; a 400 naming ``param`` otherwise."""
+    if not isinstance(message, dict):
+        raise bad_request(f"{param} must be an object with 'role' and 'content'", param)
+    role = message.get("role")
+    if role not in roles:
+        raise bad_request(f"{param}.role must be one of {', '.join(roles)}, got {role!r}", f"{param}.role")
+    return role
 
 
 def _tool_calls(calls: Any, param: str) -> list[Any]:
@@ -259,6 +262,25 @@ def _content_text(content: Any, param: str) -> str | list[dict[str, Any]]:
     return parts
 
 
+def text_content(content: Any, param: str, kinds: tuple[str, ...] = ("text",)) -> str:
+    """A string, or the parts of ``kinds`` of a content array joined; a 400 naming the first part of
+    another kind (the front ends that read text only: Responses input items)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request(f"{param} must be a string or an array of content parts", param)
+    texts = []
+    for index, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in kinds or not isinstance(part.get("text"), str):
+            raise bad_request(
+                f"{param}[{index}] is a {kind or type(part).__name__!s} part; this model reads text parts only",
+                f"{param}[{index}]",
+            )
+        texts.append(part["text"])
+    return "".join(texts)
+
+
 def _image_url(part: dict[str, Any], where: str) -> str:
     value = part.get("image_url")
     url = value.get("url") if isinstance(value, dict) else value
@@ -269,12 +291,19 @@ def _image_url(part: dict[str, Any], where: str) -> str:
     return url
 
 
-def check_tools(value: Any) -> list[dict[str, Any]] | None:
+def tool_list(value: Any) -> list[Any] | None:
+    """A body's ``tools`` as a list (None when absent); a 400 unless it is an array."""
     if value is None:
         return None
     if not isinstance(value, list):
         raise bad_request("'tools' must be an array of tool definitions", "tools")
-    for index, tool in enumerate(value):
+    return value
+
+
+def check_tools(value: Any) -> list[dict[str, Any]] | None:
+    """``tools`` in the chat shape, each a function with a name (None when absent or empty)."""
+    value = tool_list(value)
+    for index, tool in enumerate(value or ()):
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             raise bad_request(f"tools[{index}] must be {{'type': 'function', 'function': {{...}}}}", "tools")
         function = tool.get("function")
@@ -287,29 +316,19 @@ def check_tools(value: Any) -> list[dict[str, Any]] | None:
     return value or None
 
 
-def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
+def parse_tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
+    """A body's ``tool_choice`` on its checked ``tools`` (chat or Responses shape); a 400 naming it
+    otherwise. Absent: auto with tools, none without."""
     if value is None:
         return ToolChoice(AUTO if tools else NONE)
-    if value in (AUTO, NONE, REQUIRED):
-        if value != NONE and not tools:
-            raise bad_request(f"tool_choice {value!r} needs 'tools'", "tool_choice")
-        return ToolChoice(value)
-    if (
-        isinstance(value, dict)
-        and value.get("type") == "function"
-        and isinstance(value.get("function"), dict)
-    ):
-        name = value["function"].get("name")
-        offered = [tool["function"]["name"] for tool in tools or ()]
-        if name not in offered:
-            raise bad_request(
-                f"tool_choice names {name!r}, which is not among the tools offered", "tool_choice"
-            )
-        return ToolChoice(REQUIRED, name)
-    raise bad_request(
-        "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
-        "tool_choice",
-    )
+    if isinstance(value, str) and value not in (AUTO, NONE, REQUIRED):
+        raise bad_request(
+            f"tool_choice must be 'auto', 'none', 'required' or a function, got {value!r}", "tool_choice"
+        )
+    try:
+        return tool_choice_from(value, tools)
+    except ValueError as exc:
+        raise bad_request(str(exc), "tool_choice") from None
 
 
 def _prompts(value: Any) -> list[str | list[int]]:
@@ -365,7 +384,7 @@ def sampling_options(body: Mapping[str, Any], *token_fields: str) -> dict[str, A
     for name, target in _PASSED.items():
         if body.get(name) is not None:
             options[target] = body[name]
-    stop = _stops(body.get("stop"))
+    stop = check_stops(body.get("stop"))
     if stop:
         options["stop"] = stop
     constraint = openai_constraint(body)
@@ -387,14 +406,15 @@ def _number(value: Any, low: float, high: float) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
 
 
-def _stops(value: Any) -> tuple[str, ...]:
+def check_stops(value: Any, param: str = "stop", most: int | None = MAX_STOP_STRINGS) -> tuple[str, ...]:
+    """Stop strings: one non-empty string or an array of them (at most ``most``); a 400 naming ``param``."""
     if value is None:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise bad_request("'stop' must be a non-empty string or an array of them", "stop")
-    if len(stops) > MAX_STOP_STRINGS:
-        raise bad_request(f"'stop' takes at most {MAX_STOP_STRINGS} strings, got {len(stops)}", "stop")
+        raise bad_request("'stop' must be a non-empty string or an array of them", param)
+    if most is not None and len(stops) > most:
+        raise bad_request(f"'stop' takes at most {most} strings, got {len(stops)}", param)
     return tuple(stops)
 
 

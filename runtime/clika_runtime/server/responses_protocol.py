@@ -19,12 +19,16 @@ from clika_runtime.server.errors import bad_request
 from clika_runtime.server.protocol import (
     AUTO,
     NONE,
-    REQUIRED,
     ChatRequest,
-    ToolChoice,
+    check_flag,
     check_message,
+    check_model,
+    check_object,
     check_tools,
+    parse_tool_choice,
     sampling_options,
+    text_content,
+    tool_list,
 )
 from clika_runtime.server.structured import responses_constraint
 
@@ -41,17 +45,11 @@ class ResponsesRequest:
 
 
 def parse_responses(body: Any) -> ResponsesRequest:
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object")
+    body = check_object(body)
     _refuse_unsupported(body)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise bad_request("'model' is required: the id of the served model (see /v1/models)", "model")
+    model = check_model(body)
     tools = check_tools(_chat_tools(body.get("tools")))
     messages = _instructions(body.get("instructions")) + _input_messages(body.get("input"))
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise bad_request(f"'stream' must be true or false, got {stream!r}", "stream")
     options = sampling_options({k: v for k, v in body.items() if k != "stop"}, "max_output_tokens")
     constraint = responses_constraint(body.get("text"))
     if constraint is not None:
@@ -62,9 +60,10 @@ def parse_responses(body: Any) -> ResponsesRequest:
     chat = ChatRequest(
         model=model,
         messages=[check_message(message, index, "input") for index, message in enumerate(messages)],
-        stream=bool(stream),
+        stream=check_flag(body, "stream"),
         tools=tools,
-        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        tool_choice=parse_tool_choice(body.get("tool_choice"), tools),
+        parallel_tool_calls=check_flag(body, "parallel_tool_calls", True),
         options=options,
         max_tokens_given=body.get("max_output_tokens") is not None,
     )
@@ -76,7 +75,7 @@ def parse_responses(body: Any) -> ResponsesRequest:
         "top_p": body.get("top_p"),
         "max_output_tokens": body.get("max_output_tokens"),
         "metadata": body.get("metadata") or {},
-        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "parallel_tool_calls": chat.parallel_tool_calls,
         "reasoning": {"effort": options.get("reasoning_effort"), "summary": None},
         "user": body.get("user"),
     }
@@ -119,7 +118,9 @@ def _input_messages(value: Any) -> list[dict[str, Any]]:
             raise bad_request(f"{param} must be an object", param)
         kind = item.get("type", "message")
         if kind == "message":
-            messages.append({**item, "content": _text(item.get("content"), f"{param}.content")})
+            messages.append(
+                {**item, "content": text_content(item.get("content"), f"{param}.content", _TEXT_PARTS)}
+            )
             messages[-1].pop("type", None)
         elif kind == "function_call":
             _call_into(messages, item, param)
@@ -149,29 +150,11 @@ def _call_into(messages: list[dict[str, Any]], item: Mapping[str, Any], param: s
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def _text(content: Any, param: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise bad_request(f"{param} must be a string or an array of content parts", param)
-    texts = []
-    for index, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise bad_request(
-                f"{param}[{index}] is a {kind or type(part).__name__} part; this model reads text parts only",
-                f"{param}[{index}]",
-            )
-        texts.append(part["text"])
-    return "".join(texts)
-
-
 def _chat_tools(value: Any) -> list[dict[str, Any]] | None:
     """Responses function tools (``{"type": "function", "name": ...}``) in the chat shape."""
+    value = tool_list(value)
     if value is None:
         return None
-    if not isinstance(value, list):
-        raise bad_request("'tools' must be an array of tool definitions", "tools")
     tools = []
     for index, tool in enumerate(value):
         if not isinstance(tool, dict) or tool.get("type") != "function":
@@ -182,22 +165,3 @@ def _chat_tools(value: Any) -> list[dict[str, Any]] | None:
         function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
         tools.append({"type": "function", "function": function})
     return tools
-
-
-def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
-    if value is None:
-        return ToolChoice(AUTO if tools else NONE)
-    if value in (AUTO, NONE, REQUIRED):
-        if value != NONE and not tools:
-            raise bad_request(f"tool_choice {value!r} needs 'tools'", "tool_choice")
-        return ToolChoice(value)
-    if isinstance(value, dict) and value.get("type") == "function":
-        name = value.get("name")
-        if name not in [tool["function"]["name"] for tool in tools or ()]:
-            raise bad_request(
-                f"tool_choice names {name!r}, which is not among the tools offered", "tool_choice"
-            )
-        return ToolChoice(REQUIRED, name)
-    raise bad_request(
-        "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}", "tool_choice"
-    )

@@ -265,7 +265,7 @@ class AsyncChat:
         """Submit a prepared turn to the chat's engine; ``close`` cancels it while it runs."""
         request = self.engine.submit(
             prepared.prompt_ids,
-            policy,
+            prepared.policy_for(policy),
             skip_special_tokens=prepared.skip_special_tokens,
             media=prepared.media,
         )
