@@ -13,6 +13,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from repo_paths import TEMPLATES
 from tool_call_checks import Call, check_calls, requested_calls
 
 from clika_runtime import modelverse
@@ -20,7 +21,6 @@ from clika_runtime.server import start_server
 
 pytestmark = pytest.mark.slow
 
-TEMPLATES = Path(__file__).parent / "templates"
 FORMATS = {
     "hermes": "hermes_tools.jinja",
     "llama3_json": "llama3_json_tools.jinja",
