@@ -71,6 +71,7 @@ METHODS = ("rtn", "search")
 ZERO_POINTS = ("none", "uint8", "offset")
 TABLE_PRECISIONS = ("auto", "int4", "int8", "fp32")
 INT8_OPS = ("matmulnbits", "dqmm")
+HEAD_SCANS = ("nibbles", "copy")
 # What a precision changes over the field defaults (the int4 scheme). int8: 4-bit blocks (a GGUF's
 # Q4_*, kept exactly) are computed in fp32, so only 8-bit weights see int8 activations (README "int8").
 PRECISION_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -117,6 +118,14 @@ class QuantOptions:
     # With re-scoring, an 8-bit head ranks its candidates with a 4-bit copy (4: half the bytes
     # read per token; None: the head's own bytes); the re-scored k best come from the exact bytes.
     head_scan_bits: int | None = 4
+    # How the 4-bit ranking form is stored: "nibbles", the head's own high bits (its codes split
+    # into 4 high and 2-4 low bits, exact, no second copy: -87 MB for Qwen2.5-0.5B), where the
+    # split is exact; "copy", a separate 4-bit round-to-nearest copy.
+    head_scan: str = "nibbles"
+    # A GGUF token table that is a coarser rounding of the same matrix as the head (a tied model
+    # stored twice: Qwen2.5-Coder-0.5B's Q5_0 table beside its Q8_0 head) is read from the head's
+    # blocks (``clika_quant.twin_table``): -153 MB for that model.
+    table_from_head: bool = True
     # Move integer zero points of blocks with offsets to the block's mean code (same weights,
     # smaller int8-compute error; see choose.center_zero_points).
     center_zero_points: bool = True
@@ -137,6 +146,7 @@ class QuantOptions:
         _check("embedding", self.embedding, TABLE_PRECISIONS)
         _check("head", self.head, TABLE_PRECISIONS)
         _check("int8_op", self.int8_op, INT8_OPS)
+        _check("head_scan", self.head_scan, HEAD_SCANS)
         for name in ("block_size", "int8_block_size"):
             value = getattr(self, name)
             if value not in (16, 32, 64, 128, 256):
@@ -221,8 +231,11 @@ class QuantOptions:
             )
         if self.center_zero_points:
             parts.append("zero points centred on each block's mean code")
+        if self.table_from_head and self.transcode:
+            parts.append("a token table that rounds the head's matrix coarser is read from the head's blocks")
         if self.head_rescore_top_k:
-            scan = f" (ranked by a {self.head_scan_bits}-bit copy)" if self.head_scan_bits else ""
+            form = "its own high 4 bits" if self.head_scan == "nibbles" else "a 4-bit copy"
+            scan = f" (ranked by {form})" if self.head_scan_bits else ""
             parts.append(f"head's {self.head_rescore_top_k} best logits re-scored in fp32{scan}")
         return "; ".join(parts)
 
