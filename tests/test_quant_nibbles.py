@@ -73,7 +73,7 @@ def test_a_tied_table_is_stored_once_and_its_rows_and_best_logits_are_exact(ggml
     data = random_blocks(ggml_type, vocab, hidden, seed=6)
     table = gguf_values(ggml_type, data, vocab, hidden)
     checkpoint = BlocksOnly({"table": RawBlocks(ggml_type, data, (vocab, hidden))})
-    options = {"head_rescore_top_k": k}
+    options = {"head_rescore_top_k": k, "head_scan": "nibbles"}
     model, record = quantize_proto(tied_model(table), checkpoint, "int4", dict(MATRICES), options)
     scan = record["matrices"]["table"]["scan"]
     assert scan["bytes"] == 0 and scan["low_shift"] == SPLITS[ggml_type][1]
@@ -96,6 +96,19 @@ def test_a_tied_table_is_stored_once_and_its_rows_and_best_logits_are_exact(ggml
     copy_logits = copy_session.run(None, {"ids": ids, "x": x})[0]
     error = lambda got: np.sqrt(np.mean((got - exact)[~scored] ** 2))  # noqa: E731
     assert error(logits) < 1.25 * error(copy_logits)
+
+
+def test_auto_splits_only_heads_whose_blocks_are_as_wide_as_a_copys():
+    """A Q6_K head's 16-wide blocks would make its high bits read more than a 4-bit copy."""
+    vocab, hidden = 256, 256
+    forms = {}
+    for ggml_type in ("Q8_0", "Q6_K"):
+        data = random_blocks(ggml_type, vocab, hidden, seed=3)
+        checkpoint = BlocksOnly({"table": RawBlocks(ggml_type, data, (vocab, hidden))})
+        table = gguf_values(ggml_type, data, vocab, hidden)
+        _, record = quantize_proto(tied_model(table), checkpoint, "int4", dict(MATRICES))
+        forms[ggml_type] = record["matrices"]["table"]["scan"]["form"]
+    assert forms["Q8_0"].startswith("the head's high 4 bits") and forms["Q6_K"] == "4-bit copy"
 
 
 def test_the_scales_are_written_once(tmp_path):

@@ -236,7 +236,7 @@ def test_the_default_is_the_measured_int4_scheme():
     are re-scored exactly, a GGUF table that is a coarser twin of the head read from the head."""
     options = QuantOptions()
     assert options.center_zero_points and options.head_rescore_top_k == 256 and options.head_scan_bits == 4
-    assert options.head_scan == "nibbles" and options.table_from_head
+    assert options.head_scan == "auto" and options.table_from_head
     assert options.accuracy_level is None and QuantOptions.for_precision("int4") == options
     for role, layer in (("mlp.down", 0), ("mlp.down", 29), ("attn.qkv", 29)):
         assert options.accuracy_for(4, False, role, layer, 30) == 4
@@ -247,7 +247,8 @@ def test_the_default_is_the_measured_int4_scheme():
         "add the most measured error, until the KL left is at most 0.0004 (at most 100% of their bytes); "
         "zero points centred on each block's mean code; "
         "a token table that rounds the head's matrix coarser is read from the head's blocks; "
-        "head's 256 best logits re-scored in fp32 (ranked by its own high 4 bits)"
+        "head's 256 best logits re-scored in fp32 (ranked by its own high 4 bits, or a 4-bit copy "
+        "where its blocks are narrower)"
     )
     assert options.sensitivity_budget == 1.0 and options.sensitivity_target_kl == 0.0004
 

@@ -71,7 +71,7 @@ METHODS = ("rtn", "search")
 ZERO_POINTS = ("none", "uint8", "offset")
 TABLE_PRECISIONS = ("auto", "int4", "int8", "fp32")
 INT8_OPS = ("matmulnbits", "dqmm")
-HEAD_SCANS = ("nibbles", "copy")
+HEAD_SCANS = ("auto", "nibbles", "copy")
 # What a precision changes over the field defaults (the int4 scheme). int8: 4-bit blocks (a GGUF's
 # Q4_*, kept exactly) are computed in fp32, so only 8-bit weights see int8 activations (README "int8").
 PRECISION_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -120,8 +120,9 @@ class QuantOptions:
     head_scan_bits: int | None = 4
     # How the 4-bit ranking form is stored: "nibbles", the head's own high bits (its codes split
     # into 4 high and 2-4 low bits, exact, no second copy: -87 MB for Qwen2.5-0.5B), where the
-    # split is exact; "copy", a separate 4-bit round-to-nearest copy.
-    head_scan: str = "nibbles"
+    # split is exact; "copy", a separate 4-bit round-to-nearest copy; "auto", nibbles where the
+    # head's blocks are at least ``block_size`` wide (a Q6_K head's 16 read more than a copy).
+    head_scan: str = "auto"
     # A GGUF token table that is a coarser rounding of the same matrix as the head (a tied model
     # stored twice: Qwen2.5-Coder-0.5B's Q5_0 table beside its Q8_0 head) is read from the head's
     # blocks (``clika_quant.twin_table``): -153 MB for that model.
@@ -234,7 +235,11 @@ class QuantOptions:
         if self.table_from_head and self.transcode:
             parts.append("a token table that rounds the head's matrix coarser is read from the head's blocks")
         if self.head_rescore_top_k:
-            form = "its own high 4 bits" if self.head_scan == "nibbles" else "a 4-bit copy"
+            form = {
+                "auto": "its own high 4 bits, or a 4-bit copy where its blocks are narrower",
+                "nibbles": "its own high 4 bits",
+                "copy": "a 4-bit copy",
+            }[self.head_scan]
             scan = f" (ranked by {form})" if self.head_scan_bits else ""
             parts.append(f"head's {self.head_rescore_top_k} best logits re-scored in fp32{scan}")
         return "; ".join(parts)
