@@ -562,8 +562,11 @@ def llama_quality(spec: dict) -> dict:
 
 
 def llama_answers(spec: dict) -> dict:
-    """Greedy reply tokens (EOS ends one) to each question's prompt ids."""
-    llm = _llama(spec, logits_all=False)
+    """Greedy reply tokens (EOS ends one) to each question's prompt ids.
+
+    ``logits_all``: without it llama-cpp-python 0.3.36 leaves ``scores[n_tokens - 1]`` zero after
+    ``eval`` (every reply was token 0, graded 0/50)."""
+    llm = _llama(spec, logits_all=True)
     replies = []
     for ids in spec["questions"]:
         llm.reset()
