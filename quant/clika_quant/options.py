@@ -40,6 +40,13 @@ The defaults follow the kernel table and the frontier in this package's README
   both). The logits outside the 256 keep the copy's error:
   perplexity +0.3-0.4% (17.485, 27.650), with 16 re-scored +2.4% on SmolLM2
   (17.849), 64 +1.3%, 128 +0.8%; more candidates cost no measurable time.
+* ``head_scan="auto"``: an 8-bit GGUF head with blocks of 32 (Q8_0, Q5_0) ranks with its own
+  high 4 bits, its codes stored split (``clika_quant.nibbles``): no second copy (-87 MB on
+  Qwen2.5-Coder-0.5B), perplexity 17.546 and 27.716 against the copy's 17.421 and 27.650
+  (llama.cpp 17.425, 27.565). A Q6_K head (blocks of 16) keeps the copy: its high bits read
+  more bytes than the copy (Qwen2.5-Coder-1.5B decoded slower with them).
+* ``table_from_head``: a GGUF table that is a coarser rounding of the head's matrix is read
+  from the head's blocks (``clika_quant.twin_table``; -153 MB on Qwen2.5-Coder-0.5B).
 * ``--precision int8`` (``PRECISION_DEFAULTS``): a GGUF's 4-bit blocks are already
   its exact weights, so int8 changes how they are computed: 4-bit layers at level 0
   (fp32), 8-bit layers still at level 4. SmolLM2 then gives the fp32 model's greedy
