@@ -48,8 +48,9 @@ NEW_TOKENS = 32
 # defaults move. "level4"/"level0": the GGUF's zero points as they are, no re-scoring (the earlier
 # default and quality setting); "centered": zero points on the mean code; "-rescored": the head's 16
 # best logits re-scored in fp32; "-last0" etc.: those 4-bit weights at accuracy level 0; "scan4": a
-# 4-bit copy of the head ranks the candidates.
-_EXACT_HEAD = {"accuracy_level_4bit_by_role": {}, "head_scan_bits": None}
+# 4-bit copy of the head ranks the candidates ("nibbles": its own high bits); "-twin": a GGUF table
+# that rounds the head's matrix coarser read from the head.
+_EXACT_HEAD = {"accuracy_level_4bit_by_role": {}, "head_scan_bits": None, "table_from_head": False}
 OLD = {"center_zero_points": False, "head_rescore_top_k": 0, **_EXACT_HEAD}
 NEW = {"center_zero_points": True, "head_rescore_top_k": 16, **_EXACT_HEAD}
 
@@ -67,16 +68,23 @@ VARIANTS = {
     "centered-rescored": _with(NEW),
     "centered-rescored-k4": _with(NEW, head_rescore_top_k=4),
     "centered-rescored-k64": _with(NEW, head_rescore_top_k=64),
-    "centered-scan4": _with(NEW, head_scan_bits=4),
-    "centered-scan4-k64": _with(NEW, head_scan_bits=4, head_rescore_top_k=64),
-    "centered-scan4-k128": _with(NEW, head_scan_bits=4, head_rescore_top_k=128),
-    "centered-scan4-k256": _with(NEW, head_scan_bits=4, head_rescore_top_k=256),
+    "centered-scan4": _with(NEW, head_scan_bits=4, head_scan="copy"),
+    "centered-scan4-k64": _with(NEW, head_scan_bits=4, head_scan="copy", head_rescore_top_k=64),
+    "centered-scan4-k128": _with(NEW, head_scan_bits=4, head_scan="copy", head_rescore_top_k=128),
+    "centered-scan4-k256": _with(NEW, head_scan_bits=4, head_scan="copy", head_rescore_top_k=256),
+    "centered-nibbles-k256": _with(NEW, head_scan_bits=4, head_scan="nibbles", head_rescore_top_k=256),
+    "centered-nibbles-k1024": _with(NEW, head_scan_bits=4, head_scan="nibbles", head_rescore_top_k=1024),
+    "centered-nibbles-k256-twin": _with(
+        NEW, head_scan_bits=4, head_scan="nibbles", head_rescore_top_k=256, table_from_head=True
+    ),
     "centered-level0": _with(NEW, accuracy_level_4bit=0),
     # --precision int8: 8-bit float weights, GGUF blocks kept; "-level0": 4-bit blocks computed in fp32
     "int8-default": ("int8", {}),
     "int8-centered": _with(NEW, "int8", accuracy_level_4bit=4),
     "int8-level0": _with(NEW, "int8", accuracy_level_4bit=0),
-    "int8-level0-scan4": _with(NEW, "int8", accuracy_level_4bit=0, head_scan_bits=4, head_rescore_top_k=256),
+    "int8-level0-scan4": _with(
+        NEW, "int8", accuracy_level_4bit=0, head_scan_bits=4, head_scan="copy", head_rescore_top_k=256
+    ),
 }
 _PLACES = {
     "qkv0": "attn.qkv",
@@ -554,8 +562,11 @@ def llama_quality(spec: dict) -> dict:
 
 
 def llama_answers(spec: dict) -> dict:
-    """Greedy reply tokens (EOS ends one) to each question's prompt ids."""
-    llm = _llama(spec, logits_all=False)
+    """Greedy reply tokens (EOS ends one) to each question's prompt ids.
+
+    ``logits_all``: without it llama-cpp-python 0.3.36 leaves ``scores[n_tokens - 1]`` zero after
+    ``eval`` (every reply was token 0, graded 0/50)."""
+    llm = _llama(spec, logits_all=True)
     replies = []
     for ids in spec["questions"]:
         llm.reset()

@@ -36,6 +36,7 @@ from onnx import helper, numpy_helper
 
 from clika_quant.blocks import BlockQuantized, pack_b, pack_zero_points
 from clika_quant.choose import Group
+from clika_quant.nibbles import NibbleSplit
 from clika_quant.onnx_ops import MS_DOMAIN, dynamic_quantize_matmul
 
 _INIT_NAMES = {"b": "qweight", "scales": "scales", "zp": "zero_points", "offsets": "offsets"}
@@ -54,6 +55,9 @@ class Rewriter:
     removed_initializers: set[str] = field(default_factory=set)
     _block_sums: dict[tuple[str, int, int], str] = field(default_factory=dict)
     _packed: dict[str, str] = field(default_factory=dict)
+    # Matrices stored as high and low codes (``nibbles``), by base name: their rows are gathered
+    # from both parts, and their high part ranks the head's candidates.
+    splits: dict[str, NibbleSplit] = field(default_factory=dict)
 
     def node(self, name: str) -> onnx.NodeProto:
         for node in self.graph.node:
@@ -70,6 +74,13 @@ class Rewriter:
         else:
             self.new_initializers.append(numpy_helper.from_array(array, name))
         return name
+
+    def add_alias(self, name: str, source: str, shape: tuple[int, ...]) -> str:
+        """``source``'s values under another shape, stored once (the data file holds one copy)."""
+        if self.keep_arrays:
+            return self.add_init(name, self.arrays[source].reshape(shape))
+        tensor = next(t for t in self.new_initializers if t.name == source)
+        return self.add_init(name, numpy_helper.to_array(tensor).reshape(shape))
 
     # -- shared storage of one quantized matrix ------------------------------------
 
@@ -105,7 +116,7 @@ class Rewriter:
         base: str,
         levels: list[int],
         rescore_top_k: int = 0,
-        scan: BlockQuantized | None = None,
+        scan: BlockQuantized | NibbleSplit | None = None,
     ) -> int:
         """Replace a MatMul/Gemm by the groups' MatMulNBits (concatenated when several).
 
@@ -122,6 +133,8 @@ class Rewriter:
             approx = f"{scope}/Approx/output_0"
             if scan is None:
                 nodes = self._nbits(x, approx, only, base, scope, levels[0])
+            elif isinstance(scan, NibbleSplit):
+                nodes = self._split_scan(x, approx, scan, base, scope, levels[0])
             else:
                 nodes = self._nbits(x, approx, scan, f"{base}.scan", f"{scope}/Scan", levels[0])
             nodes += self._rescore(x, approx, out, only, base, scope, rescore_top_k)
@@ -226,6 +239,8 @@ class Rewriter:
         self, ids: str, matrix: BlockQuantized, base: str, scope: str
     ) -> tuple[list[onnx.NodeProto], str]:
         """Rows ``ids[...]`` of a quantized matrix dequantized as ``[..., n_blocks, block_size]``."""
+        if base in self.splits:
+            return self._split_rows(ids, self.splits[base], base, scope)
         v, nb = matrix.n, matrix.n_blocks
         if f"{base}.gather_scales" not in self._packed:
             self._packed[f"{base}.gather_scales"] = self.add_init(
@@ -270,6 +285,122 @@ class Rewriter:
             nodes.append(helper.make_node("Add", [gathered, picked], [summed], name=f"{scope}/AddOffsets"))
             gathered = summed
         return nodes, gathered
+
+    # -- matrices stored as high and low codes (``nibbles``) ----------------------------
+
+    def _split_names(self, split: NibbleSplit, base: str) -> dict[str, str]:
+        """The split's initializers: both code arrays, the scales once and their gather-shaped alias."""
+        high, low = f"{base}.high", f"{base}.low"
+        names = {
+            "high": self.packed(high, split.high, "b"),
+            "low": self.packed(low, split.low, "b"),
+            "scales": self.packed(high, split.high, "scales"),
+        }
+        key = f"{base}.gather_scales"
+        if key not in self._packed:
+            shape = (split.high.n, split.high.n_blocks, 1)
+            self._packed[key] = self.add_alias(key, names["scales"], shape)
+        names["gather_scales"] = self._packed[key]
+        return names
+
+    def _split_scan(
+        self, x: str, out: str, split: NibbleSplit, base: str, scope: str, level: int
+    ) -> list[onnx.NodeProto]:
+        """The ranking form: MatMulNBits on the high codes, plus the low codes' mean per block sum."""
+        names = self._split_names(split, base)
+        high = split.high
+        main = f"{scope}/Scan/MatMulNBits/output_0"
+        nodes = [
+            helper.make_node(
+                "MatMulNBits",
+                [x, names["high"], names["scales"]],
+                [main],
+                name=f"{scope}/Scan/MatMulNBits",
+                domain=MS_DOMAIN,
+                K=high.k,
+                N=high.n,
+                bits=high.bits,
+                block_size=high.block_size,
+                accuracy_level=level,
+            )
+        ]
+        sums, sum_nodes = self._block_sum(x, high.k, high.block_size, f"{scope}/Scan")
+        nodes += sum_nodes
+        nodes.append(
+            helper.make_node(
+                "Gemm",
+                [sums, names["scales"], main],
+                [out],
+                name=f"{scope}/Scan/LowMean",
+                transB=1,
+                alpha=split.low_mean * split.low_weight,
+            )
+        )
+        return nodes
+
+    def _split_rows(
+        self, ids: str, split: NibbleSplit, base: str, scope: str
+    ) -> tuple[list[onnx.NodeProto], str]:
+        """Rows as ``high + 2**-t * low``: bit for bit the 8-bit rows (see ``nibbles``).
+
+        The low gather has no zero-point input (a zero per block would cost a byte each): it
+        subtracts the default one, which ``default * scale`` of the same rows adds back exactly.
+        """
+        names = self._split_names(split, base)
+        default = float(1 << (split.low.bits - 1))
+        steps = {
+            step: f"{scope}/Split/{step}/output_0"
+            for step in ("High", "Low", "Scales", "Default", "LowCodes", "LowPart")
+        }
+        attrs = {"gather_axis": 0, "quantize_axis": 2, "block_size": split.high.block_size}
+        consts = {}
+        for name, value in (("default", default), ("weight", split.low_weight)):
+            key = f"{base}.split_{name}"
+            if key not in self._packed:
+                self._packed[key] = self.add_init(key, np.array(value, np.float32))
+            consts[name] = self._packed[key]
+        out = f"{scope}/Split/Rows/output_0"
+        nodes = [
+            helper.make_node(
+                "GatherBlockQuantized",
+                [names["high"], ids, names["gather_scales"]],
+                [steps["High"]],
+                name=f"{scope}/Split/High",
+                domain=MS_DOMAIN,
+                bits=split.high.bits,
+                **attrs,
+            ),
+            helper.make_node(
+                "GatherBlockQuantized",
+                [names["low"], ids, names["gather_scales"]],
+                [steps["Low"]],
+                name=f"{scope}/Split/Low",
+                domain=MS_DOMAIN,
+                bits=split.low.bits,
+                **attrs,
+            ),
+            helper.make_node(
+                "Gather",
+                [names["gather_scales"], ids],
+                [steps["Scales"]],
+                name=f"{scope}/Split/Scales",
+                axis=0,
+            ),
+            helper.make_node(
+                "Mul", [steps["Scales"], consts["default"]], [steps["Default"]], name=f"{scope}/Split/Default"
+            ),
+            helper.make_node(
+                "Add", [steps["Low"], steps["Default"]], [steps["LowCodes"]], name=f"{scope}/Split/LowCodes"
+            ),
+            helper.make_node(
+                "Mul",
+                [steps["LowCodes"], consts["weight"]],
+                [steps["LowPart"]],
+                name=f"{scope}/Split/LowPart",
+            ),
+            helper.make_node("Add", [steps["High"], steps["LowPart"]], [out], name=f"{scope}/Split/Rows"),
+        ]
+        return nodes, out
 
     def _block_sum(self, x: str, k: int, block: int, scope: str) -> tuple[str, list[onnx.NodeProto]]:
         """``x[T, K]`` summed per block of ``block`` inputs -> ``[T, n_blocks]`` (shared by all users of x).

@@ -66,6 +66,9 @@ def save_graph(
     folder = model_path.parent
     tmp_data = folder / f".{data_name}.writing"
     tmp_model = folder / f".{model_path.name}.writing"
+    # Arrays that are views of one buffer (an alias: the same bytes under another shape) are
+    # written once and referenced twice.
+    written: dict[tuple[int, int], int] = {}
     with open(tmp_data, "wb") as fh:
         offset = 0
         tensors = []
@@ -80,11 +83,17 @@ def save_graph(
             if array.nbytes < _INLINE_BYTES:
                 tensors.append(numpy_helper.from_array(array, tensor.name))
                 continue
+            key = (array.__array_interface__["data"][0], array.nbytes)
+            if tensor.name in arrays and key in written:
+                tensors.append(_external_ref(tensor, data_name, written[key], array.nbytes))
+                continue
             pad = -offset % _ALIGNMENT
             fh.write(b"\0" * pad)
             offset += pad
             fh.write(array.tobytes())
             tensors.append(_external_ref(tensor, data_name, offset, array.nbytes))
+            if tensor.name in arrays:
+                written[key] = offset
             offset += array.nbytes
     del model.graph.initializer[:]
     model.graph.initializer.extend(tensors)

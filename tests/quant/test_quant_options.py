@@ -199,20 +199,26 @@ def test_rescoring_is_skipped_at_level_0_and_refused_out_of_range():
         QuantOptions(head_rescore_top_k=-1)
 
 
-def test_a_4bit_scan_ranks_and_the_8bit_bytes_score():
-    """head_scan_bits=4: a 4-bit copy finds the candidates; the k best per row are the exact 8-bit math."""
+@pytest.mark.parametrize(
+    ("ggml_type", "scan", "gather_bits"),
+    [("Q8_0", "copy", [8]), ("Q8_0", "nibbles", [4, 4])],
+)
+def test_a_4bit_scan_ranks_and_the_8bit_bytes_score(ggml_type, scan, gather_bits):
+    """head_scan_bits=4: a 4-bit form finds the candidates (a copy, or the head's own high bits);
+    the k best per row are the exact 8-bit math."""
     rows, cols, k = 512, 256, 8
-    data = random_blocks("Q8_0", rows, cols, seed=11)
-    table = transcode("Q8_0", data, (rows, cols)).dequantize()
-    checkpoint = BlocksOnly({"table": RawBlocks("Q8_0", data, (rows, cols))})
+    data = random_blocks(ggml_type, rows, cols, seed=11)
+    table = transcode(ggml_type, data, (rows, cols)).dequantize()
+    checkpoint = BlocksOnly({"table": RawBlocks(ggml_type, data, (rows, cols))})
     matrices = {"table": {"roles": ["lm_head"], "nodes": ["/model/lm_head/Gemm"], "layout": "out_in"}}
-    options = {"head_rescore_top_k": k, "head_scan_bits": 4}
+    options = {"head_rescore_top_k": k, "head_scan_bits": 4, "head_scan": scan}
     model, record = quantize_proto(head_model(table), checkpoint, "int4", matrices, options)
     assert record["matrices"]["table"]["scan"]["bits"] == 4
+    assert (record["matrices"]["table"]["scan"]["bytes"] == 0) == (scan == "nibbles")
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
     assert [next(a.i for a in n.attribute if a.name == "bits") for n in nbits] == [4]
     gathers = [n for n in model.graph.node if n.op_type == "GatherBlockQuantized"]
-    assert [next(a.i for a in n.attribute if a.name == "bits") for n in gathers] == [8]
+    assert [next(a.i for a in n.attribute if a.name == "bits") for n in gathers] == gather_bits
     x = np.random.default_rng(4).standard_normal((6, cols)).astype(np.float32)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"x": x})[0]
@@ -226,10 +232,11 @@ def test_a_4bit_scan_ranks_and_the_8bit_bytes_score():
 
 def test_the_default_is_the_measured_int4_scheme():
     """int8 activations (level 0 is never free) except where the export measures that they add the
-    most error, centred zero points, a head ranked by a 4-bit copy whose 256 best logits are
-    re-scored exactly."""
+    most error, centred zero points, a head ranked by its own high 4 bits whose 256 best logits
+    are re-scored exactly, a GGUF table that is a coarser twin of the head read from the head."""
     options = QuantOptions()
     assert options.center_zero_points and options.head_rescore_top_k == 256 and options.head_scan_bits == 4
+    assert options.head_scan == "auto" and options.table_from_head
     assert options.accuracy_level is None and QuantOptions.for_precision("int4") == options
     for role, layer in (("mlp.down", 0), ("mlp.down", 29), ("attn.qkv", 29)):
         assert options.accuracy_for(4, False, role, layer, 30) == 4
@@ -240,7 +247,9 @@ def test_the_default_is_the_measured_int4_scheme():
         "where int8 activations add the most measured error per byte, within 20% of their bytes "
         "(until the KL left is at most 0.0004); "
         "zero points centred on each block's mean code; "
-        "head's 256 best logits re-scored in fp32 (ranked by a 4-bit copy)"
+        "a token table that rounds the head's matrix coarser is read from the head's blocks; "
+        "head's 256 best logits re-scored in fp32 (ranked by its own high 4 bits, or a 4-bit copy "
+        "where its blocks are narrower)"
     )
     assert options.sensitivity_budget == 0.2 and options.sensitivity_target_kl == 0.0004
 

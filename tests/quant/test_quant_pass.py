@@ -113,7 +113,8 @@ def test_tied_table_is_stored_once(tiny_tied, tmp_path):
         for t in model.graph.initializer
         if t.name.startswith("model.embed_tokens") and t.name.endswith("qweight")
     ]
-    # one copy of the 8-bit bytes, and the 4-bit copy the head ranks its candidates with
+    # one copy of the 8-bit bytes, and the 4-bit copy the head ranks its candidates with (a float
+    # source's 8-bit scales use all 24 bits: its codes cannot be split exactly, see nibbles)
     assert tables == ["model.embed_tokens.qweight", "model.embed_tokens.scan.qweight"]
     users = lambda table: sorted(n.op_type for n in model.graph.node if table in n.input)  # noqa: E731
     # the table's Gather and the head's re-scoring of its best logits read the 8-bit bytes
@@ -159,10 +160,11 @@ def test_bad_options_are_named(tiny_llama_hf, tiny_llama_model, tmp_path):
 @pytest.mark.slow
 def test_smollm2_int4_is_the_gguf_model(smollm2_gguf, tmp_path):
     """The real Q4_1 file: transcoded weights with fp32 compute reproduce the fp32 export's logits;
-    the default (int8 activations, centred zero points, the head ranked by a 4-bit copy) stays
-    within the measured quality (README frontier: relative logits error 0.115 over the whole
-    vocabulary, where the logits outside the 256 re-scored keep the copy's error; 0.040 with the
-    exact head); int8 computes the 4-bit blocks in fp32 and gives the fp32 model's best tokens."""
+    the default (int8 activations, centred zero points, the head ranked by its own high 4 bits)
+    stays within the measured quality (relative logits error 0.163 over the whole vocabulary,
+    where the logits outside the 256 re-scored keep the ranking form's error; 0.115 with a
+    separate 4-bit copy, 0.040 with the exact head); int8 computes the 4-bit blocks in fp32 and
+    gives the fp32 model's best tokens."""
     from clika_export.api import cached_export
 
     fp32 = cached_export(smollm2_gguf, "fp32", progress=False)
@@ -177,8 +179,9 @@ def test_smollm2_int4_is_the_gguf_model(smollm2_gguf, tmp_path):
     assert error["rel_logits_error"] < 1e-4 and error["top1_agreement"] == 1.0, error
     default, record = quantized_copy(fp32, tmp_path / "default", smollm2_gguf, "int4")
     assert record["lm_head"]["rescore_top_k"] == 256 and record["options"]["center_zero_points"]
+    assert record["matrices"]["model.embed_tokens.weight"]["scan"]["bytes"] == 0  # its own high bits
     error = logits_error(reference, open_runner(default), text)
-    assert error["rel_logits_error"] < 0.16 and error["top1_agreement"] >= 0.8, error
+    assert error["rel_logits_error"] < 0.18 and error["top1_agreement"] >= 0.8, error
     int8, record = quantized_copy(fp32, tmp_path / "int8", smollm2_gguf, "int8")
     assert record["summary"]["accuracy_levels"] == {"4-bit level 0": 120, "8-bit level 4": 1}
     error = logits_error(reference, open_runner(int8), text)
