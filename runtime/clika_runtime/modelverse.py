@@ -45,7 +45,7 @@ from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCache
 from clika_runtime.engine.paged_cache import PagedKVCache
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.stages import StageEvent, StageObserver
-from clika_runtime.model_folder import ModelFolder, open_model_folder
+from clika_runtime.model_folder import ModelFolder, kv_identity, open_model_folder
 from clika_runtime.paged_step_graph import PAGED_LAYOUT
 from clika_runtime.store.load_target import folder_to_load
 from clika_runtime.text.tokenizer import Tokenizer
@@ -198,6 +198,7 @@ class GenerativeModel:
         self._reports: list[ChatOutcome] = []
         self._assistant: GenerativeModel | None = None
         self._owned_assistant: GenerativeModel | None = None  # loaded by ``load``: closed with this model
+        self._kv_key: str | None = None
 
     # -- what the model is -------------------------------------------------------------
 
@@ -256,6 +257,13 @@ class GenerativeModel:
     def kv_cache_dtype(self) -> str:
         """The KV cache's element type ("float32" or "int8")."""
         return self._handle.folder.graph.kv.dtype
+
+    @property
+    def kv_key(self) -> str:
+        """What saved KV must name to be read by this model (``model_folder.kv_identity``)."""
+        if self._kv_key is None:
+            self._kv_key = kv_identity(self._handle.folder)
+        return self._kv_key
 
     @property
     def residency(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clika_runtime.engine.decode_packer import DecodePacker
+from clika_runtime.engine.kv_snapshot import KVSnapshot
 from clika_runtime.engine.sequence import Sequence
 from clika_runtime.engine.step_plan import StepPlan
 from clika_runtime.step_graph import StepRow, pack_step
@@ -132,6 +133,15 @@ class KVCacheManager(abc.ABC):
     @abc.abstractmethod
     def pack(self, plan: StepPlan, context_window: int | None) -> PackedStep:
         """The graph inputs of ``plan`` over this cache's layout."""
+
+    def snapshot(self, token_ids: list[int]) -> KVSnapshot | None:
+        """The KV held for the longest cached prefix of ``token_ids`` (None: none, or a cache that
+        keeps no snapshots: only the paged cache does, ``clika_runtime.engine.kv_snapshot``)."""
+        return None
+
+    def install(self, snapshot: KVSnapshot) -> int:
+        """Hold ``snapshot`` as the cached prefix of its tokens; how many tokens it holds (0: none)."""
+        return 0
 
     @abc.abstractmethod
     def ensure_slots(self, num_slots: int) -> None:
@@ -304,6 +314,45 @@ class ContinuousKVCache(KVCacheManager):
             self._held[slot] = np.asarray(seq.token_ids[: seq.num_computed_tokens], dtype=np.int64)
         if not self._owner:
             self._release_idle()
+
+    def snapshot(self, token_ids: list[int]) -> KVSnapshot | None:
+        """The KV a free slot holds for the longest prefix of ``token_ids`` it starts with."""
+        best, best_shared = -1, 0
+        wanted = np.asarray(token_ids, dtype=np.int64)
+        for slot in self._free:
+            held = self._held.get(slot)
+            if held is None:
+                continue
+            n = min(len(held), len(wanted))
+            differ = np.flatnonzero(held[:n] != wanted[:n])
+            shared = int(differ[0]) if differ.size else n
+            if shared > best_shared:
+                best, best_shared = slot, shared
+        if best < 0:
+            return None
+        rows = [np.ascontiguousarray(buf[best, :, :best_shared]) for buf in (*self._keys, *self._values)]
+        layers = self.shape.num_layers
+        return KVSnapshot(tuple(int(t) for t in wanted[:best_shared]), rows[:layers], rows[layers:])
+
+    def install(self, snapshot: KVSnapshot) -> int:
+        """Write ``snapshot`` into a free slot (an empty one first, else the least recently freed)
+        that then holds its tokens, as a finished turn's slot does; 0 with no free slot or no reuse."""
+        n = min(snapshot.num_tokens, self.max_seq)
+        if not self.prefix_reuse or not self._free or not n:
+            return 0
+        if n + self.slack > self.capacity:
+            self._grow(n + self.slack)
+        empty = [slot for slot in self._free if slot not in self._held]
+        slot = empty[0] if empty else self._free[0]
+        self._release(slot, 0)
+        for buffers, layers in ((self._keys, snapshot.keys), (self._values, snapshot.values)):
+            for buf, layer in zip(buffers, layers, strict=True):
+                buf[slot, :, :n] = layer[:, :n]
+        self._free.remove(slot)
+        self._free.append(slot)  # the most recently freed: kept whole while the cache idles
+        self._held[slot] = np.asarray(snapshot.token_ids[:n], dtype=np.int64)
+        self._written[slot] = n
+        return n
 
     def _over_budget(self, needed: int) -> bool:
         if self.max_bytes is None or not self._owner:

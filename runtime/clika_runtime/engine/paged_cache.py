@@ -38,6 +38,7 @@ from clika_runtime.engine.kv_cache import (
     kv_buffer,
     sampled_logits,
 )
+from clika_runtime.engine.kv_snapshot import KVSnapshot, install_snapshot, take_snapshot
 from clika_runtime.engine.prefix_cache import ROOT_HASH, PrefixIndex, PrefixMatch, chain_hash
 from clika_runtime.engine.sequence import Sequence
 from clika_runtime.engine.step_plan import StepPlan
@@ -169,7 +170,7 @@ class PagedKVCache(KVCacheManager):
         table = self._tables[seq.request_id]
         needed = self._blocks_for(seq.num_computed_tokens + num_new)
         while len(table) < needed:
-            block = self._take_block()
+            block = self.take_block()
             if block is None:
                 return False
             table.append(block)
@@ -207,6 +208,12 @@ class PagedKVCache(KVCacheManager):
             self.pool.release(block)
         self._free_slots.append(seq.slot)
 
+    def snapshot(self, token_ids: list[int]) -> KVSnapshot | None:
+        return take_snapshot(self, token_ids)
+
+    def install(self, snapshot: KVSnapshot) -> int:
+        return install_snapshot(self, snapshot)
+
     def pack(self, plan: StepPlan, context_window: int | None) -> PackedStep:
         rows = [
             PagedRow(r.start, r.new_token_ids, self._tables[r.seq.request_id], bool(r.draft))
@@ -232,7 +239,7 @@ class PagedKVCache(KVCacheManager):
         available = self.pool.num_available - idle_matched + growable
         return needed + len(self._tables) <= available
 
-    def _take_block(self) -> int | None:
+    def take_block(self) -> int | None:
         """A fresh block: a free one (growing the pools under the budget first), else evict the LRU one."""
         if self.pool.num_free == 0 and self.pool.num_blocks < self.max_blocks:
             self._grow()
@@ -243,7 +250,7 @@ class PagedKVCache(KVCacheManager):
         source = match.partial_block
         assert source is not None
         self.pool.share(source)  # pinned: allocating the copy must not evict its source
-        block = self._take_block()
+        block = self.take_block()
         assert block is not None, "admission checked there was room"
         n = match.partial_tokens
         for pools in (self._keys, self._values):
