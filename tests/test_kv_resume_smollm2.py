@@ -12,6 +12,7 @@ replies the same.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -135,7 +136,7 @@ def resumer(smollm2_fp32):
 
 
 def other_model_key(path: Path, model) -> None:
-    layout = kv_layout(model)
+    layout = kv_layout(model, model.engine)
     snapshot = read_kv_file(path, layout)
     write_kv_file(path, snapshot, dataclasses.replace(layout, model_key="f" * 64))
 
@@ -205,10 +206,52 @@ def test_kv_of_an_edited_conversation_restores_the_part_it_still_shares(saved, r
 
 def test_a_kv_file_bigger_than_the_model_can_hold_is_refused_before_reading(saved, resumer, tmp_path):
     _, kv = saved
-    layout = kv_layout(resumer)
+    layout = kv_layout(resumer, resumer.engine)
     snapshot = read_kv_file(kv, layout)
     small = dataclasses.replace(layout, max_tokens=snapshot.num_tokens - 1)
     with pytest.raises(ValueError, match="this model holds 1 to"):
         read_kv_file(kv, small)
     assert isinstance(snapshot.keys[0], np.ndarray)
     resumer.close()
+
+
+def test_an_async_session_saves_and_opens_with_its_kv(smollm2_fp32, tmp_path):
+    from clika_runtime.sessions import AsyncChat
+
+    db = tmp_path / "conversations.db"
+
+    async def first(model) -> None:
+        with SQLiteStore(db) as store:
+            chat = AsyncChat(model, store=store, system="You are a helpful assistant.")
+            session = chat.create_session(session_id="moon")
+            for text in TURNS:
+                await session.send(text, **GREEDY)
+            await session.save(with_kv=True)
+            assert store.kv_path("moon").is_file()
+
+    async def resumed(model) -> tuple[int, str]:
+        with SQLiteStore(db) as store:
+            session = await AsyncChat(model, store=store).open("moon", with_kv=True)
+            result = await session.send(NEXT, **GREEDY)
+            return result.usage["cache_read_input_tokens"], result.result
+
+    async def cold(model) -> tuple[int, str]:
+        with SQLiteStore(db) as store:
+            session = await AsyncChat(model, store=store).open("moon")
+            result = await session.send(NEXT, **GREEDY)
+            return result.usage["cache_read_input_tokens"], result.result
+
+    saver = modelverse.load(smollm2_fp32, threads=1, kv_cache_mode="paged")
+    try:
+        asyncio.run(first(saver))
+    finally:
+        saver.close()
+    model = modelverse.load(smollm2_fp32, threads=1, kv_cache_mode="paged")
+    try:
+        cached, reply = asyncio.run(resumed(model))
+        model.close()  # a new engine: nothing cached
+        none_cached, cold_reply = asyncio.run(cold(model))
+    finally:
+        model.close()
+    assert cached > 64 and none_cached == 0
+    assert reply == cold_reply

@@ -29,6 +29,7 @@ from clika_runtime.engine.kv_snapshot import KVSnapshot
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
     from clika_runtime.engine.core import EngineCore
+    from clika_runtime.engine.engine import Engine
 
 log = logging.getLogger("clika_runtime.kv_resume")
 
@@ -46,9 +47,9 @@ def conversation_tokens(
     return model.tokenizer.encode(text)
 
 
-def kv_layout(model: ChatModel) -> KVLayout:
-    """What a KV file must hold for ``model``'s engine to install it."""
-    cache = model.engine.cache
+def kv_layout(model: ChatModel, engine: Engine) -> KVLayout:
+    """What a KV file must hold for ``engine`` (over ``model``) to install it."""
+    cache = engine.cache
     shape = cache.shape  # type: ignore[attr-defined]  # both KV caches have one
     return KVLayout(
         model_key=model.kv_key,
@@ -60,12 +61,11 @@ def kv_layout(model: ChatModel) -> KVLayout:
     )
 
 
-def save_kv(model: ChatModel, token_ids: list[int], path: str | Path) -> int:
-    """Write the KV of ``token_ids`` to ``path`` (atomically); how many tokens it holds (0: none
-    written, when there are no tokens or the cache keeps no prefixes)."""
+def save_kv(model: ChatModel, engine: Engine, token_ids: list[int], path: str | Path) -> int:
+    """Write the KV ``engine`` holds of ``token_ids`` to ``path`` (atomically), computing what it
+    lacks; how many tokens it holds (0: none written, no tokens or a cache that keeps no prefixes)."""
     if not token_ids:
         return 0
-    engine = model.engine
     snapshot = engine.between_steps(lambda core: _snapshot(core, token_ids))
     if snapshot is None or snapshot.num_tokens < len(token_ids):
         # Computes the KV of every token (the cached part is reused), then keeps it cached.
@@ -73,13 +73,13 @@ def save_kv(model: ChatModel, token_ids: list[int], path: str | Path) -> int:
         snapshot = engine.between_steps(lambda core: _snapshot(core, token_ids))
     if snapshot is None:
         return 0
-    write_kv_file(path, snapshot, kv_layout(model))
+    write_kv_file(path, snapshot, kv_layout(model, engine))
     return snapshot.num_tokens
 
 
-def restore_kv(model: ChatModel, token_ids: list[int], path: str | Path) -> int:
-    """Install the KV in ``path`` for the part of ``token_ids`` it holds; how many tokens the cache
-    now holds from it. 0, with a log line saying why, when the file cannot be used."""
+def restore_kv(model: ChatModel, engine: Engine, token_ids: list[int], path: str | Path) -> int:
+    """Install the KV in ``path`` in ``engine``'s cache for the part of ``token_ids`` it holds; how
+    many tokens the cache now holds from it. 0, with a log line saying why, when it cannot be used."""
     path = Path(path)
     if not token_ids:
         return 0
@@ -87,7 +87,7 @@ def restore_kv(model: ChatModel, token_ids: list[int], path: str | Path) -> int:
         log.info("no saved KV at %s: the conversation is read again", path)
         return 0
     try:
-        snapshot = read_kv_file(path, kv_layout(model))
+        snapshot = read_kv_file(path, kv_layout(model, engine))
     except KVFileError as exc:
         log.warning("saved KV not used (%s): the conversation is read again", exc)
         return 0
@@ -103,7 +103,7 @@ def restore_kv(model: ChatModel, token_ids: list[int], path: str | Path) -> int:
         snapshot = _prefix(snapshot, shared)
     if not shared:
         return 0
-    return model.engine.between_steps(lambda core: core.cache.install(snapshot))
+    return engine.between_steps(lambda core: core.cache.install(snapshot))
 
 
 def _snapshot(core: EngineCore, token_ids: list[int]) -> KVSnapshot | None:

@@ -282,7 +282,7 @@ class ChatSession:
         transcript the cache does not hold yet (the assistant turn's closing tokens) is computed."""
         with self._lock:
             tokens = self.transcript_tokens()
-        return save_kv(self._model, tokens, path)
+        return save_kv(self._model, self.engine, tokens, path)
 
     def restore_kv(self, path: str | Path) -> int:
         """Install the KV saved at ``path`` (by :meth:`save_kv`, in this process or another) for
@@ -292,7 +292,7 @@ class ChatSession:
         (0, or the tokens still shared): the turn then reads the rest as usual."""
         with self._lock:
             tokens = self.transcript_tokens()
-        return restore_kv(self._model, tokens, path)
+        return restore_kv(self._model, self.engine, tokens, path)
 
     def close(self) -> None:
         """Cancel the live turn at its next decode step (streamed or not, from any thread) and drop
