@@ -36,6 +36,16 @@ from clika_runtime.step_graph import StepRow, pack_step
 CAPACITY_ALIGN = 256
 # Positions an idle cache keeps in each free slot but the last freed (a shared system prompt's worth).
 IDLE_KEEP_POSITIONS = 256
+# A prompt's last tokens computed again even when the cache holds them: the last one's logits
+# start the reply, and a step of one token rounds differently from a step of more (ONNX Runtime's
+# int4 products take another kernel for a single row), so with two a prompt found in the cache
+# gives the logits, and a seeded request the text, of the same prompt computed whole.
+RECOMPUTED_TAIL = 2
+
+
+def reuse_limit(num_prompt_tokens: int) -> int:
+    """How many of a prompt's leading tokens a cached prefix may cover."""
+    return max(num_prompt_tokens - RECOMPUTED_TAIL, 0)
 
 
 def kv_buffer(shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -424,8 +434,7 @@ class ContinuousKVCache(KVCacheManager):
         fallback = empty[0] if empty else self._free[0]
         if not self.prefix_reuse:
             return fallback, 0, -1
-        # At least the prompt's last token is computed again: its logits start the reply.
-        limit = len(prompt) - 1
+        limit = reuse_limit(len(prompt))
         own, own_shared, other, other_shared = -1, 0, -1, 0
         for slot in self._free:
             held = self._held.get(slot)
@@ -449,7 +458,7 @@ class ContinuousKVCache(KVCacheManager):
     def _best_running_prefix(self, prompt: np.ndarray) -> tuple[int, int]:
         """The running slot whose computed tokens share the longest prefix with ``prompt``."""
         best_slot, best = -1, 0
-        limit = len(prompt) - 1
+        limit = reuse_limit(len(prompt))
         for slot, seq in self._seqs.items():
             n = min(limit, seq.num_computed_tokens)
             held = np.asarray(seq.token_ids[:n], dtype=np.int64)

@@ -36,6 +36,7 @@ from clika_runtime.engine.kv_cache import (
     KVCacheManager,
     PackedStep,
     kv_buffer,
+    reuse_limit,
     sampled_logits,
 )
 from clika_runtime.engine.kv_snapshot import KVSnapshot, install_snapshot, take_snapshot
@@ -147,7 +148,7 @@ class PagedKVCache(KVCacheManager):
         if not self._free_slots:
             return None
         tokens = seq.token_ids
-        match = self.index.match(tokens, len(tokens) - 1) if self.prefix_reuse else PrefixMatch()
+        match = self.index.match(tokens, reuse_limit(len(tokens))) if self.prefix_reuse else PrefixMatch()
         if not self._fits(tokens, match):
             # Copying a partial match takes one block more than computing it: without it the
             # request fits whenever it fits at all (no deadlock when the budget is just enough).
