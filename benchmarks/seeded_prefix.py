@@ -15,6 +15,17 @@ was raised from 1 (a step of one token takes another int4 kernel than a step
 of more, whose rounding differs).
 
     python benchmarks/seeded_prefix.py smollm2-135m-instruct --seeds 200 --mode paged --tail 1
+
+Measured on SmolLM2-135M-Instruct int4, paged KV, a 37-token prompt, a 2-core
+machine under load: with one token computed again (before), requests alone,
+9 of 10 seeded replies (40 tokens) differed cached against uncached, and the
+greedy reply too (at token 19 of 32); the first step's logits differed by at
+most 4.4e-5, later steps' by up to 1.2 once the replies' contexts had taken
+in the first difference. With this script at ``--batch 8`` (every step of
+several tokens) 0 of 200 differed and the first step's logits were equal.
+With two tokens computed again: 10 of 10 the same, and the greedy reply.
+Not measured by this script: 48 seeds of the same prompt alone against 8 at
+a time (no prefix reuse): 33 differed; the greedy replies agreed.
 """
 
 from __future__ import annotations
