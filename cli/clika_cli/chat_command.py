@@ -128,6 +128,8 @@ def _resume(repl: ChatRepl, conversation_id: str, saved: list[dict[str, Any]]) -
     except ConversationError as exc:
         raise click.ClickException(str(exc)) from None
     say(dim(f"resumed {conversation_id!r} ({turns} turns)"))
+    if repl.restored_tokens:
+        say(dim(f"its saved KV holds {repl.restored_tokens:,} tokens: they are not read again"))
     last = next((m for m in reversed(saved) if m.get("role") == "assistant"), None)
     if last is not None and isinstance(last.get("content"), str):
         say(dim("last reply: ") + last["content"])

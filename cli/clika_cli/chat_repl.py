@@ -43,6 +43,7 @@ class ChatRepl:
         self.overrides: dict[str, Any] = overrides
         self.conversations = conversations or Conversations()
         self.conversation_id: str | None = None
+        self.restored_tokens = 0  # tokens of saved KV the last /load or --resume installed
         self.session: ChatSession = self._new_session(system=system)
         self.images: list[Any] = []  # attached by /image: they ride the next message
 
@@ -55,6 +56,8 @@ class ChatRepl:
         return self.model.chat_session(system=system, messages=messages or (), default_budget=self.budget)
 
     def close(self) -> None:
+        if self.conversation_id is not None:
+            self.save_kv(self.conversation_id)  # the next --resume skips reading the chat again
         self.session.close()
         self.conversations.close()
 
@@ -149,7 +152,25 @@ class ChatRepl:
         chosen = conversation_id or self.conversation_id or self.conversations.unused_id()
         self.conversations.save(chosen, storable(self.session.messages))
         self.conversation_id = chosen
+        self.save_kv(chosen)
         return chosen
+
+    def save_kv(self, conversation_id: str) -> int:
+        """Keep the conversation's KV beside its transcript (on /save and when the chat ends; the
+        transcript alone is saved after every reply, and KV of its beginning still serves)."""
+        try:
+            return self.session.save_kv(self.conversations.kv_file(conversation_id))
+        except (ConversationError, OSError, ValueError, RuntimeError) as exc:
+            say(f"Error: the conversation's KV was not saved: {exc}")
+            return 0
+
+    def restore_kv(self, conversation_id: str) -> int:
+        """Install the KV saved with the conversation (0 when there is none or it does not fit)."""
+        try:
+            return self.session.restore_kv(self.conversations.kv_file(conversation_id))
+        except (ConversationError, OSError, ValueError, RuntimeError) as exc:
+            say(f"Error: the conversation's saved KV was not read: {exc}")
+            return 0
 
     def load(self, conversation_id: str) -> int:
         """Continue a saved conversation (bound to its id); returns how many turns it holds."""
@@ -171,6 +192,7 @@ class ChatRepl:
                 f"{conversation_id!r} is no transcript this chat can continue: {exc}"
             ) from None
         self.conversation_id = conversation_id
+        self.restored_tokens = self.restore_kv(conversation_id)
         return sum(1 for m in messages if m.get("role") != "system")
 
     def autosave(self) -> None:

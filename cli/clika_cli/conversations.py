@@ -85,6 +85,13 @@ class Conversations:
             raise ConversationError(f"no saved conversation {conversation_id!r}{listed}")
         return messages
 
+    def kv_file(self, conversation_id: str) -> Path:
+        """Where the conversation's KV is kept beside its transcript (``SQLiteStore.kv_path``)."""
+        try:
+            return self._opened().kv_path(checked_id(conversation_id))
+        except ValueError as exc:
+            raise ConversationError(f"no KV file for {conversation_id!r}: {exc}") from None
+
     def ids(self) -> list[str]:
         """Saved ids, the most recently saved first."""
         try:

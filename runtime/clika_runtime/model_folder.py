@@ -11,6 +11,7 @@ workers lose more than they win (measured on a busy 2-core CPU).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tokenizers import Tokenizer
 
 from clika_runtime.manifest import (
     KV_CACHE_DTYPES,
+    MANIFEST_FILE,
     OPTIMUM_BUILDER,
     GraphSpec,
     Manifest,
@@ -92,6 +94,17 @@ def open_model_folder(
         tokenizer=_load_tokenizer(folder / manifest.tokenizer.file),
         chat_template=_read_template(folder, manifest.chat_template_file),
     )
+
+
+def kv_identity(folder: ModelFolder) -> str:
+    """A key naming the exact graph a KV cache is computed by: the sha256 of the manifest (the
+    export's source, precision and time), the opened graph's file name and that file's bytes.
+    Saved KV carries it, so KV of another model, export or KV dtype is never read as this one's."""
+    digest = hashlib.sha256(b"clika-kv\0")
+    digest.update(hashlib.sha256((folder.path / MANIFEST_FILE).read_bytes()).digest())
+    digest.update(folder.graph.file.encode() + b"\0")
+    digest.update(hashlib.sha256((folder.path / folder.graph.file).read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def _missing_graph(manifest: Manifest, kv_mode: str, kv_dtype: str) -> str:

@@ -58,7 +58,7 @@ from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.manifest import OPTIMUM_BUILDER
 from clika_runtime.media.image_prompts import ImagePrompts
-from clika_runtime.model_folder import ModelFolder, open_model_folder
+from clika_runtime.model_folder import ModelFolder, kv_identity, open_model_folder
 from clika_runtime.paged_step_graph import PAGED_LAYOUT
 from clika_runtime.step_graph import takes_media
 from clika_runtime.store.load_target import folder_to_load
@@ -227,6 +227,7 @@ class GenerativeModel:
                 observer=lambda: self._observer,
             )
         )
+        self._kv_key: str | None = None
 
     # -- what the model is -------------------------------------------------------------
 
@@ -285,6 +286,13 @@ class GenerativeModel:
     def kv_cache_dtype(self) -> str:
         """The KV cache's element type ("float32" or "int8")."""
         return self._handle.folder.graph.kv.dtype
+
+    @property
+    def kv_key(self) -> str:
+        """What saved KV must name to be read by this model (``model_folder.kv_identity``)."""
+        if self._kv_key is None:
+            self._kv_key = kv_identity(self._handle.folder)
+        return self._kv_key
 
     @property
     def residency(self) -> dict[str, Any]:

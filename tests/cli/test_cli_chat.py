@@ -263,6 +263,7 @@ def test_a_person_chats_saves_resets_interrupts_leaves_and_resumes(smollm2_gguf,
     )
     try:
         chat.expect_exact("resumed 'ada-test' (4 turns)")
+        chat.expect(r"its saved KV holds [0-9,]+ tokens: they are not read again")  # kept at exit
         chat.expect_exact(PROMPT)
         assert "Ada" in turn("What is my name?")[0]  # a new process, the saved conversation
         chat.sendline("/exit")

@@ -39,6 +39,11 @@ class ChatModel(Protocol):
     @property
     def engine(self) -> Engine: ...
 
+    @property
+    def kv_key(self) -> str:
+        """What saved KV must name to be read by this model (``clika_runtime.chat.kv_resume``)."""
+        ...
+
     def raise_limits(self, *, max_active: int | None = None, max_queued: int | None = None) -> None: ...
 
     @property

@@ -20,9 +20,11 @@ import asyncio
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.history import checked_messages
+from clika_runtime.chat.kv_resume import conversation_tokens, restore_kv, save_kv
 from clika_runtime.chat.media_turns import attach_images, refuse_media, with_images_on_last_user_turn
 from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.outcome import ChatOutcome
@@ -278,6 +280,25 @@ class ChatSession:
             self._report = None
             self._tool_calls = []
 
+    def save_kv(self, path: str | Path) -> int:
+        """Write the conversation's KV to ``path`` (atomically; beside its transcript, e.g.
+        ``SQLiteStore.kv_path``), so a later process resumes it without reading it again; returns
+        how many tokens it holds. The KV left by the last turn is reused: only the end of the
+        transcript the cache does not hold yet (the assistant turn's closing tokens) is computed."""
+        with self._lock:
+            tokens = self.transcript_tokens()
+        return save_kv(self._model, self.engine, tokens, path)
+
+    def restore_kv(self, path: str | Path) -> int:
+        """Install the KV saved at ``path`` (by :meth:`save_kv`, in this process or another) for
+        the conversation's tokens, so the next turn starts from it (``report.cached_tokens``);
+        returns how many tokens were restored. A file of another model, a damaged or truncated
+        one, or one whose tokens the conversation no longer starts with is logged and left out
+        (0, or the tokens still shared): the turn then reads the rest as usual."""
+        with self._lock:
+            tokens = self.transcript_tokens()
+        return restore_kv(self._model, self.engine, tokens, path)
+
     def close(self) -> None:
         """Cancel the live turn at its next decode step (streamed or not, from any thread) and drop
         the turns queued behind it; later turns raise ValueError (the model's engine stays)."""
@@ -316,6 +337,11 @@ class ChatSession:
             if stream:
                 return pieces
             return "".join(piece for piece in pieces if isinstance(piece, str))
+
+    def transcript_tokens(self) -> list[int]:
+        """The tokens every next turn of the conversation starts with (its saved KV holds them)."""
+        policy = GenerationConfig.resolve(self._defaults, None, {})
+        return conversation_tokens(self._model, self._history, self._tools, policy)
 
     def _before_turn(self) -> None:
         if self._closed:

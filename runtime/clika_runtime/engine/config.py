@@ -31,7 +31,10 @@ class GenerationConfig:
     ``temperature=0`` decodes greedily. ``top_k=0``, ``top_p=1`` and ``min_p=0``
     switch those filters off; ``repetition_penalty=1`` and the presence /
     frequency penalties at 0 switch penalties off. ``seed`` makes sampling
-    reproducible: the same seed gives the same text alone and in a batch.
+    reproducible: the same seed gives the same draws whatever else runs, and
+    the same text for the same prompt and batching, a cached prefix or not
+    (``clika_runtime.engine.sampler`` says where the rounding of other
+    batching can change sampled text).
     ``stop`` strings end the reply and are never shown; ``stop_token_ids`` end
     it like the end-of-sequence ids do. ``prompt_lookup_num_tokens`` > 0 lets
     a greedy request without penalties draft up to that many tokens a step from

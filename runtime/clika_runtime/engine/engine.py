@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import Delta, EngineCore, EngineStats, StepRunner
@@ -35,6 +35,7 @@ from clika_runtime.text.tokenizer import Tokenizer
 __all__ = ["Delta", "Engine", "EngineOptions", "EngineStats", "RequestStream"]
 
 _DONE = object()
+T = TypeVar("T")
 
 
 class RequestStream:
@@ -294,6 +295,16 @@ class Engine:
         self._inbox.put(("check", done))
         done.result(timeout)
 
+    def between_steps(self, work: Callable[[EngineCore], T], timeout: float | None = 60.0) -> T:
+        """``work(core)`` on the engine's thread between two steps (where the KV cache may be read
+        and written); its result, or its exception. EngineClosedError once the engine is closed."""
+        done: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise EngineClosedError("the engine is closed")
+            self._inbox.put(("call", (work, done)))
+        return done.result(timeout)
+
     def close(self) -> None:
         """Cancel everything and stop the engine's thread."""
         with self._lock:
@@ -353,6 +364,8 @@ class Engine:
                 self.core.scheduler.max_queued = value
             elif kind == "check":
                 self._check(value)
+            elif kind == "call":
+                self._call(*value)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
@@ -372,6 +385,14 @@ class Engine:
             done.set_exception(exc)
         else:
             done.set_result(None)
+
+    def _call(self, work: Callable[[EngineCore], Any], done: Future[Any]) -> None:
+        try:
+            result = work(self.core)
+        except Exception as exc:  # the caller's problem, raised on its thread
+            done.set_exception(exc)
+        else:
+            done.set_result(result)
 
     def _note_waiting(self) -> None:
         """Publish the queue length and free slots that ``submit`` checks a new request against."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clika_runtime.engine.decode_packer import DecodePacker
+from clika_runtime.engine.kv_snapshot import KVSnapshot
 from clika_runtime.engine.sequence import Sequence
 from clika_runtime.engine.step_plan import ScheduledRow, StepPlan
 from clika_runtime.step_graph import StepRow, pack_step
@@ -35,6 +36,16 @@ from clika_runtime.step_graph import StepRow, pack_step
 CAPACITY_ALIGN = 256
 # Positions an idle cache keeps in each free slot but the last freed (a shared system prompt's worth).
 IDLE_KEEP_POSITIONS = 256
+# A prompt's last tokens computed again even when the cache holds them: the last one's logits
+# start the reply, and a step of one token rounds differently from a step of more (ONNX Runtime's
+# int4 products take another kernel for a single row), so with two a prompt found in the cache
+# gives the logits, and a seeded request the text, of the same prompt computed whole.
+RECOMPUTED_TAIL = 2
+
+
+def reuse_limit(num_prompt_tokens: int) -> int:
+    """How many of a prompt's leading tokens a cached prefix may cover."""
+    return max(num_prompt_tokens - RECOMPUTED_TAIL, 0)
 
 
 def kv_buffer(shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -136,6 +147,15 @@ class KVCacheManager(abc.ABC):
     def packing_order(self, plan: StepPlan) -> list[ScheduledRow]:
         """The plan's rows in the order ``pack`` lays their tokens along ``T``."""
         return list(plan.rows)
+
+    def snapshot(self, token_ids: list[int]) -> KVSnapshot | None:
+        """The KV held for the longest cached prefix of ``token_ids`` (None: none, or a cache that
+        keeps no snapshots: only the paged cache does, ``clika_runtime.engine.kv_snapshot``)."""
+        return None
+
+    def install(self, snapshot: KVSnapshot) -> int:
+        """Hold ``snapshot`` as the cached prefix of its tokens; how many tokens it holds (0: none)."""
+        return 0
 
     @abc.abstractmethod
     def ensure_slots(self, num_slots: int) -> None:
@@ -309,6 +329,45 @@ class ContinuousKVCache(KVCacheManager):
         if not self._owner:
             self._release_idle()
 
+    def snapshot(self, token_ids: list[int]) -> KVSnapshot | None:
+        """The KV a free slot holds for the longest prefix of ``token_ids`` it starts with."""
+        best, best_shared = -1, 0
+        wanted = np.asarray(token_ids, dtype=np.int64)
+        for slot in self._free:
+            held = self._held.get(slot)
+            if held is None:
+                continue
+            n = min(len(held), len(wanted))
+            differ = np.flatnonzero(held[:n] != wanted[:n])
+            shared = int(differ[0]) if differ.size else n
+            if shared > best_shared:
+                best, best_shared = slot, shared
+        if best < 0:
+            return None
+        rows = [np.ascontiguousarray(buf[best, :, :best_shared]) for buf in (*self._keys, *self._values)]
+        layers = self.shape.num_layers
+        return KVSnapshot(tuple(int(t) for t in wanted[:best_shared]), rows[:layers], rows[layers:])
+
+    def install(self, snapshot: KVSnapshot) -> int:
+        """Write ``snapshot`` into a free slot (an empty one first, else the least recently freed)
+        that then holds its tokens, as a finished turn's slot does; 0 with no free slot or no reuse."""
+        n = min(snapshot.num_tokens, self.max_seq)
+        if not self.prefix_reuse or not self._free or not n:
+            return 0
+        if n + self.slack > self.capacity:
+            self._grow(n + self.slack)
+        empty = [slot for slot in self._free if slot not in self._held]
+        slot = empty[0] if empty else self._free[0]
+        self._release(slot, 0)
+        for buffers, layers in ((self._keys, snapshot.keys), (self._values, snapshot.values)):
+            for buf, layer in zip(buffers, layers, strict=True):
+                buf[slot, :, :n] = layer[:, :n]
+        self._free.remove(slot)
+        self._free.append(slot)  # the most recently freed: kept whole while the cache idles
+        self._held[slot] = np.asarray(snapshot.token_ids[:n], dtype=np.int64)
+        self._written[slot] = n
+        return n
+
     def _over_budget(self, needed: int) -> bool:
         if self.max_bytes is None or not self._owner:
             return False  # no cap, or a sequence alone: it always runs
@@ -383,8 +442,7 @@ class ContinuousKVCache(KVCacheManager):
         fallback = empty[0] if empty else self._free[0]
         if not self.prefix_reuse:
             return fallback, 0, -1
-        # At least the prompt's last token is computed again: its logits start the reply.
-        limit = len(prompt) - 1
+        limit = reuse_limit(len(prompt))
         own, own_shared, other, other_shared = -1, 0, -1, 0
         for slot in self._free:
             held = self._held.get(slot)
@@ -408,7 +466,7 @@ class ContinuousKVCache(KVCacheManager):
     def _best_running_prefix(self, prompt: np.ndarray) -> tuple[int, int]:
         """The running slot whose computed tokens share the longest prefix with ``prompt``."""
         best_slot, best = -1, 0
-        limit = len(prompt) - 1
+        limit = reuse_limit(len(prompt))
         for slot, seq in self._seqs.items():
             n = min(limit, seq.num_computed_tokens)
             held = np.asarray(seq.cache_ids[:n], dtype=np.int64)

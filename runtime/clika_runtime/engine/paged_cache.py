@@ -36,8 +36,10 @@ from clika_runtime.engine.kv_cache import (
     KVCacheManager,
     PackedStep,
     kv_buffer,
+    reuse_limit,
     sampled_logits,
 )
+from clika_runtime.engine.kv_snapshot import KVSnapshot, install_snapshot, take_snapshot
 from clika_runtime.engine.prefix_cache import ROOT_HASH, PrefixIndex, PrefixMatch, chain_hash
 from clika_runtime.engine.sequence import Sequence
 from clika_runtime.engine.step_plan import StepPlan
@@ -146,7 +148,7 @@ class PagedKVCache(KVCacheManager):
         if not self._free_slots:
             return None
         tokens = seq.cache_ids
-        match = self.index.match(tokens, len(tokens) - 1) if self.prefix_reuse else PrefixMatch()
+        match = self.index.match(tokens, reuse_limit(len(tokens))) if self.prefix_reuse else PrefixMatch()
         if not self._fits(tokens, match):
             # Copying a partial match takes one block more than computing it: without it the
             # request fits whenever it fits at all (no deadlock when the budget is just enough).
@@ -169,7 +171,7 @@ class PagedKVCache(KVCacheManager):
         table = self._tables[seq.request_id]
         needed = self._blocks_for(seq.num_computed_tokens + num_new)
         while len(table) < needed:
-            block = self._take_block()
+            block = self.take_block()
             if block is None:
                 return False
             table.append(block)
@@ -208,6 +210,12 @@ class PagedKVCache(KVCacheManager):
             self.pool.release(block)
         self._free_slots.append(seq.slot)
 
+    def snapshot(self, token_ids: list[int]) -> KVSnapshot | None:
+        return take_snapshot(self, token_ids)
+
+    def install(self, snapshot: KVSnapshot) -> int:
+        return install_snapshot(self, snapshot)
+
     def pack(self, plan: StepPlan, context_window: int | None) -> PackedStep:
         rows = [
             PagedRow(r.start, r.new_token_ids, self._tables[r.seq.request_id], bool(r.draft))
@@ -233,7 +241,7 @@ class PagedKVCache(KVCacheManager):
         available = self.pool.num_available - idle_matched + growable
         return needed + len(self._tables) <= available
 
-    def _take_block(self) -> int | None:
+    def take_block(self) -> int | None:
         """A fresh block: a free one (growing the pools under the budget first), else evict the LRU one."""
         if self.pool.num_free == 0 and self.pool.num_blocks < self.max_blocks:
             self._grow()
@@ -244,7 +252,7 @@ class PagedKVCache(KVCacheManager):
         source = match.partial_block
         assert source is not None
         self.pool.share(source)  # pinned: allocating the copy must not evict its source
-        block = self._take_block()
+        block = self.take_block()
         assert block is not None, "admission checked there was room"
         n = match.partial_tokens
         for pools in (self._keys, self._values):

@@ -6,8 +6,22 @@ frequency over the reply), then greedy rows take the argmax and the rest
 sample: temperature, then the filters in Hugging Face's order (top-k, then
 top-p over the top-k renormalized, then min-p), then one uniform draw from the
 row's own generator. Each sampled row draws exactly one number a step from a
-generator seeded by its request, so a seeded request produces the same tokens
-alone and in any batch.
+generator seeded by its request, so a seeded request's n-th draw depends only
+on its seed and n: alone, in a batch, with or without a cached prefix.
+
+The tokens are the same whenever the logits are, and the logits depend on how
+the model's steps were shaped, in their last bits: ONNX Runtime's int4
+products take another kernel for a step of one token than for a step of more,
+whose rounding differs, and a sampled token near a boundary then flips. So a
+seeded request gives the same text on the same prompt whether its prefix came
+from the cache or not (a cached prompt computes its last two tokens again,
+``kv_cache.RECOMPUTED_TAIL``; with one, 117 of 200 seeded SmolLM2-135M int4
+replies differed, with two none), but with int4 weights not always the same text
+alone as in a batch (decoding alone is a step of one token; in a batch, of
+more), nor on a chat's next turn as on the same conversation read whole (the
+cached prefix holds the earlier reply, decoded a token a step). Greedy replies
+were the same in the cases measured; the figures are in
+``benchmarks/features/seeded_prefix.py``'s header.
 
 Speed: a top-k row touches the full vocabulary once (a partition of its
 logits) and exponentiates only its k candidates. Other sampled rows take one

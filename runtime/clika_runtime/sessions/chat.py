@@ -154,11 +154,13 @@ class AsyncChat:
         cancel: asyncio.Event | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         options: Mapping[str, Any] | None = None,
+        with_kv: bool = False,
     ) -> AsyncSession:
         """The conversation saved under ``session_id`` (a new one seeded with the chat's system
-        turn when the store has none), bound to the store."""
+        turn when the store has none), bound to the store; ``with_kv`` restores the KV saved with
+        it (``session.save(with_kv=True)``), so its next turn does not read it again."""
         saved = await self._store.get(checked_id(session_id))
-        return AsyncSession(
+        session = AsyncSession(
             self,
             session_id=session_id,
             messages=self._seed(None) if saved is None else saved,
@@ -167,6 +169,9 @@ class AsyncChat:
             tools=tools,
             options=options,
         )
+        if with_kv and saved is not None:
+            await session.restore_kv()
+        return session
 
     async def ask(
         self,

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from clika_runtime.chat.history import checked_messages
+from clika_runtime.chat.kv_resume import conversation_tokens, restore_kv, save_kv
 from clika_runtime.chat.tool_loop import LoopHooks
 from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.engine.async_bridge import AsyncBridge
@@ -37,8 +40,9 @@ from clika_runtime.sessions.tool_run import RunResult, run_on_session
 from clika_runtime.sessions.turn import TurnHandle, TurnRun, TurnSpec, TurnStream
 
 if TYPE_CHECKING:
+    from clika_runtime.chat.model import ChatModel
     from clika_runtime.chat.prepare import Prepared
-    from clika_runtime.engine.engine import RequestStream
+    from clika_runtime.engine.engine import Engine, RequestStream
 
 
 class SessionHost(Protocol):
@@ -59,6 +63,12 @@ class SessionHost(Protocol):
     def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream: ...
 
     def encode(self, text: str) -> list[int]: ...
+
+    @property
+    def model(self) -> ChatModel: ...
+
+    @property
+    def engine(self) -> Engine: ...
 
 
 def new_session_id() -> str:
@@ -308,12 +318,31 @@ class AsyncSession:
         forked._options = dict(self._options)
         return forked
 
-    async def save(self) -> None:
-        """Write the conversation to the session's store now."""
+    async def save(self, *, with_kv: bool = False) -> None:
+        """Write the conversation to the session's store now; ``with_kv`` writes its KV beside it
+        too (:meth:`save_kv`), so a later process resumes it without reading it again."""
         if self._store is None:
             raise ValueError("this session has no store to save to")
         async with self._save_lock:  # saves land in the order they were asked for
             await self._store.save(self._id, copy.deepcopy(self._history))
+        if with_kv:
+            await self.save_kv()
+
+    async def save_kv(self, path: str | Path | None = None) -> int:
+        """Write the conversation's KV to ``path`` (None: where the store keeps it,
+        ``SQLiteStore.kv_path``); how many tokens it holds (``ChatSession.save_kv`` says how)."""
+        target = self._kv_path(path)
+        tokens = self._transcript_tokens()
+        work = functools.partial(save_kv, self._chat.model, self._chat.engine, tokens, target)
+        return await asyncio.get_running_loop().run_in_executor(None, work)
+
+    async def restore_kv(self, path: str | Path | None = None) -> int:
+        """Install the KV saved for the conversation (None: where the store keeps it), so the next
+        turn starts from it; how many tokens were restored (0, logged, when the file cannot be used)."""
+        target = self._kv_path(path)
+        tokens = self._transcript_tokens()
+        work = functools.partial(restore_kv, self._chat.model, self._chat.engine, tokens, target)
+        return await asyncio.get_running_loop().run_in_executor(None, work)
 
     async def close(self) -> None:
         """Cancel a running turn (its slot is free on return); later turns raise ValueError."""
@@ -330,6 +359,18 @@ class AsyncSession:
         await self.close()
 
     # -- the machinery ---------------------------------------------------------------------------
+
+    def _kv_path(self, path: str | Path | None) -> Path:
+        if path is not None:
+            return Path(path)
+        kv_path = getattr(self._store, "kv_path", None)
+        if kv_path is None:
+            raise ValueError("this session's store keeps no KV files (a SQLiteStore does): give a path")
+        return kv_path(self._id)
+
+    def _transcript_tokens(self) -> list[int]:
+        policy = self._chat.defaults.overlay(self._options)
+        return conversation_tokens(self._chat.model, self._history, self._tools, policy)
 
     def _spec(
         self,

@@ -17,6 +17,7 @@ a row that is not a transcript) raises ``StoreError``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 import threading
 import time
@@ -119,7 +120,14 @@ class SQLiteStore:
         cursor = self._transaction(
             lambda conn: conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
         )
+        self.kv_path(key).unlink(missing_ok=True)
         return cursor.rowcount > 0
+
+    def kv_path(self, conversation_id: str) -> Path:
+        """Where a conversation's saved KV lives: a file in the folder ``<store file>.kv`` beside
+        the store, named by the sha256 of the id (``ChatSession.save_kv`` / ``restore_kv``)."""
+        name = hashlib.sha256(checked_id(conversation_id).encode()).hexdigest()[:32]
+        return self.path.with_name(self.path.name + ".kv") / f"{name}.kv"
 
     def close(self) -> None:
         """Close the file (later calls raise StoreError)."""
