@@ -6,9 +6,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from gguf_blocks import gguf_values, random_blocks
 from onnx import TensorProto, helper, numpy_helper
 from quant_helpers import BlocksOnly, same_bits
-from test_quant_transcode import gguf_values, random_blocks
 
 from clika_export.checkpoint import RawBlocks
 from clika_quant.gguf_transcode import transcode

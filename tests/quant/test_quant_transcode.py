@@ -2,43 +2,17 @@
 
 from __future__ import annotations
 
-import gguf
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from gguf.quants import dequantize
+from gguf_blocks import gguf_values, random_blocks
 from onnx import TensorProto, helper, numpy_helper
 from quant_helpers import BlocksOnly, matmul_model, same_bits
 
 from clika_export.checkpoint import RawBlocks
-from clika_quant.gguf_transcode import BLOCK_LAYOUT, TRANSCODABLE, TranscodeError, transcode
+from clika_quant.gguf_transcode import TRANSCODABLE, TranscodeError, transcode
 from clika_quant.quantize import quantize_proto
-
-# Byte offsets of the fp16 fields (d, and dmin/m where present) in each block type.
-FP16_FIELDS = {
-    "Q4_0": (0,),
-    "Q4_1": (0, 2),
-    "Q5_0": (0,),
-    "Q5_1": (0, 2),
-    "Q8_0": (0,),
-    "Q4_K": (0, 2),
-    "Q5_K": (0, 2),
-    "Q6_K": (208,),
-}
-
-
-def random_blocks(ggml_type: str, rows: int, cols: int, seed: int = 0) -> np.ndarray:
-    """Random bytes for ``rows`` rows of ``cols`` weights, with finite fp16 scale fields of either sign."""
-    rng = np.random.default_rng(seed)
-    block_bytes, block_weights = BLOCK_LAYOUT[ggml_type]
-    n_blocks = rows * cols // block_weights
-    blocks = rng.integers(0, 256, (n_blocks, block_bytes), dtype=np.uint8)
-    for start in FP16_FIELDS[ggml_type]:
-        values = (rng.standard_normal(n_blocks) * 0.02).astype(np.float16)
-        values[::7] = 0  # zero scales happen in real files (all-equal blocks)
-        blocks[:, start : start + 2] = values.view(np.uint8).reshape(n_blocks, 2)
-    return blocks.reshape(rows, -1)
 
 
 def run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
@@ -49,10 +23,6 @@ def run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
 # The types of the supported GGUF models (SmolLM2: Q4_1 + Q8_0; Qwen2.5 / gemma Q4_K_M: Q4_K, Q6_K, Q5_0,
 # Q8_0) and their siblings.
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
-
-
-def gguf_values(ggml_type: str, data: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    return dequantize(data, gguf.GGMLQuantizationType[ggml_type]).reshape(rows, cols)
 
 
 def test_every_supported_type_is_listed():
