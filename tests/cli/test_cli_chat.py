@@ -244,7 +244,10 @@ def test_a_person_chats_saves_resets_interrupts_leaves_and_resumes(smollm2_gguf,
         assert int(chat.match.group(1)) < 200  # stopped early, not at its budget
         chat.expect_exact(PROMPT)
 
-        assert "Paris" in turn("What is the capital of France?")[0]  # the chat goes on
+        # The chat goes on. What it answers is not asserted: the stopped reply stays in the
+        # history, and how far it got depends on when the interrupt landed.
+        reply, tokens = turn("What is the capital of France?")
+        assert reply.strip() and tokens > 0
 
         chat.sendintr()
         chat.expect_exact("again")
