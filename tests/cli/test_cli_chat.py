@@ -235,13 +235,21 @@ def test_a_person_chats_saves_resets_interrupts_leaves_and_resumes(smollm2_gguf,
         chat.expect_exact(PROMPT)
         assert "Ada" not in turn("What is my name?")[0]
 
+        # A budget far beyond what the interrupt needs: the reply is still running when the
+        # Ctrl-C lands however long this test process is held up (it decodes ~40 tokens/s).
+        chat.sendline("/set max_tokens 4000")
+        chat.expect_exact("(max_tokens = 4000)")
+        chat.expect_exact(PROMPT)
         chat.sendline("Write a very long story about a dragon and a knight.")
         chat.expect_exact("knight.")
         chat.expect(r"\w+ \w+ \w+")  # the reply has begun
         chat.sendintr()
         chat.expect_exact("[stopped]")
         chat.expect(STATS)
-        assert int(chat.match.group(1)) < 200  # stopped early, not at its budget
+        assert int(chat.match.group(1)) < 4000  # stopped early, not at its budget
+        chat.expect_exact(PROMPT)
+        chat.sendline("/set max_tokens 200")
+        chat.expect_exact("(max_tokens = 200)")
         chat.expect_exact(PROMPT)
 
         # The chat goes on. What it answers is not asserted: the stopped reply stays in the
