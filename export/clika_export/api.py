@@ -17,7 +17,6 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,12 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.hidden_states import add_hidden_states_in_place, ensure_hidden_states
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
+from clika_export.manifest_parts import (
+    TEMPLATE_FILE,
+    provenance,
+    tokenizer_spec,
+    write_text_files,
+)
 from clika_export.media.vision_export import attach_vision, export_vision, read_json
 from clika_export.progress import Progress
 from clika_export.quality_report import (
@@ -54,17 +59,12 @@ from clika_runtime.manifest import (
     KVSpec,
     Manifest,
     ManifestError,
-    Provenance,
-    TokenizerSpec,
 )
 from clika_runtime.step_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 
-TOOL = "clika_export"
 # Bumped whenever the graph a given checkpoint exports to changes, so cached exports are redone.
 # 2: grid_index [rows, grid_cols] and token_cell [tokens, 2] (GatherND) replace the flat grid maps.
 GRAPH_REVISION = 2
-TOKENIZER_FILE = "tokenizer.json"
-TEMPLATE_FILE = "chat_template.jinja"
 KV_MODE = "continuous"
 # Embeddings of a checkpoint that names no pooling average its tokens' hidden states.
 DEFAULT_POOLING = "mean"
@@ -426,31 +426,14 @@ def _write_folder(
     precision: dict[str, Any],
     quality: dict[str, Any],
 ) -> Manifest:
-    (work / TOKENIZER_FILE).write_text(checkpoint.tokenizer_json, encoding="utf-8")
-    if checkpoint.chat_template:
-        (work / TEMPLATE_FILE).write_text(checkpoint.chat_template, encoding="utf-8")
+    write_text_files(work, checkpoint)
     manifest = Manifest(
         architecture=checkpoint.architecture,
         context_window=context,
         graphs={KV_MODE: _graph_spec(built)},
-        tokenizer=TokenizerSpec(
-            file=TOKENIZER_FILE,
-            bos_token_id=checkpoint.bos_token_id,
-            eos_token_ids=tuple(checkpoint.eos_token_ids),
-            pad_token_id=checkpoint.pad_token_id,
-            add_bos_token=checkpoint.add_bos_token,
-            bos_token=checkpoint.bos_token,
-            eos_token=checkpoint.eos_token,
-        ),
+        tokenizer=tokenizer_spec(checkpoint),
         precision=precision,
-        provenance=Provenance(
-            source=checkpoint.source_name,
-            source_format=checkpoint.source_format,
-            source_sha256=checkpoint.source_sha256,
-            tool=TOOL,
-            tool_version=__version__,
-            exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        ),
+        provenance=provenance(checkpoint),
         generation_defaults=dict(checkpoint.generation_defaults),
         chat_template_file=TEMPLATE_FILE if checkpoint.chat_template else None,
         quality=quality,

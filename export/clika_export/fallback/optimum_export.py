@@ -16,7 +16,6 @@ import importlib.util
 import json
 import shutil
 import types
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,24 +25,20 @@ from clika_export.checkpoint import CheckpointError
 from clika_export.fallback.optimum_run import TEXT_GENERATION_TYPES, run_optimum_export
 from clika_export.fallback.past_kv_graph import PastKVGraph, describe, split_gemm_bias, weight_matrices
 from clika_export.fallback.toolchain import toolchain_dir
+from clika_export.manifest_parts import TEMPLATE_FILE, provenance, tokenizer_spec, write_text_files
 from clika_export.progress import Progress
 from clika_export.readers.hf import model_type, read_config, text_parts
 from clika_export.template_check import check_chat_template
-from clika_runtime import __version__
 from clika_runtime.manifest import (
     OPTIMUM_BUILDER,
     Architecture,
     GraphSpec,
     KVSpec,
     Manifest,
-    Provenance,
-    TokenizerSpec,
 )
 from clika_runtime.past_kv_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 
 MODEL_FILE = "model.onnx"
-TOKENIZER_FILE = "tokenizer.json"
-TEMPLATE_FILE = "chat_template.jinja"
 DEFAULT_MAX_CONTEXT = 32768
 # Config keys that name the same fact across architectures (transformers' own names differ).
 _HIDDEN = ("hidden_size", "n_embd", "d_model")
@@ -107,9 +102,7 @@ def build_with_optimum(
             )
     with report.stage("writing the model folder"):
         manifest = _manifest(config, name, graph, text, context, record)
-        (work / TOKENIZER_FILE).write_text(text.tokenizer_json, encoding="utf-8")
-        if text.chat_template:
-            (work / TEMPLATE_FILE).write_text(text.chat_template, encoding="utf-8")
+        write_text_files(work, text)
         manifest.write(work)
         Manifest.read(work)  # the folder must read back as a complete model
     return manifest
@@ -195,24 +188,9 @@ def _manifest(
         architecture=_architecture(config, name, graph),
         context_window=context,
         graphs={"continuous": spec},
-        tokenizer=TokenizerSpec(
-            file=TOKENIZER_FILE,
-            bos_token_id=text.bos_token_id,
-            eos_token_ids=tuple(text.eos_token_ids),
-            pad_token_id=text.pad_token_id,
-            add_bos_token=text.add_bos_token,
-            bos_token=text.bos_token,
-            eos_token=text.eos_token,
-        ),
+        tokenizer=tokenizer_spec(text),
         precision=json.loads(json.dumps(record)),
-        provenance=Provenance(
-            source=text.source_name,
-            source_format=text.source_format,
-            source_sha256=text.source_sha256,
-            tool="clika_export",
-            tool_version=__version__,
-            exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        ),
+        provenance=provenance(text),
         generation_defaults=dict(text.generation_defaults),
         chat_template_file=TEMPLATE_FILE if text.chat_template else None,
     )
