@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from folder_graph import continuous_graph
 
 NEW_TOKENS = 32
 
@@ -734,11 +735,3 @@ def print_table(results: dict) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def continuous_graph(folder: Path) -> Path:
-    """The continuous step graph the folder's manifest names (``model_h.onnx`` once a cached folder
-    got the hidden_states output: the plain ``model.onnx`` beside it is no longer read)."""
-    from clika_runtime.manifest import Manifest, graph_key
-
-    return folder / Manifest.read(folder).graphs[graph_key("continuous")].file

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from folder_graph import continuous_graph
+
 from clika_export.api import export, read_source
 from clika_export.fetch import fetch_data, fetch_gguf
 from clika_quant import quantize_model
@@ -114,11 +116,3 @@ def _print(name: str, result: dict) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def continuous_graph(folder: Path) -> Path:
-    """The continuous step graph the folder's manifest names (``model_h.onnx`` once a cached folder
-    got the hidden_states output: the plain ``model.onnx`` beside it is no longer read)."""
-    from clika_runtime.manifest import Manifest, graph_key
-
-    return folder / Manifest.read(folder).graphs[graph_key("continuous")].file
