@@ -36,7 +36,8 @@ from clika_export.manifest_parts import (
     tokenizer_spec,
     write_text_files,
 )
-from clika_export.media.vision_export import attach_vision, export_vision, read_json
+from clika_export.media.towers import attach_towers
+from clika_export.media.vision_export import read_json
 from clika_export.progress import Progress
 from clika_export.quality_report import (
     choose_levels_by_sensitivity,
@@ -115,7 +116,7 @@ def export(
         checkpoint = read_source(source)
         check_chat_template(checkpoint)
     sensitive = sensitivity_planned(precision, quant_options, checkpoint.architecture)
-    vision = has_vision_tower(source)
+    media = has_media_tower(source)
     family = family_for(checkpoint)
     context = resolve_context_window(checkpoint, context_window)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +135,7 @@ def export(
                     context,
                     on_layer=_both(on_layer, reference.layer_done if reference else None),
                     on_tensor=reference.observe if reference else None,
-                    media_inputs=vision,
+                    media_inputs=media,
                 )
             expected = reference.logits() if reference else None
             record = {"weights": "fp32", "matrices": built.matrices}
@@ -180,8 +181,8 @@ def export(
                     manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
                 except KVQuantError as exc:  # e.g. weights that make the keys non-finite
                     raise ExportError(f"the int8 KV cache could not be calibrated: {exc}") from None
-                if vision:
-                    attach_vision(work, export_vision(source, work))
+                if media:
+                    attach_towers(source, work)
                 Manifest.read(work)  # the folder must read back as a complete model
             _publish(work, out, overwrite)
         except BaseException:
@@ -296,8 +297,8 @@ def _both(first: Callable[[int], None], second: Callable[[int], None] | None) ->
     return call
 
 
-def has_vision_tower(source: Path) -> bool:
-    """True for a Hugging Face folder of a multimodal family whose vision tower is exported too
+def has_media_tower(source: Path) -> bool:
+    """True for a Hugging Face folder of a multimodal family whose vision or audio tower is exported too
     (its step graph then takes the media embeddings, ``clika_runtime.step_graph.MEDIA_INPUTS``)."""
     if not is_hf_folder(source):
         return False

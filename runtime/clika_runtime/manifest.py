@@ -136,6 +136,25 @@ class VisionSpec:
 
 
 @dataclass(frozen=True)
+class AudioSpec:
+    """The audio encoder + projector graph: log-mel features in, text-width embeddings out.
+
+    One ORT call embeds one clip (a 30 s chunk of features); its first rows
+    stand in for the prompt's audio placeholder tokens. ``details`` holds the
+    feature extractor's settings (``clika_runtime.media.audio_features.AudioSettings``).
+    """
+
+    file: str
+    family: str  # "qwen2_audio"
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    text_hidden_size: int
+    embeds_output: str = "audio_embeds"
+    audio_token_id: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TokenizerSpec:
     file: str
     bos_token_id: int | None
@@ -168,6 +187,7 @@ class Manifest:
     chat_template_file: str | None = None
     quality: dict[str, Any] = field(default_factory=dict)
     vision: VisionSpec | None = None  # multimodal folders only
+    audio: AudioSpec | None = None  # folders whose model hears audio
     # How embeddings pool the ``hidden_states`` output: {"pooling": "mean" | "last" | "cls"}.
     embedding: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT_NAME
@@ -209,6 +229,7 @@ class Manifest:
                 context_window=int(data["context_window"]),
                 graphs=graphs,
                 vision=_vision(data["vision"]) if data.get("vision") else None,
+                audio=_audio(data["audio"]) if data.get("audio") else None,
                 tokenizer=_build(TokenizerSpec, tok),
                 precision=dict(data["precision"]),
                 provenance=_build(Provenance, data["provenance"]),
@@ -245,6 +266,8 @@ class Manifest:
         named = [self.tokenizer.file, *(g.file for g in self.graphs.values())]
         if self.vision is not None:
             named += [self.vision.file, self.vision.processor_file]
+        if self.audio is not None:
+            named.append(self.audio.file)
         if self.chat_template_file:
             named.append(self.chat_template_file)
         root = folder.resolve()
@@ -264,6 +287,10 @@ def _builder(name: Any, mode: str) -> str:
 def _vision(data: dict[str, Any]) -> VisionSpec:
     files = {key: folder_file_name(data.get(key), f"vision.{key}") for key in ("file", "processor_file")}
     return _build(VisionSpec, {**data, **files})
+
+
+def _audio(data: dict[str, Any]) -> AudioSpec:
+    return _build(AudioSpec, {**data, "file": folder_file_name(data.get("file"), "audio.file")})
 
 
 def folder_file_name(name: Any, field_name: str) -> str:

@@ -2,7 +2,10 @@
 
 Idefics3 / SmolVLM keep a llama text model under ``model.text_model.*`` (its
 settings in ``text_config``) beside the vision tower and connector, which
-``clika_export.media.vision_export`` exports on their own. Qwen2-VL's text
+``clika_export.media.vision_export`` exports on their own; Qwen2-Audio keeps
+a qwen2 text model under ``language_model.model.*`` (``model.language_model.*``
+as newer transformers save it) beside the audio tower that
+``clika_export.media.audio_export`` exports. Qwen2-VL's text
 model is qwen2 with M-RoPE (three rotary sections fed from the image grid's
 positions), which the step graph does not build: it is refused by name.
 """
@@ -18,7 +21,11 @@ from clika_export.checkpoint import CheckpointError
 TEXT_MODELS = {
     "idefics3": ("model.text_model.", "llama"),
     "smolvlm": ("model.text_model.", "llama"),
+    "qwen2_audio": ("language_model.model.", "qwen2"),
 }
+# Other places a family's text weights are found (the layout newer transformers save).
+_OTHER_PREFIXES = {"qwen2_audio": ("model.language_model.",)}
+_LM_HEADS = ("lm_head.weight", "language_model.lm_head.weight")
 _REFUSED = {
     "qwen2_vl": "its text model rotates by M-RoPE (3 sections from the image grid), "
     "which the step graph does not build yet",
@@ -28,7 +35,7 @@ _REFUSED = {
 
 
 def is_multimodal(config: dict[str, Any]) -> bool:
-    """True for a checkpoint whose text model this reader takes out (Idefics3 / SmolVLM)."""
+    """True for a checkpoint whose text model this reader takes out (Idefics3 / SmolVLM, Qwen2-Audio)."""
     return str(config.get("model_type", "")).lower() in TEXT_MODELS
 
 
@@ -58,11 +65,14 @@ def text_part(
     merged = {**text, "model_type": family}
     if "tie_word_embeddings" in config:  # the outer model decides whether lm_head is tied
         merged["tie_word_embeddings"] = config["tie_word_embeddings"]
-    renamed = {
-        "model." + name[len(prefix) :]: load for name, load in loaders.items() if name.startswith(prefix)
-    }
-    if "lm_head.weight" in loaders:
-        renamed["lm_head.weight"] = loaders["lm_head.weight"]
+    renamed = {}
+    for start in (prefix, *_OTHER_PREFIXES.get(kind, ())):
+        renamed.update(
+            {"model." + name[len(start) :]: load for name, load in loaders.items() if name.startswith(start)}
+        )
+    for head in _LM_HEADS:
+        if head in loaders:
+            renamed["lm_head.weight"] = loaders[head]
     if not renamed:
         raise CheckpointError(f"the {kind} checkpoint has no text model weights under {prefix}*")
     return merged, renamed

@@ -57,15 +57,16 @@ def _reference(model, features: np.ndarray, keys: int) -> np.ndarray:
 
 def test_qwen2_audio_embeddings_match_transformers(qwen2_audio, tmp_path):
     model, folder = qwen2_audio
-    info = export_audio(folder, tmp_path)
-    assert info["n_mels"] == 80 and info["text_hidden_size"] == 48
+    spec = export_audio(folder, tmp_path)
+    assert spec.details["n_mels"] == 80 and spec.text_hidden_size == 48 and spec.family == "qwen2_audio"
     settings = AudioSettings(n_mels=80)
     wave = speech_like(2.5, seed=3)
     features = log_mel_features(wave, settings)
     frames = valid_frames(len(wave), settings)
-    session = ort.InferenceSession(str(tmp_path / info["file"]), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(tmp_path / spec.file), providers=["CPUExecutionProvider"])
     (ours,) = session.run(
-        [info["output"]], {"input_features": features[None], "attention_bias": encoder_attention_bias(frames)}
+        [spec.embeds_output],
+        {"input_features": features[None], "attention_bias": encoder_attention_bias(frames)},
     )
     tokens = encoder_tokens(frames)
     assert (frames, tokens) == (250, 62)
@@ -74,6 +75,22 @@ def test_qwen2_audio_embeddings_match_transformers(qwen2_audio, tmp_path):
     assert extractor(wave, sampling_rate=16000, return_attention_mask=True)["attention_mask"].sum() == frames
     reference = _reference(model, features, keys=(frames - 1) // 2 + 1)
     assert_close_in_scale(ours[0, :tokens], reference[:tokens])
+
+
+def test_an_extractor_config_the_encoder_cannot_read_is_refused(qwen2_audio, tmp_path):
+    _, folder = qwen2_audio
+    (folder / "preprocessor_config.json").write_text('{"feature_size": 128}')
+    try:
+        with pytest.raises(ValueError, match="feature_size 128 differs from the encoder's 80 mel bins"):
+            export_audio(folder, tmp_path / "a")
+        (folder / "preprocessor_config.json").write_text('{"feature_size": 80, "hop_length": 320}')
+        with pytest.raises(ValueError, match="hop 320 give 1500 frames; the encoder reads 3000"):
+            export_audio(folder, tmp_path / "b")
+        (folder / "preprocessor_config.json").write_text('{"feature_size": 80, "n_fft": "400"}')
+        with pytest.raises(ValueError, match="n_fft must be a positive integer"):
+            export_audio(folder, tmp_path / "c")
+    finally:
+        (folder / "preprocessor_config.json").unlink()
 
 
 def test_a_checkpoint_without_an_audio_encoder_is_refused(tmp_path):
