@@ -31,9 +31,12 @@ from typing import Any
 import numpy as np
 
 from clika_runtime.chat.media_turns import (
+    attach_audio,
     attach_images,
     refuse_media,
+    split_audio,
     split_images,
+    with_audio_on_last_user_turn,
     with_images_on_last_user_turn,
 )
 from clika_runtime.chat.model import reasoning_mode, supports_tools
@@ -57,6 +60,7 @@ from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.manifest import OPTIMUM_BUILDER
+from clika_runtime.media.audio_prompts import AudioPrompts
 from clika_runtime.media.image_prompts import ImagePrompts
 from clika_runtime.model_folder import ModelFolder, kv_identity, open_model_folder
 from clika_runtime.paged_step_graph import PAGED_LAYOUT
@@ -227,6 +231,17 @@ class GenerativeModel:
                 observer=lambda: self._observer,
             )
         )
+        self._audio = (
+            None
+            if manifest.audio is None or not takes_media(handle.folder.graph.inputs)
+            else AudioPrompts(
+                handle.folder.path,
+                manifest.audio,
+                handle.tokenizer,
+                threads=handle.threads,
+                observer=lambda: self._observer,
+            )
+        )
         self._kv_key: str | None = None
 
     # -- what the model is -------------------------------------------------------------
@@ -370,7 +385,17 @@ class GenerativeModel:
 
     @property
     def supports_audio(self) -> bool:
-        return False
+        """True when the folder has an audio graph: ``audio=`` ([S] float mono at 16 kHz) ride the user turn."""
+        return self._audio is not None
+
+    def encode_with_audio(
+        self, text: str, audio: Sequence[Any], *, request_id: int | None = None
+    ) -> tuple[list[int], PromptMedia | None]:
+        """``text`` (one ``<|AUDIO|>`` marker per clip, where the chat template put them) as token ids
+        with each marker expanded to its clip's tokens, and the clips' embeddings (the ``audio`` stage)."""
+        if self._audio is None:
+            raise ValueError("this model takes no audio")
+        return self._audio.encode(text, audio, token_budget=self.max_seq - 1, request_id=request_id)
 
     @property
     def supports_video(self) -> bool:
@@ -585,6 +610,27 @@ class GenerativeModel:
         rendered, images = split_images([turn])
         return self.render(rendered, config=config), images
 
+    def _prompt_with_media(
+        self, prompt: Any, messages: Any, config: GenerationConfig, images: list[Any], audio: list[Any]
+    ) -> tuple[str, list[Any], list[Any]]:
+        """The prompt text (a marker where each item rides), the images and the clips in prompt order."""
+        if images and audio:
+            raise ValueError("a prompt takes images or audio, not both")
+        if not audio and (messages is None or not _has_audio(messages)):
+            return (*self._prompt_with_images(prompt, messages, config, images), [])
+        if messages is not None:
+            rendered, audio = split_audio(messages)
+            text, images = self._prompt_with_images(None, rendered, config, images)
+            return text, images, audio
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        if self._handle.template is None:  # raw text: the clips lead, unless the prompt places them
+            assert self._audio is not None
+            lead = "" if self._audio.marker in prompt else self._audio.clip_text * len(audio)
+            return lead + prompt, [], audio
+        rendered, audio = split_audio([attach_audio({"role": "user", "content": prompt}, audio)])
+        return self.render(rendered, config=config), [], audio
+
     def _prompt_text(self, prompt: Any, messages: Any, config: GenerationConfig) -> str:
         if (prompt is None) == (messages is None):
             raise ValueError("pass either a prompt or messages= (exactly one of them)")
@@ -609,12 +655,17 @@ class GenerativeModel:
         skip_special_tokens: bool = True,
         detokenize: bool = True,
         images: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
     ) -> RequestStream:
         engine = self.engine
         request_id = engine.new_request_id()
         media = None
+        if images and audio:
+            raise ValueError("a prompt takes images or audio, not both")
         if images:
             ids, media = self.encode_with_images(text, images, request_id=request_id)
+        elif audio:
+            ids, media = self.encode_with_audio(text, audio, request_id=request_id)
         else:
             began = time.perf_counter()
             ids = self.tokenizer.encode(text)
@@ -678,13 +729,15 @@ class GenerativeModel:
         Closing the iterator early cancels the request at the next step.
         ``report`` is set once the reply is complete.
         """
-        refuse_media(images, audio, videos, vision=self.supports_vision)
+        refuse_media(images, audio, videos, vision=self.supports_vision, hearing=self.supports_audio)
         cfg = self._config(config, overrides)
         if messages is not None and images:
             messages = with_images_on_last_user_turn(messages, images)
-        text, images = self._prompt_with_images(prompt, messages, cfg, list(images))
+        if messages is not None and audio:
+            messages = with_audio_on_last_user_turn(messages, audio)
+        text, images, audio = self._prompt_with_media(prompt, messages, cfg, list(images), list(audio))
         stream = self._submit(
-            text, cfg, skip_special_tokens=skip_special_tokens, detokenize=decode, images=images
+            text, cfg, skip_special_tokens=skip_special_tokens, detokenize=decode, images=images, audio=audio
         )
         pieces = stream.texts() if decode else stream.token_batches()
         return _StreamedReply(stream, pieces, self._set_report)
@@ -837,6 +890,10 @@ class _StreamedReply(Iterator[Any]):
     def __del__(self) -> None:
         if not self._ended:
             self._stream.cancel()
+
+
+def _has_audio(messages: Any) -> bool:
+    return isinstance(messages, Sequence) and bool(split_audio(list(messages))[1])
 
 
 def _check_assistant(model: GenerativeModel, assistant: GenerativeModel) -> None:

@@ -54,6 +54,14 @@ class ChatModel(Protocol):
         image's tokens, and the images' embeddings for them."""
         ...
 
+    @property
+    def supports_audio(self) -> bool: ...
+
+    def encode_with_audio(self, text: str, audio: Sequence[Any]) -> tuple[list[int], PromptMedia | None]:
+        """``text`` (with one audio marker per clip) as token ids, each marker expanded to its
+        clip's tokens, and the clips' embeddings for them."""
+        ...
+
 
 def supports_tools(template: ChatTemplate | None) -> bool:
     """True when the chat template takes tool definitions."""

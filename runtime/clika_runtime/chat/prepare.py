@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.media_turns import split_images
+from clika_runtime.chat.media_turns import split_audio, split_images
 from clika_runtime.chat.model import supports_tools
 from clika_runtime.chat.render import render_prompt
 from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
@@ -71,8 +71,8 @@ def prepare_turn(
     tools: list[dict[str, Any]] | None,
     policy: GenerationConfig,
 ) -> Prepared:
-    """Render ``messages`` for ``model``, tokenize them (their images through the model's vision
-    graph: ``chat.media_turns``) and make the reply's parser.
+    """Render ``messages`` for ``model``, tokenize them (their images or audio through the model's
+    tower: ``chat.media_turns``) and make the reply's parser.
 
     ``policy.tool_choice`` "none" offers no tools; "required" or a named function holds the
     reply to a valid call (``policy.parallel_tool_calls``: one call or several)."""
@@ -82,12 +82,19 @@ def prepare_turn(
     if choice.required and policy.response_format is not None:
         raise ValueError("a required tool call and a response_format cannot both hold the reply")
     rendered, images = split_images(messages)
+    rendered, audio = split_audio(rendered)
     text = render_prompt(template, rendered, policy, tools=tools)
     media = None
+    if images and audio:
+        raise ValueError("a prompt takes images or audio, not both")
     if images:
         if not model.supports_vision:
             raise ValueError("this model reads text only; it takes no images")
         ids, media = model.encode_with_images(text, images)
+    elif audio:
+        if not model.supports_audio:
+            raise ValueError("this model takes no audio")
+        ids, media = model.encode_with_audio(text, audio)
     else:
         ids = model.tokenizer.encode(text)
     constraint = required_call_constraint(

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.history import checked_messages
 from clika_runtime.chat.kv_resume import conversation_tokens, restore_kv, save_kv
-from clika_runtime.chat.media_turns import attach_images, refuse_media, with_images_on_last_user_turn
+from clika_runtime.chat.media_turns import (
+    attach_audio,
+    attach_images,
+    refuse_media,
+    with_audio_on_last_user_turn,
+    with_images_on_last_user_turn,
+)
 from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.outcome import ChatOutcome
 from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn
@@ -195,9 +201,11 @@ class ChatSession:
         """
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
-        refuse_media(images, audio, videos, vision=self._model.supports_vision)
-        # The images stay in the history: every later turn renders (and reuses) them again.
-        turn = attach_images({"role": "user", "content": content}, images)
+        refuse_media(
+            images, audio, videos, vision=self._model.supports_vision, hearing=self._model.supports_audio
+        )
+        # The media stay in the history: every later turn renders (and reuses) them again.
+        turn = attach_audio(attach_images({"role": "user", "content": content}, images), audio)
         return self._turn(lambda: ([*self._history, turn], [turn]), stream, config, tools, overrides)
 
     def respond(
@@ -230,8 +238,10 @@ class ChatSession:
         **overrides: Any,
     ) -> str | Iterator[str | ToolCall]:
         """The assistant's reply to an explicit conversation, leaving the session's history untouched."""
-        refuse_media(images, audio, videos, vision=self._model.supports_vision)
-        conversation = with_images_on_last_user_turn(messages, images)
+        refuse_media(
+            images, audio, videos, vision=self._model.supports_vision, hearing=self._model.supports_audio
+        )
+        conversation = with_audio_on_last_user_turn(with_images_on_last_user_turn(messages, images), audio)
         return self._turn(lambda: (conversation, None), stream, config, tools, overrides)
 
     def run(

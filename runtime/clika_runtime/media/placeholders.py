@@ -2,7 +2,8 @@
 
 A chat template emits one marker per image (``<image>`` for Idefics3 /
 SmolVLM, ``<|image_pad|>`` between ``<|vision_start|>`` and ``<|vision_end|>``
-for Qwen2-VL); the processor then expands each marker to as many image tokens
+for Qwen2-VL; ``<|AUDIO|>`` between ``<|audio_bos|>`` and ``<|audio_eos|>`` for
+a Qwen2-Audio clip); the processor then expands each marker to as many image tokens
 as the vision graph returns rows for that image, laid out as the checkpoint
 was trained (Idefics3 names each tile's row and column and ends with the
 global view). The expanded prompt's image-token positions take the image's
@@ -18,6 +19,8 @@ IDEFICS3_AROUND = "<fake_token_around_image>"
 IDEFICS3_GLOBAL = "<global-img>"
 QWEN2_VL_IMAGE = "<|image_pad|>"
 QWEN2_VL_VIDEO = "<|video_pad|>"
+QWEN2_AUDIO = "<|AUDIO|>"
+QWEN2_AUDIO_CLIP = "<|audio_bos|><|AUDIO|><|audio_eos|>"  # a clip as the chat template emits it
 
 
 def idefics3_image_text(rows: int, cols: int, tokens_per_tile: int) -> str:
@@ -36,6 +39,11 @@ def idefics3_image_text(rows: int, cols: int, tokens_per_tile: int) -> str:
 def qwen2_vl_image_text(num_tokens: int) -> str:
     """The text one Qwen2-VL image's pad marker expands to (its merged-patch count)."""
     return QWEN2_VL_IMAGE * num_tokens
+
+
+def qwen2_audio_text(num_tokens: int) -> str:
+    """The text one Qwen2-Audio clip's marker expands to (one token per pooled encoder frame)."""
+    return QWEN2_AUDIO * num_tokens
 
 
 def expand_markers(text: str, marker: str, replacements: Sequence[str], *, argument: str = "images") -> str:

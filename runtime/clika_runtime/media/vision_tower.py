@@ -86,9 +86,13 @@ def check_token_budget(
 
 
 def media_support(manifest: Manifest) -> dict[str, bool]:
-    """What a folder's graphs read: ``vision``, ``video`` and ``audio`` (no audio tower yet)."""
+    """What a folder's graphs read: ``vision``, ``video`` and ``audio``."""
     family = manifest.vision.family if manifest.vision is not None else None
-    return {"vision": family is not None, "video": family in _VIDEO_FAMILIES, "audio": False}
+    return {
+        "vision": family is not None,
+        "video": family in _VIDEO_FAMILIES,
+        "audio": manifest.audio is not None,
+    }
 
 
 class VisionTower:

@@ -1,0 +1,89 @@
+"""A prompt's audio clips made ready for the engine: audio graph, audio tokens, embeddings.
+
+``AudioPrompts`` belongs to a loaded model whose folder has an audio graph. It
+takes a rendered prompt (one ``<|AUDIO|>`` marker per clip, where the chat
+template put them, between ``<|audio_bos|>`` and ``<|audio_eos|>``) and the
+clips in that order, runs the audio graph on them (the ``audio`` stage an
+observer sees), expands each marker into one ``<|AUDIO|>`` per pooled encoder
+frame as Qwen2AudioProcessor does, tokenizes the result and pairs the
+audio-token positions with the embeddings (``PromptMedia``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
+from clika_runtime.engine.stages import StageEvent
+from clika_runtime.manifest import AudioSpec, ManifestError
+from clika_runtime.media.audio_tower import AudioTower
+from clika_runtime.media.placeholders import QWEN2_AUDIO, QWEN2_AUDIO_CLIP, expand_markers
+from clika_runtime.text.tokenizer import Tokenizer
+
+# Clips one request may carry (each is one 30 s chunk through the encoder at most).
+MAX_CLIPS = 8
+
+
+class AudioPrompts:
+    """Prompts with audio for one model folder (its audio graph opened on first use)."""
+
+    marker = QWEN2_AUDIO
+    clip_text = QWEN2_AUDIO_CLIP  # what a prompt without a chat template gets in front per clip
+
+    def __init__(
+        self,
+        folder: Path,
+        spec: AudioSpec,
+        tokenizer: Tokenizer,
+        *,
+        threads: int | None = None,
+        observer: Callable[[], Callable[[StageEvent], None] | None] = lambda: None,
+    ) -> None:
+        if spec.audio_token_id is None:
+            raise ManifestError("the manifest's audio entry names no audio token id")
+        if tokenizer.token_to_id(QWEN2_AUDIO) != spec.audio_token_id:
+            raise ManifestError(f"the tokenizer's {QWEN2_AUDIO} is not the manifest's audio token id")
+        self.folder = folder
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self._threads = threads
+        self._observer = observer
+        self._tower: AudioTower | None = None
+        self._lock = threading.Lock()
+
+    def tower(self) -> AudioTower:
+        with self._lock:
+            if self._tower is None:
+                self._tower = AudioTower.open(self.folder, threads=self._threads)
+            return self._tower
+
+    def encode(
+        self, text: str, audio: Sequence[Any], *, token_budget: int, request_id: int | None = None
+    ) -> tuple[list[int], PromptMedia | None]:
+        """Token ids of ``text`` with its markers expanded, and the clips' embeddings for them.
+
+        ``token_budget``: the prompt positions the context window leaves; clips taking more are
+        refused naming the clip that overflows (as are bad shapes, dtypes, lengths, too many).
+        """
+        began = time.perf_counter()
+        embeddings = self.tower().embed_audio(audio, max_count=MAX_CLIPS, token_budget=token_budget)
+        seconds = time.perf_counter() - began
+        observer = self._observer()
+        if observer is not None:
+            tokens = sum(e.num_tokens for e in embeddings)
+            detail = {"clips": len(embeddings), "cached": sum(e.cached for e in embeddings)}
+            observer(StageEvent("audio", request_id, seconds, tokens, detail=detail))
+        expanded = expand_markers(text, self.marker, [e.prompt_text for e in embeddings], argument="audio")
+        ids = self.tokenizer.encode(expanded)
+        audio_id = int(self.spec.audio_token_id)  # type: ignore[arg-type]
+        media = prompt_media(ids, audio_id, [(e.embeds, e.digest) for e in embeddings], argument="audio")
+        if len(ids) >= token_budget + 1:
+            raise ValueError(
+                f"audio: the prompt takes {len(ids)} tokens with its clips, more than the context "
+                f"window leaves ({token_budget + 1}); pass fewer or shorter clips"
+            )
+        return ids, media

@@ -1,0 +1,76 @@
+"""A synchronous engine core on an exported folder, for media tests that decide what each step runs."""
+
+from __future__ import annotations
+
+import itertools
+
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.core import EngineCore
+from clika_runtime.engine.executor import Executor
+from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.options import EngineOptions
+from clika_runtime.engine.paged_cache import PagedKVCache
+from clika_runtime.engine.sequence import Request, Sequence
+from clika_runtime.engine.step_plan import StepPlan
+from clika_runtime.model_folder import open_model_folder
+
+
+class Collected:
+    """A reply sink keeping the tokens and the report."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.report = None
+
+    def put(self, delta) -> None:
+        self.tokens.extend(delta.token_ids)
+
+    def end(self, report) -> None:
+        self.report = report
+
+
+def greedy(max_new_tokens: int) -> GenerationConfig:
+    return GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, ignore_eos=True)
+
+
+def engine_core(folder, mode: str, *, max_step_tokens: int = 48) -> EngineCore:
+    """An engine core on the folder's ``mode`` graph (float32 KV, 4 slots)."""
+    opened = open_model_folder(folder, kv_mode=mode, threads=1)
+    arch = opened.manifest.architecture
+    shape = CacheShape(arch.num_layers, arch.num_kv_heads, arch.head_dim, opened.graph.kv.dtype)
+    window = opened.manifest.context_window
+    if mode == "paged":
+        cache = PagedKVCache(
+            shape, block_size=opened.graph.kv.block_size, max_bytes=1 << 26, num_slots=4, max_seq=window
+        )
+    else:
+        cache = ContinuousKVCache(shape, num_slots=4, max_seq=window, slack=max_step_tokens)
+    executor = Executor(
+        opened.session, opened.graph, cache, num_layers=arch.num_layers, vocab_size=arch.vocab_size,
+        context_window=window,
+    )  # fmt: skip
+    options = EngineOptions(max_active=4, max_step_tokens=max_step_tokens)
+    return EngineCore(
+        executor, cache, opened.tokenizer, max_seq=window, vocab_size=arch.vocab_size, options=options
+    )
+
+
+_ids = itertools.count(1)
+
+
+def submit(core: EngineCore, ids, media, new_tokens: int) -> tuple[Sequence, Collected]:
+    prompt = core.check_request(ids, greedy(new_tokens), media)
+    sink = Collected()
+    seq = core.add(Sequence(Request(next(_ids), prompt, greedy(new_tokens), media=media)), sink)
+    return seq, sink
+
+
+def run(core: EngineCore) -> list[StepPlan]:
+    """Step until the core is idle, checking its KV bookkeeping after each step."""
+    plans = []
+    while core.has_work:
+        plan = core.step()
+        core.check_integrity()
+        if plan is not None:
+            plans.append(plan)
+    return plans
