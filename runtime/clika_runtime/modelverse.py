@@ -388,6 +388,11 @@ class GenerativeModel:
         """True when the folder has an audio graph: ``audio=`` ([S] float mono at 16 kHz) ride the user turn."""
         return self._audio is not None
 
+    @property
+    def audio_sampling_rate(self) -> int | None:
+        """The rate ``audio=`` samples are read at (Hz; None for a model without audio)."""
+        return None if self._audio is None else self._audio.sampling_rate
+
     def encode_with_audio(
         self, text: str, audio: Sequence[Any], *, request_id: int | None = None
     ) -> tuple[list[int], PromptMedia | None]:

@@ -20,6 +20,7 @@ from typing import Any
 from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import AudioSpec, ManifestError
+from clika_runtime.media.audio_settings import settings_from_details
 from clika_runtime.media.audio_tower import AudioTower
 from clika_runtime.media.placeholders import QWEN2_AUDIO, QWEN2_AUDIO_CLIP, expand_markers
 from clika_runtime.text.tokenizer import Tokenizer
@@ -47,6 +48,10 @@ class AudioPrompts:
             raise ManifestError("the manifest's audio entry names no audio token id")
         if tokenizer.token_to_id(QWEN2_AUDIO) != spec.audio_token_id:
             raise ManifestError(f"the tokenizer's {QWEN2_AUDIO} is not the manifest's audio token id")
+        try:
+            self.sampling_rate = settings_from_details(spec.details).sampling_rate
+        except ValueError as exc:
+            raise ManifestError(f"manifest {exc}") from None
         self.folder = folder
         self.spec = spec
         self.tokenizer = tokenizer

@@ -39,6 +39,7 @@ from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.engine.logprobs import TokenLogprob
 from clika_runtime.grammar import GrammarError
 from clika_runtime.modelverse import GenerativeModel
+from clika_runtime.server.audio_parts import request_audio
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.image_parts import request_images
 from clika_runtime.server.prompt_bound import PromptBound
@@ -172,6 +173,7 @@ class ModelBackend:
         offered = self._offered_tools(request)
         config = self._config(request.options)
         messages, images = request_images(request.messages, self.model.supports_vision, self.image_files)
+        messages, audio = request_audio(messages, self.model.supports_audio, self.model.audio_sampling_rate)
         try:
             prompt = self.model.render(messages, tools=offered, config=config)
         except (TemplateError, ValueError) as exc:
@@ -185,6 +187,12 @@ class ModelBackend:
             except ValueError as exc:
                 code = "context_length_exceeded" if "context window" in str(exc) else None
                 raise bad_request(f"the images cannot be used: {exc}", "messages", code) from None
+        elif audio:
+            try:
+                ids, media = self.model.encode_with_audio(prompt, audio)
+            except ValueError as exc:
+                code = "context_length_exceeded" if "context window" in str(exc) else None
+                raise bad_request(f"the audio cannot be used: {exc}", "messages", code) from None
         else:
             ids = self.prompt_bound.encode(prompt, "messages")
         keep_special = keeps_special_tokens(template, offered)

@@ -18,6 +18,7 @@ from typing import Any
 
 from clika_runtime.chat.tool_choice import AUTO, NONE, REQUIRED, ToolChoice, tool_choice_from
 from clika_runtime.engine.config import MAX_LOGPROBS
+from clika_runtime.server.audio_parts import input_audio_part
 from clika_runtime.server.errors import bad_request
 from clika_runtime.server.json_input import load_json
 from clika_runtime.server.structured import openai_constraint
@@ -236,8 +237,9 @@ def _tool_calls(calls: Any, param: str) -> list[Any]:
 
 
 def _content_text(content: Any, param: str) -> str | list[dict[str, Any]]:
-    """A string, or the text parts of a content array joined; with ``image_url`` parts the parts
-    themselves (text and ``{"type": "image_url", "url", "param"}``, the images read later)."""
+    """A string, or the text parts of a content array joined; with ``image_url`` or ``input_audio``
+    parts the parts themselves (text, ``{"type": "image_url", "url", "param"}`` and
+    ``{"type": "input_audio", "data", "format", "param"}``, the media read later)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -251,9 +253,13 @@ def _content_text(content: Any, param: str) -> str | list[dict[str, Any]]:
         if kind == "image_url":
             parts.append({"type": "image_url", "url": _image_url(part, where), "param": f"{where}.image_url"})
             continue
+        if kind == "input_audio":
+            parts.append(input_audio_part(part, where))
+            continue
         if kind != "text" or not isinstance(part.get("text"), str):
             raise bad_request(
-                f"{where} is a {kind or type(part).__name__!s} part; this server reads text and image_url parts",
+                f"{where} is a {kind or type(part).__name__!s} part; "
+                "this server reads text, image_url and input_audio parts",
                 where,
             )
         parts.append({"type": "text", "text": part["text"]})

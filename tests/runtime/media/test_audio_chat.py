@@ -4,6 +4,8 @@ Qwen2AudioProcessor and generate on the same clip."""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -16,6 +18,7 @@ from clika_export.api import export
 from clika_runtime import Tensor, modelverse
 from clika_runtime.manifest import Manifest
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
+from clika_runtime.sessions import AsyncChat
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 
 torch = pytest.importorskip("torch")
@@ -221,3 +224,23 @@ def test_images_on_an_audio_model_and_audio_on_a_text_model_are_refused(qwen2_au
     with pytest.raises(ValueError, match="takes no audio"):
         tiny_model.chat([{"role": "user", "content": [{"type": "audio", "audio": speech_like(0.5, seed=1)}]}])
     assert not tiny_model.supports_audio
+
+
+def test_an_async_session_takes_audio_parts(qwen2_audio):
+    hf_model, _, model = qwen2_audio
+    wave = speech_like(1.5, seed=10)
+
+    async def turn():
+        async with AsyncChat(model) as chat:
+            session = chat.create_session(persist=False)  # a store keeps JSON only: no samples
+            session.messages = [
+                {
+                    "role": "user",
+                    "content": [{"type": "audio", "audio": wave}, {"type": "text", "text": QUESTION}],
+                }
+            ]
+            return await session.respond(max_new_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
+
+    result = asyncio.run(turn())
+    _, _, expected = transformers_reply(hf_model, model.render([audio_turn()]), [wave])
+    assert result.result == model.tokenizer.decode(expected)

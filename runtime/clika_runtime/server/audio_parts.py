@@ -1,0 +1,71 @@
+"""A chat request's ``input_audio`` parts read into samples: 400s name the part.
+
+OpenAI's part is ``{"type": "input_audio", "input_audio": {"data": <base64>,
+"format": "wav"}}``. The protocol checks its shape (``input_audio_part``);
+here each becomes an audio part for the chat layer (``{"type": "audio"}`` in
+what the template renders, the samples in prompt order beside it). WAV is
+read with the standard library and resampled to the encoder's rate; other
+formats would need a decoder this server does not carry.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from clika_runtime.chat.media_turns import split_audio
+from clika_runtime.media.wav import WavError, read_wav
+from clika_runtime.server.errors import bad_request
+
+AUDIO_FORMATS = ("wav",)
+
+
+def input_audio_part(part: dict[str, Any], where: str) -> dict[str, Any]:
+    """The part's ``data`` and ``format`` checked for shape (the bytes are read later)."""
+    value = part.get("input_audio")
+    param = f"{where}.input_audio"
+    if not isinstance(value, dict) or not isinstance(value.get("data"), str) or not value["data"]:
+        raise bad_request(f"{param} must be {{'data': '<base64 WAV>', 'format': 'wav'}}", param)
+    if value.get("format") not in AUDIO_FORMATS:
+        raise bad_request(
+            f"{param}.format {value.get('format')!r} is not read (formats: {', '.join(AUDIO_FORMATS)})",
+            f"{param}.format",
+        )
+    return {"type": "input_audio", "data": value["data"], "format": value["format"], "param": param}
+
+
+def _samples(part: dict[str, Any], sampling_rate: int) -> Any:
+    where = part["param"]
+    try:
+        data = base64.b64decode(part["data"], validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request(f"{where}.data is not valid base64", f"{where}.data") from None
+    try:
+        return read_wav(data, sampling_rate=sampling_rate)
+    except WavError as exc:
+        raise bad_request(f"{where}.data: {exc}", f"{where}.data") from None
+
+
+def request_audio(
+    messages: list[dict[str, Any]], supports_audio: bool, sampling_rate: int | None
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The messages as the template reads them and their clips in prompt order (none: unchanged)."""
+    if not any(isinstance(m.get("content"), list) for m in messages):
+        return messages, []
+    resolved = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            resolved.append(message)
+            continue
+        parts = []
+        for part in content:
+            if part.get("type") != "input_audio":
+                parts.append(part)
+                continue
+            if not supports_audio:
+                raise bad_request(f"{part['param']}: this model takes no audio", part["param"])
+            parts.append({"type": "audio", "audio": _samples(part, sampling_rate or 16000)})
+        resolved.append({**message, "content": parts})
+    return split_audio(resolved)

@@ -1,0 +1,98 @@
+"""input_audio parts on the OpenAI API: the real openai client against a served tiny Qwen2-Audio.
+
+The reply to a WAV sent as base64 must be the reply ``generate`` gives for the same samples;
+formats other than WAV, bad bytes and audio for a text-only model are 400s naming the part.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import openai
+import pytest
+from audio_files import pcm16_values, wav_bytes
+from audio_helpers import build_qwen2_audio_chat
+from audio_signals import speech_like
+
+from clika_export.api import export
+from clika_runtime import modelverse
+from clika_runtime.server import start_server
+
+MODEL = "tiny-audio"
+QUESTION = "What is said?"
+
+
+@pytest.fixture(scope="module")
+def audio_model(tmp_path_factory):
+    _, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("qwen2-audio-server-hf"))
+    folder = export(
+        hf, tmp_path_factory.mktemp("qwen2-audio-server") / "model", context_window=512, progress=False
+    )
+    model = modelverse.load(folder, threads=1)
+    yield model
+    model.close()
+
+
+def audio_message(data: bytes, audio_format: str = "wav") -> list[dict]:
+    part = {
+        "type": "input_audio",
+        "input_audio": {"data": base64.b64encode(data).decode(), "format": audio_format},
+    }
+    return [{"role": "user", "content": [part, {"type": "text", "text": QUESTION}]}]
+
+
+def test_the_openai_client_sends_an_input_audio_part(audio_model):
+    wave = speech_like(1.5, seed=12)
+    expected = audio_model.generate(
+        QUESTION, audio=[pcm16_values(wave)], max_new_tokens=8, temperature=0.0, ignore_eos=True
+    )
+    with start_server(audio_model, model_id=MODEL) as running:
+        client = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=120)
+        reply = client.chat.completions.create(
+            model=MODEL, messages=audio_message(wav_bytes(wave)), max_tokens=8, temperature=0.0,
+            extra_body={"ignore_eos": True},
+        )  # fmt: skip
+    assert reply.choices[0].message.content == expected
+    assert reply.usage.prompt_tokens == audio_model.report.prompt_tokens
+
+
+def test_bad_audio_parts_are_400s_naming_the_part(audio_model, tiny_model):
+    clip = wav_bytes(speech_like(0.5, seed=1))
+    long_clips = [wav_bytes(speech_like(12.0, seed=i)) for i in range(2)]
+    with (
+        start_server(audio_model, model_id=MODEL) as running,
+        httpx.Client(base_url=running.base_url) as http,
+    ):
+
+        def refused(messages, expect: str) -> dict:
+            body = {"model": MODEL, "messages": messages, "max_tokens": 2}
+            response = http.post("/v1/chat/completions", json=body, timeout=60)
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert expect in error["message"], error
+            return error
+
+        error = refused(audio_message(clip, "mp3"), "format 'mp3' is not read (formats: wav)")
+        assert error["param"] == "messages[0].content[0].input_audio.format"
+        error = refused(audio_message(b"RIFF....WAVEjunk"), "not a PCM WAV file")
+        assert error["param"] == "messages[0].content[0].input_audio.data"
+        broken = audio_message(clip)
+        broken[0]["content"][0]["input_audio"]["data"] = "***"
+        refused(broken, "input_audio.data is not valid base64")
+        broken[0]["content"][0]["input_audio"] = "just a string"
+        refused(broken, "input_audio must be {'data': '<base64 WAV>', 'format': 'wav'}")
+        too_long = audio_message(long_clips[0])
+        too_long[0]["content"].insert(0, audio_message(long_clips[1])[0]["content"][0])
+        error = refused(too_long, "audio[1]")
+        assert error["code"] == "context_length_exceeded"
+    with (
+        start_server(tiny_model, model_id="text") as running,
+        httpx.Client(base_url=running.base_url) as http,
+    ):
+        body = {"model": "text", "messages": audio_message(clip), "max_tokens": 2}
+        response = http.post("/v1/chat/completions", json=body, timeout=60)
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert error["message"] == "messages[0].content[0].input_audio: this model takes no audio"
+        assert error["param"] == "messages[0].content[0].input_audio"
