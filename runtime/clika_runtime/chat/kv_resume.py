@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clika_runtime.chat.media_turns import split_audio, split_images
 from clika_runtime.chat.render import render_prompt
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.kv_file import KVFileError, KVLayout, read_kv_file, write_kv_file
@@ -40,8 +41,10 @@ def conversation_tokens(
     tools: Sequence[Mapping[str, Any]] | None,
     policy: GenerationConfig,
 ) -> list[int]:
-    """The tokens every next turn of ``messages`` starts with (no assistant turn opened)."""
-    if not messages:
+    """The tokens every next turn of ``messages`` starts with (no assistant turn opened); none for
+    a conversation with images or audio, whose KV the caches key by the media's digests, which a
+    KV file does not record (such a conversation is read again on resume)."""
+    if not messages or split_images(messages)[1] or split_audio(messages)[1]:
         return []
     text = render_prompt(model.chat_template, messages, policy, add_generation_prompt=False, tools=tools)
     return model.tokenizer.encode(text)
