@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from clika_cli.arguments import utf8_problem
+from clika_cli.chat_audio import restored_audio, storable_audio
 from clika_cli.chat_images import restored, storable
 from clika_cli.chat_input import read_message
 from clika_cli.common import dim, draft_tally, say
@@ -46,6 +47,7 @@ class ChatRepl:
         self.restored_tokens = 0  # tokens of saved KV the last /load or --resume installed
         self.session: ChatSession = self._new_session(system=system)
         self.images: list[Any] = []  # attached by /image: they ride the next message
+        self.audio: list[Any] = []  # attached by /audio: they ride the next message
 
     @property
     def system(self) -> str | None:
@@ -96,12 +98,17 @@ class ChatRepl:
     def reply(self, text: str) -> None:
         try:
             pieces = self.session.send(
-                text, stream=True, images=self.images, **self.overrides, max_new_tokens=self.budget
+                text,
+                stream=True,
+                images=self.images,
+                audio=self.audio,
+                **self.overrides,
+                max_new_tokens=self.budget,
             )
         except ValueError as exc:  # the conversation no longer fits, a setting the model refuses
             say(f"Error: {exc}")
             return
-        self.images = []
+        self.images, self.audio = [], []
         try:
             for piece in pieces:
                 if isinstance(piece, str):
@@ -150,7 +157,7 @@ class ChatRepl:
     def save(self, conversation_id: str | None) -> str:
         """Save under ``conversation_id`` (None: the bound id, else a new one) and bind to it."""
         chosen = conversation_id or self.conversation_id or self.conversations.unused_id()
-        self.conversations.save(chosen, storable(self.session.messages))
+        self.conversations.save(chosen, storable_audio(storable(self.session.messages)))
         self.conversation_id = chosen
         self.save_kv(chosen)
         return chosen
@@ -176,10 +183,10 @@ class ChatRepl:
         """Continue a saved conversation (bound to its id); returns how many turns it holds."""
         messages = self.conversations.load(conversation_id)
         try:
-            messages = restored(messages)
+            messages = restored_audio(restored(messages))
         except ValueError as exc:
             raise ConversationError(
-                f"{conversation_id!r} holds an image that cannot be read: {exc}"
+                f"{conversation_id!r} holds an image or clip that cannot be read: {exc}"
             ) from None
         return self.adopt(conversation_id, messages)
 
@@ -199,7 +206,7 @@ class ChatRepl:
         if self.conversation_id is None:
             return
         try:
-            self.conversations.save(self.conversation_id, storable(self.session.messages))
+            self.conversations.save(self.conversation_id, storable_audio(storable(self.session.messages)))
         except ConversationError as exc:
             say(f"Error: {exc}")
 

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from clika_cli.chat_audio import read_audio_attachment
 from clika_cli.chat_images import read_attachment
 from clika_cli.common import dim, say
 from clika_cli.conversations import ConversationError
@@ -22,6 +23,7 @@ HELP = """\
 /save [ID]          save the conversation (and every later reply) under ID (default: a new id)
 /load [ID]          continue a saved conversation (/load alone lists them)
 /image PATH         attach an image file to your next message (models with a vision graph)
+/audio PATH.wav     attach a WAV clip to your next message (models with an audio graph)
 /help               this list
 /exit               leave (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
 A line ending in \\ continues on the next line; \"\"\" opens and closes a multi-line block.
@@ -159,6 +161,14 @@ def _image(repl: ChatRepl, argument: str) -> None:
     say(dim(f"(image attached: {width} x {height}; it rides your next message)"))
 
 
+def _audio(repl: ChatRepl, argument: str) -> None:
+    model = repl.model
+    samples = read_audio_attachment(argument, model.supports_audio, model.audio_sampling_rate)
+    repl.audio.append(samples)
+    seconds = len(samples) / (model.audio_sampling_rate or 1)
+    say(dim(f"(audio attached: {seconds:.2f} s; it rides your next message)"))
+
+
 def _load(repl: ChatRepl, argument: str) -> None:
     if not argument:
         ids = repl.conversations.ids()
@@ -178,4 +188,5 @@ _COMMANDS: dict[str, Callable[[ChatRepl, str], None]] = {
     "/save": _save,
     "/load": _load,
     "/image": _image,
+    "/audio": _audio,
 }

@@ -52,7 +52,7 @@ def read_wav(data: bytes, *, sampling_rate: int = 16000, max_seconds: float = 30
     except WavError:
         raise
     except (wave.Error, EOFError, struct.error) as exc:
-        raise WavError(f"not a PCM WAV file: {exc}") from None
+        raise WavError(f"not a PCM WAV file: {exc or 'the file ends early'}") from None
     whole = len(frames) // (width * channels) * width * channels
     if whole == 0:
         raise WavError("the WAV holds no samples")

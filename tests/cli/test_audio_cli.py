@@ -1,0 +1,104 @@
+"""``clika chat``'s ``/audio PATH.wav`` on an exported tiny Qwen2-Audio: the clip rides the next
+message, a saved chat keeps it losslessly, and a text-only model refuses it by name."""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+import pytest
+from audio_files import pcm16_values, wav_bytes
+from audio_helpers import AUDIO_TOKEN, build_qwen2_audio_chat
+from audio_signals import speech_like
+
+from clika_cli.chat_repl import ChatRepl
+from clika_cli.common import local_model
+from clika_cli.conversations import Conversations
+from clika_cli.model_info import describe
+from clika_export.api import export
+from clika_runtime import modelverse
+
+
+def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
+    feed = iter(lines)
+
+    def fake_input(prompt: str = "") -> str:
+        line = next(feed, None)
+        if line is None:
+            raise EOFError
+        return line
+
+    monkeypatch.setattr(builtins, "input", fake_input)
+
+
+@pytest.fixture(scope="module")
+def audio_folder(tmp_path_factory):
+    _, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("qwen2-audio-cli-hf"))
+    return export(
+        hf, tmp_path_factory.mktemp("qwen2-audio-cli") / "model", context_window=512, progress=False
+    )
+
+
+def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, capsys, audio_folder, tmp_path):
+    wave = speech_like(1.25, seed=13)
+    path = tmp_path / "clip.wav"
+    path.write_bytes(wav_bytes(wave))
+    (tmp_path / "broken.wav").write_bytes(b"RIFF")
+    model = modelverse.load(audio_folder, threads=1)
+    conversations = Conversations(tmp_path / "c.db")
+    repl = ChatRepl(model, system=None, budget=3, overrides={"temperature": 0.0}, conversations=conversations)
+    typed(
+        monkeypatch,
+        f"/audio {path}",
+        f"/audio {tmp_path / 'broken.wav'}",
+        "/audio nowhere.wav",
+        "What is said?",
+        "/save clip",
+        "/clear",
+        "/load clip",
+    )
+    try:
+        repl.run()
+        history = repl.session.messages
+        repl.reply("And now?")  # the resumed chat renders the clip again
+        cached = repl.session.report.cached_tokens
+        turn = {"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": "What is said?"}]}
+        ids, _ = model.encode_with_audio(model.render([turn]), [pcm16_values(wave)])
+    finally:
+        repl.close()
+        model.close()
+    err = capsys.readouterr().err
+    assert "(audio attached: 1.25 s; it rides your next message)" in err
+    assert "broken.wav: not a PCM WAV file" in err
+    assert "Error: /audio nowhere.wav: no such WAV file" in err
+    assert "KV was not" not in err  # a chat with media keeps no KV file: it is read again on resume
+    parts = history[0]["content"]
+    assert parts[0]["type"] == "audio" and np.array_equal(parts[0]["audio"], pcm16_values(wave))
+    assert parts[1] == {"type": "text", "text": "What is said?"}
+    assert ids.count(AUDIO_TOKEN) == 31 and cached > len(ids) - ids[::-1].index(
+        AUDIO_TOKEN
+    )  # the clip's KV again
+
+
+def test_a_text_only_model_refuses_audio(monkeypatch, capsys, tiny_llama_model, tmp_path):
+    path = tmp_path / "clip.wav"
+    path.write_bytes(wav_bytes(speech_like(0.5, seed=1)))
+    model = modelverse.load(tiny_llama_model, threads=1)
+    repl = ChatRepl(
+        model, system=None, budget=2, overrides={}, conversations=Conversations(tmp_path / "c.db")
+    )
+    typed(monkeypatch, f"/audio {path}")
+    try:
+        repl.run()
+    finally:
+        repl.close()
+        model.close()
+    assert (
+        "Error: this model takes no audio; /audio needs a model with an audio graph"
+        in capsys.readouterr().err
+    )
+
+
+def test_show_names_audio(audio_folder):
+    media = describe(local_model(str(audio_folder), None, pull=False, quiet=True))["media"]
+    assert media == {"vision": False, "audio": True, "video": False}
