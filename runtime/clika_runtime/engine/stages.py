@@ -13,7 +13,8 @@ class StageEvent:
 
     ``stage`` is "tokenize", "prefill" (admission to first token), "decode"
     (first token to the end), "detokenize" (``text`` holds the final text) or
-    "vision" (a request's images through the vision graph; ``detail["images"]`` counts them)
+    "vision" (a request's images through the vision graph; ``detail["images"]`` counts them),
+    "audio" (a request's clips through the audio graph; ``detail["clips"]`` counts them)
     or "step" (one engine step, ``request_id`` None; ``detail`` splits its time
     into ``model_s`` inside ONNX Runtime and ``host_s`` in Python).
     """
