@@ -707,7 +707,8 @@ class GenerativeModel:
         if isinstance(prompt, (list, tuple)):
             if messages is not None:
                 raise ValueError("pass either a list of prompts or messages=, not both")
-            refuse_media(images, audio, videos, vision=False)  # media ride one prompt, not a batch
+            if any(not isinstance(given, Sequence) or len(given) for given in (images, audio, videos)):
+                raise ValueError("images, audio and videos ride one prompt: pass a single prompt, not a list")
             return self.generate_batch(prompt, config=config, max_active=max_active, **overrides)
         pieces = self.stream_generate(
             prompt, messages=messages, config=config, images=images, audio=audio, videos=videos, **overrides

@@ -5,6 +5,8 @@ Qwen2AudioProcessor and generate on the same clip."""
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 
 import numpy as np
 import onnxruntime as ort
@@ -244,3 +246,38 @@ def test_an_async_session_takes_audio_parts(qwen2_audio):
     result = asyncio.run(turn())
     _, _, expected = transformers_reply(hf_model, model.render([audio_turn()]), [wave])
     assert result.result == model.tokenizer.decode(expected)
+
+
+def test_a_folder_without_a_chat_template_puts_the_clips_in_front(qwen2_audio, tmp_path):
+    hf_model, folder, _ = qwen2_audio
+    plain = shutil.copytree(folder, tmp_path / "plain")
+    manifest = json.loads((plain / "manifest.json").read_text())
+    manifest["chat_template_file"] = None
+    (plain / "manifest.json").write_text(json.dumps(manifest))
+    wave = speech_like(1.0, seed=14)
+    model = modelverse.load(plain, threads=1)
+    try:
+        ours = greedy_ids(model, prompt=QUESTION, audio=[wave])
+        placed = greedy_ids(
+            model, prompt=f"Listen: <|audio_bos|><|AUDIO|><|audio_eos|>{QUESTION}", audio=[wave]
+        )
+    finally:
+        model.close()
+    _, _, expected = transformers_reply(hf_model, f"<|audio_bos|><|AUDIO|><|audio_eos|>{QUESTION}", [wave])
+    assert ours == expected
+    _, _, expected = transformers_reply(
+        hf_model, f"Listen: <|audio_bos|><|AUDIO|><|audio_eos|>{QUESTION}", [wave]
+    )
+    assert placed == expected
+
+
+def test_generate_with_messages_and_audio_rides_the_last_user_turn(qwen2_audio):
+    hf_model, _, model = qwen2_audio
+    wave = speech_like(1.0, seed=15)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
+    ours = greedy_ids(model, messages=messages, audio=[wave])
+    rendered = model.render([messages[0], audio_turn()])
+    _, _, expected = transformers_reply(hf_model, rendered, [wave])
+    assert ours == expected
+    with pytest.raises(ValueError, match="ride one prompt: pass a single prompt, not a list"):
+        model.generate([QUESTION, QUESTION], audio=[wave])
