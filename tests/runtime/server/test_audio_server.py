@@ -7,6 +7,10 @@ formats other than WAV, bad bytes and audio for a text-only model are 400s namin
 from __future__ import annotations
 
 import base64
+import signal
+import subprocess
+import sys
+import time
 
 import httpx
 import openai
@@ -24,12 +28,16 @@ QUESTION = "What is said?"
 
 
 @pytest.fixture(scope="module")
-def audio_model(tmp_path_factory):
+def audio_folder(tmp_path_factory):
     _, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("qwen2-audio-server-hf"))
-    folder = export(
+    return export(
         hf, tmp_path_factory.mktemp("qwen2-audio-server") / "model", context_window=512, progress=False
     )
-    model = modelverse.load(folder, threads=1)
+
+
+@pytest.fixture(scope="module")
+def audio_model(audio_folder):
+    model = modelverse.load(audio_folder, threads=1)
     yield model
     model.close()
 
@@ -96,3 +104,39 @@ def test_bad_audio_parts_are_400s_naming_the_part(audio_model, tiny_model):
         error = response.json()["error"]
         assert error["message"] == "messages[0].content[0].input_audio: this model takes no audio"
         assert error["param"] == "messages[0].content[0].input_audio"
+
+
+def test_clika_serve_takes_an_input_audio_part_from_the_openai_client(audio_folder, audio_model):
+    wave = speech_like(1.0, seed=16)
+    expected = audio_model.generate(
+        QUESTION, audio=[pcm16_values(wave)], max_new_tokens=6, temperature=0.0, ignore_eos=True
+    )
+    command = [sys.executable, "-m", "clika_cli.main", "serve", str(audio_folder), "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--model-id", MODEL, "--threads", "1"], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        url = _served_url(process)
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
+        reply = client.chat.completions.create(
+            model=MODEL, messages=audio_message(wav_bytes(wave)), max_tokens=6, temperature=0.0,
+            extra_body={"ignore_eos": True},
+        )  # fmt: skip
+        assert reply.choices[0].message.content == expected
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _served_url(process: subprocess.Popen) -> str:
+    assert process.stderr is not None
+    deadline = time.monotonic() + 60  # a bound on a hung start, not a timed assertion
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if " at http://" in line:
+            return line.split(" at ")[1].split()[0]
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError(f"clika serve did not report its address (exit {process.poll()})")
