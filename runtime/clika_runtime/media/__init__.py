@@ -1,8 +1,10 @@
-"""Media inputs: images, video frames and their preprocessing for vision towers.
+"""Media inputs: images, video frames, audio clips and their preprocessing for media towers.
 
 One concept per module: ``arguments`` checks what a caller passed,
 ``resample`` resizes 8-bit images as Pillow does, ``pixels`` rescales and
 normalizes, ``idefics3`` and ``qwen2_vl`` are the checkpoint processors,
 ``video`` samples frames, ``processor_config`` reads a checkpoint's
-``preprocessor_config.json`` into the right processor.
+``preprocessor_config.json`` into the right processor; ``audio_features``,
+``audio_tower`` and ``audio_prompts`` do for audio clips what the vision
+modules do for images, ``wav`` reads WAV bytes.
 """

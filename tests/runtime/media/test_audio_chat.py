@@ -18,7 +18,7 @@ from vision_helpers import assert_close_in_scale
 
 from clika_export.api import export
 from clika_runtime import Tensor, modelverse
-from clika_runtime.manifest import Manifest
+from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
 from clika_runtime.sessions import AsyncChat
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
@@ -281,3 +281,31 @@ def test_generate_with_messages_and_audio_rides_the_last_user_turn(qwen2_audio):
     assert ours == expected
     with pytest.raises(ValueError, match="ride one prompt: pass a single prompt, not a list"):
         model.generate([QUESTION, QUESTION], audio=[wave])
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            lambda a: a.update(file="../audio.onnx"),
+            "audio.file '../audio.onnx' points outside the model folder",
+        ),
+        (lambda a: a.update(file="gone.onnx"), "gone.onnx named by the manifest is missing"),
+        (lambda a: a.update(speed=2), r"unknown AudioSpec fields in manifest: \['speed'\]"),
+        (lambda a: a["details"].update(hop="160"), "audio.details.hop must be a positive integer"),
+        (lambda a: a["details"].update(hop=320), "chunks of other than 3000 feature frames"),
+        (lambda a: a.update(audio_token_id=5), "is not the manifest's audio token id"),
+    ],
+)
+def test_a_malformed_audio_entry_is_refused_by_name(qwen2_audio, tmp_path, change, message):
+    _, folder, _ = qwen2_audio
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    change(manifest["audio"])
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=message):
+        model = modelverse.load(copy, threads=1)
+        try:
+            model.generate(QUESTION, audio=[speech_like(0.5, seed=1)], max_new_tokens=1)
+        finally:
+            model.close()
