@@ -14,13 +14,14 @@ transformers = pytest.importorskip("transformers")
 AUDIO_TOKEN = 319
 N_MELS = 80
 QWEN2_AUDIO_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|audio_bos|>", "<|audio_eos|>", "<|endoftext|>")
-# Qwen2-Audio-Instruct's template shape: a clip is "Audio N: <|audio_bos|><|AUDIO|><|audio_eos|>".
+# Qwen2-Audio-Instruct's template: a clip is "Audio N: <|audio_bos|><|AUDIO|><|audio_eos|>", found by
+# its part's ``audio`` (or ``audio_url``) key, whatever the part's type.
 QWEN2_AUDIO_TEMPLATE = (
     "{% set audio_count = namespace(value=0) %}{% for message in messages %}"
     "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
     "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
     "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
-    "{% if 'audio' in content or 'audio_url' in content or content['type'] == 'audio' %}"
+    "{% if 'audio' in content or 'audio_url' in content %}"
     "{% set audio_count.value = audio_count.value + 1 %}Audio {{ audio_count.value }}: "
     "<|audio_bos|><|AUDIO|><|audio_eos|>\n{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
     "{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

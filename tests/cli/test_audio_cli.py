@@ -62,7 +62,13 @@ def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, ca
         history = repl.session.messages
         repl.reply("And now?")  # the resumed chat renders the clip again
         cached = repl.session.report.cached_tokens
-        turn = {"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": "What is said?"}]}
+        turn = {
+            "role": "user",
+            "content": [
+                {"type": "audio", "audio_url": "clip.wav"},
+                {"type": "text", "text": "What is said?"},
+            ],
+        }
         ids, _ = model.encode_with_audio(model.render([turn]), [pcm16_values(wave)])
     finally:
         repl.close()

@@ -3,8 +3,9 @@
 A user turn with media holds them as content parts ``{"type": "image",
 "image": <tensor>}`` or ``{"type": "audio", "audio": <tensor>}`` before its
 text part (what ``attach_images`` / ``attach_audio`` build). The chat template
-sees each as ``{"type": "image"}`` / ``{"type": "audio"}`` and emits the
-model's marker there; the pixels and samples stay in this process (the
+sees each as ``{"type": "image"}`` / ``{"type": "audio", "audio": True}`` (Qwen
+templates test for the ``audio`` key, not the type) and emits the model's
+marker there; the pixels and samples stay in this process (the
 template renders in a separate one) and are handed, in prompt order, to the
 model, which runs its tower and expands each marker into the item's tokens.
 """
@@ -96,12 +97,18 @@ def split_images(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[st
 
 
 def split_audio(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Any]]:
-    """The messages as the template reads them (audio parts without their samples) and the clips
-    they held, in prompt order."""
-    return _split(messages, AUDIO_PART)
+    """The messages as the template reads them (audio parts with ``True`` for their samples) and
+    the clips they held, in prompt order."""
+    return _split(messages, AUDIO_PART, {AUDIO_PART: _RENDERED})
 
 
-def _split(messages: Sequence[Mapping[str, Any]], kind: str) -> tuple[list[Mapping[str, Any]], list[Any]]:
+# What a rendered audio part holds instead of its samples: never a clip, so it is not split again.
+_RENDERED = True
+
+
+def _split(
+    messages: Sequence[Mapping[str, Any]], kind: str, rendered_part: Mapping[str, Any] | None = None
+) -> tuple[list[Mapping[str, Any]], list[Any]]:
     items: list[Any] = []
     rendered: list[Mapping[str, Any]] = []
     for message in messages:
@@ -113,7 +120,7 @@ def _split(messages: Sequence[Mapping[str, Any]], kind: str) -> tuple[list[Mappi
         for part in content:
             if _is_part(part, kind):
                 items.append(part[kind])
-                parts.append({"type": kind})
+                parts.append({"type": kind, **(rendered_part or {})})
             else:
                 parts.append(part)
         rendered.append({**message, "content": parts})
@@ -121,4 +128,9 @@ def _split(messages: Sequence[Mapping[str, Any]], kind: str) -> tuple[list[Mappi
 
 
 def _is_part(part: Any, kind: str) -> bool:
-    return isinstance(part, Mapping) and part.get("type") == kind and kind in part
+    return (
+        isinstance(part, Mapping)
+        and part.get("type") == kind
+        and kind in part
+        and part[kind] is not _RENDERED
+    )

@@ -42,7 +42,10 @@ def qwen2_audio(tmp_path_factory):
 def audio_turn(question: str = QUESTION, clips: int = 1) -> dict:
     return {
         "role": "user",
-        "content": [*({"type": "audio"} for _ in range(clips)), {"type": "text", "text": question}],
+        "content": [
+            *({"type": "audio", "audio_url": "clip.wav"} for _ in range(clips)),
+            {"type": "text", "text": question},
+        ],
     }
 
 
