@@ -26,6 +26,19 @@ TEXT_MODELS = {
 # Other places a family's text weights are found (the layout newer transformers save).
 _OTHER_PREFIXES = {"qwen2_audio": ("model.language_model.",)}
 _LM_HEADS = ("lm_head.weight", "language_model.lm_head.weight")
+# What transformers' text config class fills in where a checkpoint's text_config is silent
+# (Qwen2-Audio-7B's lists little more than its vocabulary and MLP width): Qwen2Config's defaults.
+_TEXT_DEFAULTS = {
+    "qwen2_audio": {
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "vocab_size": 151936,
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6,
+    }
+}
 _REFUSED = {
     "qwen2_vl": "its text model rotates by M-RoPE (3 sections from the image grid), "
     "which the step graph does not build yet",
@@ -62,7 +75,8 @@ def text_part(
         raise CheckpointError(
             f"the {kind} text model is {text.get('model_type')!r}; only a {family} text model is exported"
         )
-    merged = {**text, "model_type": family}
+    given = {key: value for key, value in text.items() if value is not None}
+    merged = {**_TEXT_DEFAULTS.get(kind, {}), **given, "model_type": family}
     if "tie_word_embeddings" in config:  # the outer model decides whether lm_head is tied
         merged["tie_word_embeddings"] = config["tie_word_embeddings"]
     renamed = {}

@@ -37,3 +37,20 @@ def test_another_text_family_is_refused_by_name():
         CheckpointError, match="the qwen2_audio text model is 'llama'; only a qwen2 text model"
     ):
         text_part(config, loaders("language_model.model.", "language_model.lm_head.weight"))
+
+
+def test_a_sparse_text_config_gets_the_defaults_transformers_fills_in():
+    transformers = pytest.importorskip("transformers")
+    # The text_config of Qwen2-Audio-7B's config.json names little more than these.
+    sparse = {"model_type": "qwen2", "intermediate_size": 11008, "max_position_embeddings": 8192}
+    sparse |= {"rope_theta": 10000, "rms_norm_eps": 1e-5, "vocab_size": 156032}
+    config, _ = text_part(
+        {**CONFIG, "text_config": sparse}, loaders("language_model.model.", "lm_head.weight")
+    )
+    reference = transformers.Qwen2AudioConfig(text_config=sparse).text_config
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+        assert config[key] == getattr(reference, key), key
+    assert config.get("num_key_value_heads", config["num_attention_heads"]) == reference.num_key_value_heads
+    assert (
+        config["rms_norm_eps"] == reference.rms_norm_eps == 1e-5 and config["max_position_embeddings"] == 8192
+    )
