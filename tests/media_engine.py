@@ -33,9 +33,9 @@ def greedy(max_new_tokens: int) -> GenerationConfig:
     return GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, ignore_eos=True)
 
 
-def engine_core(folder, mode: str, *, max_step_tokens: int = 48) -> EngineCore:
-    """An engine core on the folder's ``mode`` graph (float32 KV, 4 slots)."""
-    opened = open_model_folder(folder, kv_mode=mode, threads=1)
+def engine_core(folder, mode: str, *, kv_dtype: str = "float32", max_step_tokens: int = 48) -> EngineCore:
+    """An engine core on the folder's ``mode`` graph with a ``kv_dtype`` cache (4 slots)."""
+    opened = open_model_folder(folder, kv_mode=mode, kv_dtype=kv_dtype, threads=1)
     arch = opened.manifest.architecture
     shape = CacheShape(arch.num_layers, arch.num_kv_heads, arch.head_dim, opened.graph.kv.dtype)
     window = opened.manifest.context_window

@@ -136,14 +136,17 @@ def test_two_clips_in_one_turn_equal_transformers(qwen2_audio):
     assert reply == model.tokenizer.decode(expected)
 
 
-@pytest.mark.parametrize("mode", ["continuous", "paged"])
-def test_audio_beside_a_text_request_in_chunks_then_reused_next_turn(qwen2_audio, mode):
+@pytest.mark.parametrize(
+    "mode,kv_dtype",
+    [("continuous", "float32"), ("paged", "float32"), ("continuous", "int8"), ("paged", "int8")],
+)
+def test_audio_beside_a_text_request_in_chunks_then_reused_next_turn(qwen2_audio, mode, kv_dtype):
     hf_model, folder, model = qwen2_audio
     wave = speech_like(2.0, seed=7)
     rendered = model.render([audio_turn()])
     ids, media = model.encode_with_audio(rendered, [wave])
     _, _, expected = transformers_reply(hf_model, rendered, [wave])
-    core = engine_core(folder, mode)  # 48-token steps: the clip's rows come in chunks
+    core = engine_core(folder, mode, kv_dtype=kv_dtype)  # 48-token steps: the clip's rows come in chunks
     text_seq, text_sink = submit(
         core, model.tokenizer.encode(model.render([{"role": "user", "content": "hi"}])), None, NEW_TOKENS
     )
@@ -154,10 +157,12 @@ def test_audio_beside_a_text_request_in_chunks_then_reused_next_turn(qwen2_audio
     ]
     chunks = [r for p in plans for r in p.rows if r.seq is audio_seq and r.start < len(ids)]
     assert together and len(chunks) > 2  # batched with the text request, the prompt in several chunks
-    assert audio_sink.tokens == expected
+    # The int8 cache is close, not equal: its reply starts the same.
+    same = NEW_TOKENS if kv_dtype == "float32" else 2
+    assert audio_sink.tokens[:same] == expected[:same]
     assert len(text_sink.tokens) == NEW_TOKENS and text_sink.report.finish_reason == "length"
     # The next turn: the first exchange, then a question; the same clip keeps its KV.
-    history = [audio_turn(), {"role": "assistant", "content": model.tokenizer.decode(expected)}]
+    history = [audio_turn(), {"role": "assistant", "content": model.tokenizer.decode(audio_sink.tokens)}]
     history.append({"role": "user", "content": "And then?"})
     turn_text = model.render(history)
     turn_ids, turn_media = model.encode_with_audio(turn_text, [wave])
@@ -165,7 +170,7 @@ def test_audio_beside_a_text_request_in_chunks_then_reused_next_turn(qwen2_audio
     run(core)
     assert second_sink.report.cached_tokens >= len(ids)
     _, _, expected_next = transformers_reply(hf_model, turn_text, [wave])
-    assert second_sink.tokens == expected_next
+    assert second_sink.tokens[:same] == expected_next[:same]
 
 
 def test_a_session_reuses_its_audio_next_turn_and_another_clip_is_not(qwen2_audio):
