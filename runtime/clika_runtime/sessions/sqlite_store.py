@@ -32,8 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
+from clika_runtime.sessions.sqlite_media import MEDIA_TABLES, link_images, read_images, unlink_images
 from clika_runtime.sessions.store import StoreError, checked_id, decode_messages, encode_messages
 from clika_runtime.sessions.stored_media import (
     MAX_STORED_IMAGE_BYTES,
@@ -41,8 +40,6 @@ from clika_runtime.sessions.stored_media import (
     attach_images,
     detach_images,
     image_digests,
-    pixels_from_record,
-    pixels_record,
 )
 
 SCHEMA_VERSION = 2
@@ -58,19 +55,7 @@ _SCHEMAS = {
         " updated_at REAL NOT NULL)",
         "CREATE INDEX conversations_by_update ON conversations (updated_at)",
     ),
-    2: (
-        "CREATE TABLE media ("
-        " sha256 TEXT PRIMARY KEY,"
-        " height INTEGER NOT NULL,"
-        " width INTEGER NOT NULL,"
-        " pixels BLOB NOT NULL,"
-        " created_at REAL NOT NULL)",
-        "CREATE TABLE conversation_media ("
-        " conversation_id TEXT NOT NULL,"
-        " sha256 TEXT NOT NULL,"
-        " PRIMARY KEY (conversation_id, sha256)) WITHOUT ROWID",
-        "CREATE INDEX conversation_media_by_image ON conversation_media (sha256)",
-    ),
+    2: MEDIA_TABLES,
 }
 
 _T = TypeVar("_T")
@@ -147,15 +132,13 @@ class SQLiteStore:
         now = time.time()
 
         def write(conn: sqlite3.Connection) -> sqlite3.Cursor:
-            before = self._linked(conn, key)
             cursor = conn.execute(
                 "INSERT INTO conversations (id, messages, created_at, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET messages = excluded.messages, updated_at = excluded.updated_at",
                 (key, text, now, now),
             )
-            named = image_digests(stored)  # with parts saved by digest alone (a transcript read back)
-            self._link_images(conn, key, named, images, now)
-            self._drop_unused(conn, before - set(named))
+            # Parts may name a stored image by digest alone (a transcript read back and saved).
+            link_images(conn, key, image_digests(stored), images, now)
             return cursor
 
         self._transaction(write)
@@ -170,11 +153,8 @@ class SQLiteStore:
         key = checked_id(conversation_id)
 
         def forget(conn: sqlite3.Connection) -> sqlite3.Cursor:
-            before = self._linked(conn, key)
-            conn.execute("DELETE FROM conversation_media WHERE conversation_id = ?", (key,))
-            cursor = conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
-            self._drop_unused(conn, before)
-            return cursor
+            unlink_images(conn, key)
+            return conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
 
         cursor = self._transaction(forget)
         self.kv_path(key).unlink(missing_ok=True)
@@ -229,53 +209,11 @@ class SQLiteStore:
         digests = image_digests(messages)
         if not digests:
             return messages
-        marks = ",".join("?" * len(digests))
-        found = conn.execute(
-            f"SELECT sha256, height, width, pixels FROM media WHERE sha256 IN ({marks})", digests
-        ).fetchall()
         try:
-            pixels = {row[0]: pixels_from_record(*row, max_bytes=self.max_image_bytes) for row in found}
-            return attach_images(messages, pixels.get, f"conversation store {self.path}: {key!r}")
+            pixels = read_images(conn, digests, self.max_image_bytes)
+            return attach_images(messages, pixels.get)
         except StoredImageError as exc:
             raise StoreError(f"conversation store {self.path}: {key!r}: {exc}") from None
-
-    @staticmethod
-    def _linked(conn: sqlite3.Connection, key: str) -> set[str]:
-        rows = conn.execute("SELECT sha256 FROM conversation_media WHERE conversation_id = ?", (key,))
-        return {row[0] for row in rows.fetchall()}
-
-    @staticmethod
-    def _link_images(
-        conn: sqlite3.Connection, key: str, named: list[str], images: dict[str, np.ndarray], now: float
-    ) -> None:
-        """Store the images the store lacks (each once) and link the conversation to exactly the
-        ``named`` ones; a digest named without its pixels must already be stored."""
-        conn.execute("DELETE FROM conversation_media WHERE conversation_id = ?", (key,))
-        for digest in named:
-            held = conn.execute("SELECT 1 FROM media WHERE sha256 = ?", (digest,)).fetchone()
-            if held is None and digest not in images:
-                raise ValueError(
-                    f"messages name image {digest[:16]}... without its pixels, and the store holds none"
-                )
-            if held is None:  # compress only what is new: a conversation is saved after every turn
-                height, width, data = pixels_record(images[digest])
-                conn.execute(
-                    "INSERT INTO media (sha256, height, width, pixels, created_at) VALUES (?, ?, ?, ?, ?)",
-                    (digest, height, width, data, now),
-                )
-            conn.execute(
-                "INSERT INTO conversation_media (conversation_id, sha256) VALUES (?, ?)", (key, digest)
-            )
-
-    @staticmethod
-    def _drop_unused(conn: sqlite3.Connection, digests: set[str]) -> None:
-        """Delete those of ``digests`` no conversation links to any more."""
-        for digest in digests:
-            conn.execute(
-                "DELETE FROM media WHERE sha256 = ? AND NOT EXISTS "
-                "(SELECT 1 FROM conversation_media WHERE sha256 = ?)",
-                (digest, digest),
-            )
 
     def _read(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``work`` in one read transaction: it sees one committed state of the file."""

@@ -94,7 +94,7 @@ class InMemoryStore:
         saved = self._saved.get(checked_id(conversation_id))
         if saved is None:
             return None
-        return attach_images(decode_messages(saved[0]), self._images.get, repr(conversation_id))
+        return attach_images(decode_messages(saved[0]), self._images.get)
 
     async def save(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
         key = checked_id(conversation_id)

@@ -77,10 +77,10 @@ def image_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def attach_images(
-    messages: list[dict[str, Any]], pixels_of: Callable[[str], np.ndarray | None], where: str
+    messages: list[dict[str, Any]], pixels_of: Callable[[str], np.ndarray | None]
 ) -> list[dict[str, Any]]:
     """A stored transcript with each image part's pixels back (``pixels_of(digest)``); a digest
-    the store lacks raises StoredImageError naming ``where`` and the part."""
+    the store lacks raises StoredImageError naming the part."""
     out = []
     for i, message in enumerate(messages):
         content = message.get("content")
@@ -95,7 +95,7 @@ def attach_images(
             pixels = pixels_of(part[DIGEST_KEY])
             if pixels is None:
                 raise StoredImageError(
-                    f"{where}: messages[{i}].content[{j}] names image {part[DIGEST_KEY][:16]}..., "
+                    f"messages[{i}].content[{j}] names image {part[DIGEST_KEY][:16]}..., "
                     "which the store does not hold (a damaged store?)"
                 )
             rest = {k: v for k, v in part.items() if k != DIGEST_KEY}
