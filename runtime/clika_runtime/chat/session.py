@@ -195,9 +195,11 @@ class ChatSession:
         """
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
-        refuse_media(images, audio, videos, vision=self._model.supports_vision)
-        # The images stay in the history: every later turn renders (and reuses) them again.
-        turn = attach_images({"role": "user", "content": content}, images)
+        refuse_media(
+            images, audio, videos, vision=self._model.supports_vision, video=self._model.supports_video
+        )
+        # The media stay in the history: every later turn renders (and reuses) them again.
+        turn = attach_images({"role": "user", "content": content}, images, videos)
         return self._turn(lambda: ([*self._history, turn], [turn]), stream, config, tools, overrides)
 
     def respond(
@@ -230,8 +232,10 @@ class ChatSession:
         **overrides: Any,
     ) -> str | Iterator[str | ToolCall]:
         """The assistant's reply to an explicit conversation, leaving the session's history untouched."""
-        refuse_media(images, audio, videos, vision=self._model.supports_vision)
-        conversation = with_images_on_last_user_turn(messages, images)
+        refuse_media(
+            images, audio, videos, vision=self._model.supports_vision, video=self._model.supports_video
+        )
+        conversation = with_images_on_last_user_turn(messages, images, videos)
         return self._turn(lambda: (conversation, None), stream, config, tools, overrides)
 
     def run(

@@ -22,8 +22,6 @@ from clika_runtime.media.arguments import VideoClip
 from clika_runtime.media.idefics3 import Idefics3Settings, preprocess_idefics3
 from clika_runtime.media.placeholders import idefics3_image_text
 
-VIDEO_MARKER = "<video>"
-
 _ONES = (
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
     "sixteen seventeen eighteen nineteen"

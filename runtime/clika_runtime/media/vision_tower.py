@@ -158,12 +158,18 @@ class VisionTower:
         sampling = self.settings.video
         duration = clip_duration(clip.timestamps)  # the whole clip's, as the prompt states it
         clip = sample_frames(clip, fps=sampling.fps, max_frames=sampling.max_frames)
+        digest = image_digest(clip.frames, clip.timestamps)
+        with self._embedded_lock:  # a conversation renders its videos on every turn, too
+            found = self._embedded.get(digest)
+        if found is not None:
+            return dataclasses.replace(found, cached=True)
         frames = preprocess_smolvlm_frames(clip, self.settings)
         (out,) = self.session.run([self.spec.embeds_output], {"pixel_values": frames})
         text = smolvlm_video_text(clip.timestamps, duration, int(out.shape[1]))
-        digest = image_digest(clip.frames, clip.timestamps)
         times = tuple(float(t) for t in clip.timestamps)
-        return MediaEmbedding(out.reshape(-1, out.shape[-1]), text, digest, times)
+        embedding = MediaEmbedding(out.reshape(-1, out.shape[-1]), text, digest, times)
+        self._remember(digest, embedding)
+        return embedding
 
     def _qwen2_vl_clip(self, clip: VideoClip) -> MediaEmbedding:
         patches = preprocess_qwen2_vl_video(clip.frames, self.settings)
@@ -193,11 +199,14 @@ class VisionTower:
                 self._embedded.move_to_end(digest)
                 return dataclasses.replace(found, cached=True)
         embedding = self._idefics3(image)
+        self._remember(digest, embedding)
+        return embedding
+
+    def _remember(self, digest: str, embedding: MediaEmbedding) -> None:
         with self._embedded_lock:
             self._embedded[digest] = embedding
             while len(self._embedded) > EMBEDDING_CACHE_SIZE:
                 self._embedded.popitem(last=False)
-        return embedding
 
     def _idefics3(self, image: np.ndarray) -> MediaEmbedding:
         tiles = preprocess_idefics3(image, self.settings)

@@ -184,11 +184,13 @@ class AsyncSession:
         tools: Sequence[Mapping[str, Any]] | None = None,
         cancel: asyncio.Event | None = None,
         images: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
         **overrides: Any,
     ) -> TurnResult:
         """Add a user turn and return the turn's result once the reply is complete.
 
-        ``images`` ([H, W, 3] tensors) ride the user turn and stay in the history
+        ``images`` ([H, W, 3] tensors) and ``videos`` ((frames, timestamps) pairs, on a model
+        whose ``supports_video``) ride the user turn and stay in the history
         (a store keeps them; later turns render them again and reuse their KV);
         ``tools`` offers tool definitions for this turn (None: the session's);
         ``config`` and keyword arguments override the decode policy for this
@@ -196,7 +198,7 @@ class AsyncSession:
         of the engine comes back as a result with ``subtype == "error"``; a
         cancelled turn raises RunCancelled.
         """
-        turn = self._user_turn(content, images)
+        turn = self._user_turn(content, images, videos)
         return await self._complete(self._spec(turn, config, tools, cancel, overrides, False))
 
     def stream(
@@ -207,12 +209,13 @@ class AsyncSession:
         tools: Sequence[Mapping[str, Any]] | None = None,
         cancel: asyncio.Event | None = None,
         images: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
         **overrides: Any,
     ) -> TurnStream:
         """Add a user turn and stream the reply: ``text``, ``thinking`` and ``tool_use`` events as
         the model makes them, then one ``result`` event (an ``error`` event before it when the
         engine failed). Arguments as for :meth:`send`."""
-        spec = self._spec(self._user_turn(content, images), config, tools, cancel, overrides, True)
+        spec = self._spec(self._user_turn(content, images, videos), config, tools, cancel, overrides, True)
         return self._open(spec)
 
     async def respond(
@@ -381,11 +384,14 @@ class AsyncSession:
         policy = self._chat.defaults.overlay(self._options)
         return conversation_prompt(self._chat.model, history, self._tools, policy)
 
-    def _user_turn(self, content: str, images: Sequence[Any]) -> tuple[dict[str, Any], ...]:
+    def _user_turn(
+        self, content: str, images: Sequence[Any], videos: Sequence[Any]
+    ) -> tuple[dict[str, Any], ...]:
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
-        refuse_media(images, (), (), vision=self._chat.model.supports_vision)
-        return (attach_images({"role": "user", "content": content}, images),)
+        model = self._chat.model
+        refuse_media(images, (), videos, vision=model.supports_vision, video=model.supports_video)
+        return (attach_images({"role": "user", "content": content}, images, videos),)
 
     def _spec(
         self,

@@ -210,3 +210,26 @@ def test_a_schema_1_file_opens_and_takes_images(tmp_path):
     with SQLiteStore(path) as store:
         assert store.list_now() == ["new", "old"]
         assert np.array_equal(images_of(store.get_now("new"))[0], RED)
+
+
+def test_a_video_part_is_stored_as_its_frames(store):
+    frames = np.stack([RED, BLUE, RED])  # RED twice: one row
+    times = np.array([0.0, 0.5, 1.25])
+    video = {
+        "role": "user",
+        "content": [{"type": "video", "video": (frames, times)}, {"type": "text", "text": "?"}],
+    }
+    asyncio.run(store.save("clip", [video]))
+    [part, text] = asyncio.run(store.get("clip"))[0]["content"]
+    got_frames, got_times = part["video"]
+    assert part["type"] == "video" and text == {"type": "text", "text": "?"}
+    assert np.array_equal(got_frames, frames) and got_times.dtype == np.float64
+    assert np.array_equal(got_times, times)
+    if isinstance(store, SQLiteStore):
+        assert store.image_count() == 2
+    with pytest.raises(ValueError, match=r"messages\[0\]\.content\[0\]: timestamps must be"):
+        asyncio.run(
+            store.save(
+                "bad", [{"role": "user", "content": [{"type": "video", "video": (frames, times[::-1])}]}]
+            )
+        )
