@@ -81,12 +81,12 @@ def split_images(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[st
     rendered: list[Mapping[str, Any]] = []
     for message in messages:
         content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list) or not any(_is_image(part) for part in content):
+        if not isinstance(content, list) or not any(_holds_media(part) for part in content):
             rendered.append(message)
             continue
         parts = []
         for part in content:
-            if _is_image(part):
+            if _holds_media(part):
                 kind = part["type"]
                 images.append(part[IMAGE_PART] if kind == IMAGE_PART else VideoInput(part[VIDEO_PART]))
                 parts.append({"type": kind})
@@ -96,7 +96,7 @@ def split_images(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[st
     return rendered, images
 
 
-def _is_image(part: Any) -> bool:
+def _holds_media(part: Any) -> bool:
     """An image or video part that still holds its pixels."""
     if not isinstance(part, Mapping):
         return False

@@ -66,7 +66,10 @@ class ImagePrompts:
     def reads_video(self) -> bool:
         """True when the checkpoint reads videos through this graph (SmolVLM2's video_sampling)."""
         if self._reads_video is None:
-            settings = read_processor_settings(self.folder)
+            try:
+                settings = read_processor_settings(self.folder)
+            except ValueError:  # a bad processor config: the first image's request names the problem
+                return False
             self._reads_video = (
                 getattr(settings, "video", None) is not None and self.spec.family == "idefics3"
             )
