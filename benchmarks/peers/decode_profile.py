@@ -9,7 +9,8 @@ as past and present, as the engine and genai's shared buffer do), through ORT al
 tokenizer, no engine. ``--profile`` adds, per graph, the kernel time by operator type and by
 node (layer numbers folded into ``N``), from ``enable_profiling`` over its own steps. On a
 machine shared with other work only the ratios of one run mean much; the per-step minimum is
-the figure least moved by other processes.
+the figure least moved by other processes. ``--tokens N --past 0`` runs a prompt chunk of N
+tokens instead (prefill: the same graphs, one row of N new tokens, logits of the last only).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-CAPACITY = 512  # the KV buffer's positions (both kinds of graph write position ``past`` only)
+CAPACITY = 512  # the KV buffer's positions at least (steps write positions ``past`` onwards only)
 
 
 SPIN = {"spin": True}  # --no-spin: workers sleep, so the process CPU time is the work done
@@ -56,12 +57,13 @@ class Graph:
         kv: list[tuple[str, str]],
         heads: int,
         head_dim: int,
+        capacity: int,
     ):
         self.session = sess
         self.binding = sess.io_binding()
         self._kept = []
         for past, present in kv:
-            value = ort.OrtValue.ortvalue_from_numpy(np.zeros((1, heads, CAPACITY, head_dim), np.float32))
+            value = ort.OrtValue.ortvalue_from_numpy(np.zeros((1, heads, capacity, head_dim), np.float32))
             self.binding.bind_ortvalue_input(past, value)
             self.binding.bind_ortvalue_output(present, value)
             self._kept.append(value)
@@ -81,7 +83,7 @@ class Graph:
         return time.perf_counter() - start, time.process_time() - cpu
 
 
-def folder_graph(folder: Path, past: int, threads: int, profile: str | None) -> Graph:
+def folder_graph(folder: Path, past: int, threads: int, profile: str | None, tokens: int = 1) -> Graph:
     manifest = json.loads((folder / "manifest.json").read_text())
     spec = manifest["graphs"]["continuous"]
     sess = session(folder / spec["file"], threads, profile)
@@ -92,22 +94,23 @@ def folder_graph(folder: Path, past: int, threads: int, profile: str | None) -> 
         for n in range(layers)
         for kind in ("key", "value")
     ]
+    cells = np.stack([np.zeros(tokens, np.int64), np.arange(tokens, dtype=np.int64)], axis=1)
     feeds = {
-        "input_ids": np.array([42], np.int64),
-        "grid_index": np.zeros((1, 1), np.int64),
-        "token_cell": np.zeros((1, 2), np.int64),
-        "query_seqlens": np.array([1], np.int32),
-        "seqlens_k": np.array([past], np.int32),
-        "total_sequence_length": np.array(past + 1, np.int32),
-        "logits_index": np.array([0], np.int64),
+        "input_ids": np.full(tokens, 42, np.int64),
+        "grid_index": np.arange(tokens, dtype=np.int64)[None, :],
+        "token_cell": cells,
+        "query_seqlens": np.array([tokens], np.int32),
+        "seqlens_k": np.array([past + tokens - 1], np.int32),
+        "total_sequence_length": np.array(past + tokens, np.int32),
+        "logits_index": np.array([tokens - 1], np.int64),
     }
     names = {i.name for i in sess.get_inputs()}
     arch = manifest["architecture"]
     feeds = {k: v for k, v in feeds.items() if k in names}
-    return Graph(sess, feeds, pairs, arch["num_kv_heads"], arch["head_dim"])
+    return Graph(sess, feeds, pairs, arch["num_kv_heads"], arch["head_dim"], capacity(past, tokens))
 
 
-def genai_graph(model_dir: Path, past: int, threads: int, profile: str | None) -> Graph:
+def genai_graph(model_dir: Path, past: int, threads: int, profile: str | None, tokens: int = 1) -> Graph:
     decoder = json.loads((model_dir / "genai_config.json").read_text())["model"]["decoder"]
     sess = session(model_dir / decoder["filename"], threads, profile)
     inputs, outputs = decoder["inputs"], decoder["outputs"]
@@ -117,10 +120,16 @@ def genai_graph(model_dir: Path, past: int, threads: int, profile: str | None) -
         for kind in ("key", "value")
     ]
     feeds = {
-        inputs["input_ids"]: np.array([[42]], np.int64),
-        inputs["attention_mask"]: np.ones((1, past + 1), np.int64),
+        inputs["input_ids"]: np.full((1, tokens), 42, np.int64),
+        inputs["attention_mask"]: np.ones((1, past + tokens), np.int64),
     }
-    return Graph(sess, feeds, pairs, decoder["num_key_value_heads"], decoder["head_size"])
+    heads, head_dim = decoder["num_key_value_heads"], decoder["head_size"]
+    return Graph(sess, feeds, pairs, heads, head_dim, capacity(past, tokens))
+
+
+def capacity(past: int, tokens: int) -> int:
+    """KV positions to bind: room for the step's tokens after ``past``."""
+    return max(CAPACITY, past + tokens + 1)
 
 
 def op_profile(graph: Graph, steps: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -153,6 +162,7 @@ def main() -> None:
     ap.add_argument("--folder", action="append", default=[], help="NAME=model folder (repeatable)")
     ap.add_argument("--genai", type=Path, help="an onnxruntime-genai model folder (genai_config.json)")
     ap.add_argument("--past", type=int, default=160, help="cached tokens before the step")
+    ap.add_argument("--tokens", type=int, default=1, help="new tokens a step (a prompt chunk: >1)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=40, help="steps per graph per round")
     ap.add_argument("--rounds", type=int, default=5)
@@ -164,8 +174,8 @@ def main() -> None:
     )
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
-    if not 0 < args.past < CAPACITY:
-        ap.error(f"--past must be in 1..{CAPACITY - 1}")
+    if args.tokens < 1 or args.past < (1 if args.tokens == 1 else 0):
+        ap.error("--tokens must be >= 1 and --past >= 1 for a decode step (0 allowed for a prompt)")
     SPIN["spin"] = not args.no_spin
     makers = {}
     for spec in args.folder:
@@ -177,7 +187,9 @@ def main() -> None:
         makers["onnxruntime-genai"] = (genai_graph, args.genai)
     if not makers:
         ap.error("name at least one --folder or --genai")
-    graphs = {name: make(path, args.past, args.threads, None) for name, (make, path) in makers.items()}
+    graphs = {
+        name: make(path, args.past, args.threads, None, args.tokens) for name, (make, path) in makers.items()
+    }
     times: dict[str, list[float]] = {name: [] for name in graphs}
     cpu: dict[str, list[float]] = {name: [] for name in graphs}
     for graph in graphs.values():
@@ -191,7 +203,9 @@ def main() -> None:
                 cpu[name].append(used * 1e3)
     spin = "sleeping" if args.no_spin else "spinning"
     load = os.getloadavg()[0]
-    print(f"one token after {args.past}, {args.threads} {spin} threads, load {load:.1f}; ms a step")
+    print(
+        f"{args.tokens} token(s) after {args.past}, {args.threads} {spin} threads, load {load:.1f}; ms a step"
+    )
     for name, ms in times.items():
         quarter = statistics.quantiles(ms, n=4)[0]
         print(
@@ -201,7 +215,7 @@ def main() -> None:
     if args.profile:
         with tempfile.TemporaryDirectory() as tmp:
             for name, (make, path) in makers.items():
-                graph = make(path, args.past, args.threads, str(Path(tmp) / "profile"))
+                graph = make(path, args.past, args.threads, str(Path(tmp) / "profile"), args.tokens)
                 print_profile(name, *op_profile(graph, args.steps), args.top)
 
 

@@ -1,22 +1,20 @@
 """Images in ``clika chat``: ``/image PATH`` attaches one to the next message; saved chats keep them.
 
 An attached image rides the next user turn (the session keeps it in its
-history as an image part). A saved conversation stores each image part as a
-PNG data URL, and loading turns it back into pixels, so a resumed chat sees
-the same images.
+history as an image part). The conversation store keeps the pixels (once per
+image, by sha256), so a resumed chat sees the same images; chats saved before
+it did that hold each image as a PNG data URL, which loading still reads.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 from typing import Any
 
 import numpy as np
 
 from clika_runtime.media.image_files import ImageFileError, read_image_file, read_image_url
 
-_DATA = "image_data"  # a saved image part's key: its PNG as a data: URL
+_DATA = "image_data"  # an older saved image part's key: its PNG as a data: URL
 
 
 def read_attachment(path: str, supports_vision: bool) -> np.ndarray:
@@ -28,13 +26,8 @@ def read_attachment(path: str, supports_vision: bool) -> np.ndarray:
     return read_image_file(path.strip().strip("'\""), f"/image {path}")
 
 
-def storable(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with each image part's pixels as a PNG data URL (what a store keeps)."""
-    return [_map_parts(message, _encoded) for message in messages]
-
-
 def restored(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Saved ``messages`` with each stored image part back as pixels."""
+    """Saved ``messages`` with each image part kept as a PNG data URL (older saves) as pixels."""
     return [_map_parts(message, _decoded) for message in messages]
 
 
@@ -43,16 +36,6 @@ def _map_parts(message: dict[str, Any], change: Any) -> dict[str, Any]:
     if not isinstance(content, list):
         return message
     return {**message, "content": [change(part) if isinstance(part, dict) else part for part in content]}
-
-
-def _encoded(part: dict[str, Any]) -> dict[str, Any]:
-    if part.get("type") != "image" or "image" not in part:
-        return part
-    from PIL import Image
-
-    out = io.BytesIO()
-    Image.fromarray(np.asarray(part["image"], dtype=np.uint8)).save(out, format="PNG")
-    return {"type": "image", _DATA: "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()}
 
 
 def _decoded(part: dict[str, Any]) -> dict[str, Any]:

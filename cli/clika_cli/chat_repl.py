@@ -15,7 +15,7 @@ import click
 
 from clika_cli.arguments import utf8_problem
 from clika_cli.chat_audio import restored_audio, storable_audio
-from clika_cli.chat_images import restored, storable
+from clika_cli.chat_images import restored
 from clika_cli.chat_input import read_message
 from clika_cli.common import dim, draft_tally, say
 from clika_cli.conversations import ConversationError, Conversations
@@ -157,7 +157,7 @@ class ChatRepl:
     def save(self, conversation_id: str | None) -> str:
         """Save under ``conversation_id`` (None: the bound id, else a new one) and bind to it."""
         chosen = conversation_id or self.conversation_id or self.conversations.unused_id()
-        self.conversations.save(chosen, storable_audio(storable(self.session.messages)))
+        self.conversations.save(chosen, storable_audio(self.session.messages))
         self.conversation_id = chosen
         self.save_kv(chosen)
         return chosen
@@ -206,7 +206,7 @@ class ChatRepl:
         if self.conversation_id is None:
             return
         try:
-            self.conversations.save(self.conversation_id, storable_audio(storable(self.session.messages)))
+            self.conversations.save(self.conversation_id, storable_audio(self.session.messages))
         except ConversationError as exc:
             say(f"Error: {exc}")
 

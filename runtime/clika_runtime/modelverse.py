@@ -60,8 +60,10 @@ from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.manifest import OPTIMUM_BUILDER
+from clika_runtime.media.arguments import VideoInput
 from clika_runtime.media.audio_prompts import AudioPrompts
 from clika_runtime.media.image_prompts import ImagePrompts
+from clika_runtime.media.placeholders import VIDEO_MARKER
 from clika_runtime.model_folder import ModelFolder, kv_identity, open_model_folder
 from clika_runtime.paged_step_graph import PAGED_LAYOUT
 from clika_runtime.step_graph import takes_media
@@ -404,7 +406,9 @@ class GenerativeModel:
 
     @property
     def supports_video(self) -> bool:
-        return False
+        """True when the checkpoint reads videos through its vision graph (SmolVLM2's
+        ``video_sampling``): ``videos=`` ((frames, timestamps) pairs) ride the user turn."""
+        return self._images is not None and self._images.reads_video
 
     # -- embeddings -------------------------------------------------------------------
 
@@ -607,11 +611,15 @@ class GenerativeModel:
             return self._prompt_text(prompt, None, config), []
         if not isinstance(prompt, str):
             raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        stills = [item for item in images if not isinstance(item, VideoInput)]
+        clips = [item.pair for item in images if isinstance(item, VideoInput)]
         if self._handle.template is None:  # raw text: the markers lead, unless the prompt places them
             assert self._images is not None
             marker = self._images.marker
-            return (prompt if marker in prompt else marker * len(images) + prompt), images
-        turn = attach_images({"role": "user", "content": prompt}, images)
+            if clips and VIDEO_MARKER not in prompt:
+                prompt = VIDEO_MARKER * len(clips) + prompt
+            return (prompt if marker in prompt else marker * len(stills) + prompt), images
+        turn = attach_images({"role": "user", "content": prompt}, stills, clips)
         rendered, images = split_images([turn])
         return self.render(rendered, config=config), images
 
@@ -735,13 +743,21 @@ class GenerativeModel:
         Closing the iterator early cancels the request at the next step.
         ``report`` is set once the reply is complete.
         """
-        refuse_media(images, audio, videos, vision=self.supports_vision, hearing=self.supports_audio)
+        refuse_media(
+            images,
+            audio,
+            videos,
+            vision=self.supports_vision,
+            video=self.supports_video,
+            hearing=self.supports_audio,
+        )
         cfg = self._config(config, overrides)
-        if messages is not None and images:
-            messages = with_images_on_last_user_turn(messages, images)
+        if messages is not None and (images or videos):
+            messages = with_images_on_last_user_turn(messages, images, videos)
         if messages is not None and audio:
             messages = with_audio_on_last_user_turn(messages, audio)
-        text, images, audio = self._prompt_with_media(prompt, messages, cfg, list(images), list(audio))
+        media = [*images, *(VideoInput(video) for video in videos)]  # a turn's images, then its videos
+        text, images, audio = self._prompt_with_media(prompt, messages, cfg, media, list(audio))
         stream = self._submit(
             text, cfg, skip_special_tokens=skip_special_tokens, detokenize=decode, images=images, audio=audio
         )

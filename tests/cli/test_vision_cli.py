@@ -4,6 +4,10 @@ a saved chat keeps it, and a text-only model refuses it by name."""
 from __future__ import annotations
 
 import builtins
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -98,3 +102,37 @@ def test_show_names_what_the_model_reads(vision_folder, tiny_llama_model):
 
     assert media_of(vision_folder) == {"vision": True, "audio": False, "video": False}
     assert media_of(tiny_llama_model)["vision"] is False
+
+
+def chat_process(folder, home, lines: list[str], *options: str) -> str:
+    """``clika chat FOLDER`` in a new process, its input piped; its stderr (what it told the user)."""
+    command = [sys.executable, "-m", "clika_cli.main", "chat", str(folder), "--temperature", "0"]
+    command += ["--max-tokens", "3", "--threads", "1", *options]
+    env = {**os.environ, "CLIKA_CHAT_HOME": str(home)}
+    done = subprocess.run(
+        command, input="\n".join(lines) + "\n", env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_a_resumed_chat_keeps_its_image(vision_folder, tmp_path):
+    image = random_image(60, 90, 7)
+    path = tmp_path / "photo.png"
+    PIL.fromarray(image).save(path)
+    home = tmp_path / "chat"
+    first = chat_process(vision_folder, home, [f"/image {path}", "What is this?", "/save pic", "/exit"])
+    assert "(image attached: 90 x 60; it rides your next message)" in first
+    resumed = chat_process(vision_folder, home, ["And now?", "/exit"], "--resume", "pic")
+    assert "resumed 'pic' (2 turns)" in resumed
+    kept = int(re.search(r"its saved KV holds (\d+) tokens", resumed).group(1))
+    saved = Conversations(home / "conversations.db").load("pic")
+    assert [m["role"] for m in saved] == ["user", "assistant", "user", "assistant"]
+    assert np.array_equal(saved[0]["content"][0]["image"], image)  # through two saves and a resume
+    model = modelverse.load(vision_folder, threads=1)
+    try:
+        chat = model.chat_session(messages=saved[:2])
+        assert kept == len(chat.transcript_tokens()) > 5 * 16  # the image's tokens were not read again
+        assert chat.send("And now?", max_new_tokens=3, temperature=0.0) == saved[3]["content"]
+    finally:
+        model.close()

@@ -7,7 +7,10 @@ earlier turn left there), and writes a snapshot of that KV
 (``clika_runtime.engine.kv_file``). Restoring reads the file, checks it is KV of
 this model, keeps the part whose tokens the transcript still starts with, and
 installs it in the cache as the cached prefix of those tokens: the next turn's
-request finds it there and reports it as ``cached_tokens``.
+request finds it there and reports it as ``cached_tokens``. A conversation's
+images are expanded and embedded as a turn's are, and its KV is keyed as the
+caches key it (each image position by the image's sha256), so a restored image
+is served from the cache on the next turn like its text; audio clips likewise.
 
 A missing, damaged, truncated or foreign file is never an error of the turn: the
 problem is logged and the turn prefills as usual. Snapshots need a cache that
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +35,48 @@ if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
     from clika_runtime.engine.core import EngineCore
     from clika_runtime.engine.engine import Engine
+    from clika_runtime.engine.prompt_media import PromptMedia
 
 log = logging.getLogger("clika_runtime.kv_resume")
+
+
+@dataclass(frozen=True)
+class ConversationPrompt:
+    """A conversation's tokens as its next turn starts with them, and the media they hold."""
+
+    token_ids: list[int]  # what the model reads (each image's marker expanded to its tokens)
+    media: PromptMedia | None = None  # the images' embeddings for their positions (None: text)
+
+    @property
+    def cache_ids(self) -> list[int]:
+        """The ids the caches (and a KV file) hold: each media position keyed by its image's sha256."""
+        return self.token_ids if self.media is None else self.media.keyed(self.token_ids)
+
+
+def conversation_prompt(
+    model: ChatModel,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    policy: GenerationConfig,
+) -> ConversationPrompt:
+    """What every next turn of ``messages`` starts with (no assistant turn opened); the images its
+    turns carry are expanded and embedded as a turn's are (``chat.prepare``)."""
+    if not messages:
+        return ConversationPrompt([])
+    rendered, images = split_images(messages)
+    rendered, audio = split_audio(rendered)
+    text = render_prompt(model.chat_template, rendered, policy, add_generation_prompt=False, tools=tools)
+    if audio and not images:
+        if not model.supports_audio:
+            raise ValueError("this model takes no audio; the conversation holds audio")
+        ids, media = model.encode_with_audio(text, audio)
+        return ConversationPrompt(ids, media)
+    if not images:
+        return ConversationPrompt(model.tokenizer.encode(text))
+    if not model.supports_vision:
+        raise ValueError("this model reads text only; the conversation holds images")
+    ids, media = model.encode_with_images(text, images)
+    return ConversationPrompt(ids, media)
 
 
 def conversation_tokens(
@@ -41,13 +85,8 @@ def conversation_tokens(
     tools: Sequence[Mapping[str, Any]] | None,
     policy: GenerationConfig,
 ) -> list[int]:
-    """The tokens every next turn of ``messages`` starts with (no assistant turn opened); none for
-    a conversation with images or audio, whose KV the caches key by the media's digests, which a
-    KV file does not record (such a conversation is read again on resume)."""
-    if not messages or split_images(messages)[1] or split_audio(messages)[1]:
-        return []
-    text = render_prompt(model.chat_template, messages, policy, add_generation_prompt=False, tools=tools)
-    return model.tokenizer.encode(text)
+    """The tokens every next turn of ``messages`` starts with (no assistant turn opened)."""
+    return conversation_prompt(model, messages, tools, policy).token_ids
 
 
 def kv_layout(model: ChatModel, engine: Engine) -> KVLayout:
@@ -64,27 +103,30 @@ def kv_layout(model: ChatModel, engine: Engine) -> KVLayout:
     )
 
 
-def save_kv(model: ChatModel, engine: Engine, token_ids: list[int], path: str | Path) -> int:
-    """Write the KV ``engine`` holds of ``token_ids`` to ``path`` (atomically), computing what it
+def save_kv(model: ChatModel, engine: Engine, prompt: ConversationPrompt, path: str | Path) -> int:
+    """Write the KV ``engine`` holds of ``prompt`` to ``path`` (atomically), computing what it
     lacks; how many tokens it holds (0: none written, no tokens or a cache that keeps no prefixes)."""
-    if not token_ids:
+    keyed = prompt.cache_ids
+    if not keyed:
         return 0
-    snapshot = engine.between_steps(lambda core: _snapshot(core, token_ids))
-    if snapshot is None or snapshot.num_tokens < len(token_ids):
+    snapshot = engine.between_steps(lambda core: _snapshot(core, keyed))
+    if snapshot is None or snapshot.num_tokens < len(keyed):
         # Computes the KV of every token (the cached part is reused), then keeps it cached.
-        engine.submit(token_ids, GenerationConfig(max_new_tokens=1), detokenize=False).result()
-        snapshot = engine.between_steps(lambda core: _snapshot(core, token_ids))
+        config = GenerationConfig(max_new_tokens=1)
+        engine.submit(prompt.token_ids, config, detokenize=False, media=prompt.media).result()
+        snapshot = engine.between_steps(lambda core: _snapshot(core, keyed))
     if snapshot is None:
         return 0
     write_kv_file(path, snapshot, kv_layout(model, engine))
     return snapshot.num_tokens
 
 
-def restore_kv(model: ChatModel, engine: Engine, token_ids: list[int], path: str | Path) -> int:
-    """Install the KV in ``path`` in ``engine``'s cache for the part of ``token_ids`` it holds; how
+def restore_kv(model: ChatModel, engine: Engine, prompt: ConversationPrompt, path: str | Path) -> int:
+    """Install the KV in ``path`` in ``engine``'s cache for the part of ``prompt`` it holds; how
     many tokens the cache now holds from it. 0, with a log line saying why, when it cannot be used."""
     path = Path(path)
-    if not token_ids:
+    keyed = prompt.cache_ids
+    if not keyed:
         return 0
     if not path.is_file():
         log.info("no saved KV at %s: the conversation is read again", path)
@@ -94,7 +136,7 @@ def restore_kv(model: ChatModel, engine: Engine, token_ids: list[int], path: str
     except KVFileError as exc:
         log.warning("saved KV not used (%s): the conversation is read again", exc)
         return 0
-    shared = _common_prefix(snapshot.token_ids, token_ids)
+    shared = _common_prefix(snapshot.token_ids, keyed)
     if shared < snapshot.num_tokens:
         log.warning(
             "saved KV at %s holds %d tokens, of which the conversation still starts with %d: "

@@ -1,13 +1,16 @@
 """Images and audio riding a conversation's user turns, as the chat layer handles them.
 
-A user turn with media holds them as content parts ``{"type": "image",
-"image": <tensor>}`` or ``{"type": "audio", "audio": <tensor>}`` before its
-text part (what ``attach_images`` / ``attach_audio`` build). The chat template
-sees each as ``{"type": "image"}`` / ``{"type": "audio", "audio": True}`` (Qwen
-templates test for the ``audio`` key, not the type) and emits the model's
-marker there; the pixels and samples stay in this process (the
-template renders in a separate one) and are handed, in prompt order, to the
-model, which runs its tower and expands each marker into the item's tokens.
+A user turn with images holds them as content parts ``{"type": "image",
+"image": <tensor>}`` before its text part (what ``attach_images`` builds), and
+its videos as ``{"type": "video", "video": (frames, timestamps)}`` after the
+images. The chat template sees each as ``{"type": "image"}`` /
+``{"type": "video"}`` and emits the model's marker there; the pixels stay in
+this process (the template renders in a separate one) and are handed, in
+prompt order, to the model, which runs its vision graph and expands each
+marker into the media's tokens (a video travels among the images as a
+``VideoInput``). Audio clips ride as ``{"type": "audio", "audio": <tensor>}``
+(``attach_audio``); the template sees ``{"type": "audio", "audio": True}`` (Qwen
+templates test for the ``audio`` key, not the type).
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from clika_runtime.media.arguments import VideoInput
+
 IMAGE_PART = "image"
+VIDEO_PART = "video"
 AUDIO_PART = "audio"
 
 
@@ -25,6 +31,7 @@ def refuse_media(
     videos: Sequence[Any],
     *,
     vision: bool,
+    video: bool = False,
     hearing: bool = False,
 ) -> None:
     """Raise ValueError naming the first kind of media the model does not read."""
@@ -32,7 +39,7 @@ def refuse_media(
     for name, given, read in (
         ("images", images, vision),
         ("audio", audio, hearing),
-        ("videos", videos, False),
+        ("videos", videos, video),
     ):
         if _given(given, name) and not read:
             raise ValueError(f"this model reads {reads}; it takes no {name}")
@@ -44,8 +51,12 @@ def _given(value: Any, name: str) -> bool:
     return len(value) > 0
 
 
-def _attach(message: Mapping[str, Any], kind: str, items: Sequence[Any]) -> dict[str, Any]:
-    if not items:
+def attach_images(
+    message: Mapping[str, Any], images: Sequence[Any], videos: Sequence[Any] = ()
+) -> dict[str, Any]:
+    """``message`` (a user turn) with ``images`` as image parts, then ``videos`` as video parts,
+    before its content."""
+    if not images and not videos:
         return dict(message)
     content = message.get("content")
     if isinstance(content, str):
@@ -54,83 +65,114 @@ def _attach(message: Mapping[str, Any], kind: str, items: Sequence[Any]) -> dict
         parts = list(content)
     else:
         parts = []
-    return {**message, "content": [*({"type": kind, kind: item} for item in items), *parts]}
+    media = [
+        *({"type": IMAGE_PART, IMAGE_PART: image} for image in images),
+        *({"type": VIDEO_PART, VIDEO_PART: video} for video in videos),
+    ]
+    return {**message, "content": [*media, *parts]}
 
 
-def attach_images(message: Mapping[str, Any], images: Sequence[Any]) -> dict[str, Any]:
-    """``message`` (a user turn) with ``images`` as image parts before its content."""
-    return _attach(message, IMAGE_PART, images)
-
-
-def attach_audio(message: Mapping[str, Any], audio: Sequence[Any]) -> dict[str, Any]:
-    """``message`` (a user turn) with ``audio`` clips as audio parts before its content."""
-    return _attach(message, AUDIO_PART, audio)
-
-
-def with_images_on_last_user_turn(messages: Sequence[Mapping[str, Any]], images: Sequence[Any]) -> list[Any]:
-    """``messages`` with ``images`` riding the last user turn (ValueError when there is none)."""
-    return _on_last_user_turn(messages, IMAGE_PART, images, "images")
-
-
-def with_audio_on_last_user_turn(messages: Sequence[Mapping[str, Any]], audio: Sequence[Any]) -> list[Any]:
-    """``messages`` with ``audio`` riding the last user turn (ValueError when there is none)."""
-    return _on_last_user_turn(messages, AUDIO_PART, audio, "audio")
-
-
-def _on_last_user_turn(
-    messages: Sequence[Mapping[str, Any]], kind: str, items: Sequence[Any], argument: str
+def with_images_on_last_user_turn(
+    messages: Sequence[Mapping[str, Any]], images: Sequence[Any], videos: Sequence[Any] = ()
 ) -> list[Any]:
+    """``messages`` with ``images`` (and ``videos``) riding the last user turn (ValueError when
+    there is none)."""
     out = list(messages)
-    if not items:
+    if not images and not videos:
         return out
     for index in range(len(out) - 1, -1, -1):
         if isinstance(out[index], Mapping) and out[index].get("role") == "user":
-            out[index] = _attach(out[index], kind, items)
+            out[index] = attach_images(out[index], images, videos)
             return out
-    raise ValueError(f"{argument} ride a user turn: the messages have none")
+    raise ValueError("images and videos ride a user turn: the messages have none")
 
 
 def split_images(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Any]]:
-    """The messages as the template reads them (image parts without their pixels) and the images
-    they held, in prompt order."""
-    return _split(messages, IMAGE_PART)
+    """The messages as the template reads them (image and video parts without their pixels) and
+    the media they held, in prompt order (each video as a ``VideoInput``)."""
+    images: list[Any] = []
+    rendered: list[Mapping[str, Any]] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if not isinstance(content, list) or not any(_holds_media(part) for part in content):
+            rendered.append(message)
+            continue
+        parts = []
+        for part in content:
+            if _holds_media(part):
+                kind = part["type"]
+                images.append(part[IMAGE_PART] if kind == IMAGE_PART else VideoInput(part[VIDEO_PART]))
+                parts.append({"type": kind})
+            else:
+                parts.append(part)
+        rendered.append({**message, "content": parts})
+    return rendered, images
 
 
-def split_audio(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Any]]:
-    """The messages as the template reads them (audio parts with ``True`` for their samples) and
-    the clips they held, in prompt order."""
-    return _split(messages, AUDIO_PART, {AUDIO_PART: _RENDERED})
+def _holds_media(part: Any) -> bool:
+    """An image or video part that still holds its pixels."""
+    if not isinstance(part, Mapping):
+        return False
+    kind = part.get("type")
+    return kind in (IMAGE_PART, VIDEO_PART) and kind in part
 
 
 # What a rendered audio part holds instead of its samples: never a clip, so it is not split again.
 _RENDERED = True
 
 
-def _split(
-    messages: Sequence[Mapping[str, Any]], kind: str, rendered_part: Mapping[str, Any] | None = None
-) -> tuple[list[Mapping[str, Any]], list[Any]]:
-    items: list[Any] = []
+def attach_audio(message: Mapping[str, Any], audio: Sequence[Any]) -> dict[str, Any]:
+    """``message`` (a user turn) with ``audio`` clips as audio parts before its content."""
+    if not audio:
+        return dict(message)
+    content = message.get("content")
+    if isinstance(content, str):
+        parts: list[Any] = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        parts = list(content)
+    else:
+        parts = []
+    return {**message, "content": [*({"type": AUDIO_PART, AUDIO_PART: clip} for clip in audio), *parts]}
+
+
+def with_audio_on_last_user_turn(messages: Sequence[Mapping[str, Any]], audio: Sequence[Any]) -> list[Any]:
+    """``messages`` with ``audio`` riding the last user turn (ValueError when there is none)."""
+    out = list(messages)
+    if not audio:
+        return out
+    for index in range(len(out) - 1, -1, -1):
+        if isinstance(out[index], Mapping) and out[index].get("role") == "user":
+            out[index] = attach_audio(out[index], audio)
+            return out
+    raise ValueError("audio ride a user turn: the messages have none")
+
+
+def split_audio(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Any]]:
+    """The messages as the template reads them (audio parts with ``True`` for their samples) and
+    the clips they held, in prompt order."""
+    clips: list[Any] = []
     rendered: list[Mapping[str, Any]] = []
     for message in messages:
         content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list) or not any(_is_part(part, kind) for part in content):
+        if not isinstance(content, list) or not any(_holds_audio(part) for part in content):
             rendered.append(message)
             continue
         parts = []
         for part in content:
-            if _is_part(part, kind):
-                items.append(part[kind])
-                parts.append({"type": kind, **(rendered_part or {})})
+            if _holds_audio(part):
+                clips.append(part[AUDIO_PART])
+                parts.append({"type": AUDIO_PART, AUDIO_PART: _RENDERED})
             else:
                 parts.append(part)
         rendered.append({**message, "content": parts})
-    return rendered, items
+    return rendered, clips
 
 
-def _is_part(part: Any, kind: str) -> bool:
+def _holds_audio(part: Any) -> bool:
+    """An audio part that still holds its samples."""
     return (
         isinstance(part, Mapping)
-        and part.get("type") == kind
-        and kind in part
-        and part[kind] is not _RENDERED
+        and part.get("type") == AUDIO_PART
+        and AUDIO_PART in part
+        and part[AUDIO_PART] is not _RENDERED
     )

@@ -49,6 +49,9 @@ class ChatModel(Protocol):
     @property
     def supports_vision(self) -> bool: ...
 
+    @property
+    def supports_video(self) -> bool: ...
+
     def encode_with_images(self, text: str, images: Sequence[Any]) -> tuple[list[int], PromptMedia | None]:
         """``text`` (with one image marker per image) as token ids, each marker expanded to its
         image's tokens, and the images' embeddings for them."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.history import checked_messages
-from clika_runtime.chat.kv_resume import conversation_tokens, restore_kv, save_kv
+from clika_runtime.chat.kv_resume import ConversationPrompt, conversation_prompt, restore_kv, save_kv
 from clika_runtime.chat.media_turns import (
     attach_audio,
     attach_images,
@@ -202,10 +202,15 @@ class ChatSession:
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
         refuse_media(
-            images, audio, videos, vision=self._model.supports_vision, hearing=self._model.supports_audio
+            images,
+            audio,
+            videos,
+            vision=self._model.supports_vision,
+            video=self._model.supports_video,
+            hearing=self._model.supports_audio,
         )
         # The media stay in the history: every later turn renders (and reuses) them again.
-        turn = attach_audio(attach_images({"role": "user", "content": content}, images), audio)
+        turn = attach_audio(attach_images({"role": "user", "content": content}, images, videos), audio)
         return self._turn(lambda: ([*self._history, turn], [turn]), stream, config, tools, overrides)
 
     def respond(
@@ -239,9 +244,16 @@ class ChatSession:
     ) -> str | Iterator[str | ToolCall]:
         """The assistant's reply to an explicit conversation, leaving the session's history untouched."""
         refuse_media(
-            images, audio, videos, vision=self._model.supports_vision, hearing=self._model.supports_audio
+            images,
+            audio,
+            videos,
+            vision=self._model.supports_vision,
+            video=self._model.supports_video,
+            hearing=self._model.supports_audio,
         )
-        conversation = with_audio_on_last_user_turn(with_images_on_last_user_turn(messages, images), audio)
+        conversation = with_audio_on_last_user_turn(
+            with_images_on_last_user_turn(messages, images, videos), audio
+        )
         return self._turn(lambda: (conversation, None), stream, config, tools, overrides)
 
     def run(
@@ -296,8 +308,8 @@ class ChatSession:
         how many tokens it holds. The KV left by the last turn is reused: only the end of the
         transcript the cache does not hold yet (the assistant turn's closing tokens) is computed."""
         with self._lock:
-            tokens = self.transcript_tokens()
-        return save_kv(self._model, self.engine, tokens, path)
+            prompt = self._transcript()
+        return save_kv(self._model, self.engine, prompt, path)
 
     def restore_kv(self, path: str | Path) -> int:
         """Install the KV saved at ``path`` (by :meth:`save_kv`, in this process or another) for
@@ -306,8 +318,8 @@ class ChatSession:
         one, or one whose tokens the conversation no longer starts with is logged and left out
         (0, or the tokens still shared): the turn then reads the rest as usual."""
         with self._lock:
-            tokens = self.transcript_tokens()
-        return restore_kv(self._model, self.engine, tokens, path)
+            prompt = self._transcript()
+        return restore_kv(self._model, self.engine, prompt, path)
 
     def close(self) -> None:
         """Cancel the live turn at its next decode step (streamed or not, from any thread) and drop
@@ -350,8 +362,11 @@ class ChatSession:
 
     def transcript_tokens(self) -> list[int]:
         """The tokens every next turn of the conversation starts with (its saved KV holds them)."""
+        return self._transcript().token_ids
+
+    def _transcript(self) -> ConversationPrompt:
         policy = GenerationConfig.resolve(self._defaults, None, {})
-        return conversation_tokens(self._model, self._history, self._tools, policy)
+        return conversation_prompt(self._model, self._history, self._tools, policy)
 
     def _before_turn(self) -> None:
         if self._closed:

@@ -9,6 +9,9 @@ The header names what the KV belongs to and how to check it::
     format, model_key, dtype, num_layers, num_kv_heads, head_dim,
     num_tokens, token_ids, tokens_sha256, payload_bytes, payload_sha256
 
+``token_ids`` are the ids the caches compare: a media position's is its
+image's negative key id (``clika_runtime.engine.prompt_media``).
+
 Like llama.cpp's slot files (a magic, a version and the token ids ahead of the
 state, refused when the types or sizes disagree) and mlx-lm's prompt-cache
 files (metadata beside the arrays), but keyed by the model too: ``model_key``
@@ -36,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from clika_runtime.engine.kv_snapshot import KVSnapshot
+from clika_runtime.engine.prompt_media import MEDIA_KEY_FLOOR
 
 MAGIC = b"CLIKAKV\x01"
 FORMAT_VERSION = 1
@@ -176,7 +180,9 @@ def _checked_header(header: dict[str, Any], path: Path, layout: KVLayout) -> tup
     if (
         not isinstance(ids, list)
         or len(ids) != num_tokens
-        or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in ids)
+        or not all(
+            isinstance(t, int) and not isinstance(t, bool) and MEDIA_KEY_FLOOR <= t < 2**31 for t in ids
+        )
     ):
         raise KVFileError(f"{path}: the header's token ids are not {num_tokens} token ids")
     token_ids = tuple(ids)

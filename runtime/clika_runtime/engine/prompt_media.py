@@ -21,6 +21,7 @@ from clika_runtime.step_graph import MediaSpan
 
 # Key ids are negative (no token id is), 60 bits of the digest: distinct images never meet.
 _KEY_BITS = 60
+MEDIA_KEY_FLOOR = -(2**_KEY_BITS)  # the smallest key id (a file of keyed ids is checked against it)
 
 
 def media_key_id(digest: str) -> int:

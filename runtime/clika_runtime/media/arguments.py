@@ -25,6 +25,14 @@ class VideoClip:
     timestamps: np.ndarray
 
 
+@dataclass(frozen=True)
+class VideoInput:
+    """A video among a prompt's images, in prompt order: the caller's (frames, timestamps) pair,
+    checked when the tower reads it (``video_clips``)."""
+
+    pair: Any
+
+
 def _array(value: Any, where: str) -> np.ndarray:
     try:
         return Tensor(value).numpy()

@@ -23,6 +23,16 @@ _MAX_EDGE = 4096
 
 
 @dataclass(frozen=True)
+class VideoSampling:
+    """SmolVLM2's ``video_sampling``: frames per second, at most ``max_frames``, each frame's
+    longest edge first resized to ``longest_edge`` (then to one tile, unsplit)."""
+
+    fps: float = 1.0
+    max_frames: int = 64
+    longest_edge: int = 512
+
+
+@dataclass(frozen=True)
 class Idefics3Settings:
     """The processor config fields this pipeline reads (``preprocessor_config.json``)."""
 
@@ -33,6 +43,7 @@ class Idefics3Settings:
     rescale_factor: float | None = 1 / 255
     mean: tuple[float, float, float] | None = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] | None = (0.5, 0.5, 0.5)
+    video: VideoSampling | None = None  # SmolVLM2 checkpoints read videos (None: images only)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ put them) and the images in that order, runs the vision graph on them (the
 ``vision`` stage an observer sees), expands each marker into the image's
 tokens (Idefics3: ``<fake_token_around_image>``, row/column tokens and
 ``<image>`` per tile, then the global view), tokenizes the result and pairs
-the image-token positions with the embeddings (``PromptMedia``).
+the image-token positions with the embeddings (``PromptMedia``). A checkpoint
+that reads videos (SmolVLM2) takes them among the images as ``VideoInput``
+items, each ``<video>`` marker expanded to its frames' text.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import ManifestError, VisionSpec
-from clika_runtime.media.placeholders import IDEFICS3_IMAGE, expand_markers
+from clika_runtime.media.arguments import VideoInput
+from clika_runtime.media.placeholders import IDEFICS3_IMAGE, VIDEO_MARKER, expand_kinds, expand_markers
+from clika_runtime.media.processor_config import read_processor_settings
 from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.text.tokenizer import Tokenizer
 
@@ -28,6 +32,8 @@ from clika_runtime.text.tokenizer import Tokenizer
 _MARKERS = {"idefics3": IDEFICS3_IMAGE}
 # Images one request may carry (each is at least one tile of the vision graph).
 MAX_IMAGES = 16
+# Videos one request may carry (each is its sampled frames, at most the checkpoint's max_frames).
+MAX_VIDEOS = 4
 
 
 class ImagePrompts:
@@ -53,7 +59,21 @@ class ImagePrompts:
         self._threads = threads
         self._observer = observer
         self._tower: VisionTower | None = None
+        self._reads_video: bool | None = None
         self._lock = threading.Lock()
+
+    @property
+    def reads_video(self) -> bool:
+        """True when the checkpoint reads videos through this graph (SmolVLM2's video_sampling)."""
+        if self._reads_video is None:
+            try:
+                settings = read_processor_settings(self.folder)
+            except ValueError:  # a bad processor config: the first image's request names the problem
+                return False
+            self._reads_video = (
+                getattr(settings, "video", None) is not None and self.spec.family == "idefics3"
+            )
+        return self._reads_video
 
     def tower(self) -> VisionTower:
         with self._lock:
@@ -70,15 +90,29 @@ class ImagePrompts:
         are refused naming the image that overflows (as are bad shapes, dtypes, too many).
         """
         began = time.perf_counter()
-        embeddings = self.tower().embed_images(images, max_count=MAX_IMAGES, token_budget=token_budget)
+        stills = [item for item in images if not isinstance(item, VideoInput)]
+        clips = [item.pair for item in images if isinstance(item, VideoInput)]
+        tower = self.tower()
+        embeddings = tower.embed_images(stills, max_count=MAX_IMAGES, token_budget=token_budget)
+        by_marker = {self.marker: embeddings}
+        if clips:  # a video's tokens count against what the images left
+            left = token_budget - sum(e.num_tokens for e in embeddings)
+            by_marker[VIDEO_MARKER] = tower.embed_videos(clips, max_count=MAX_VIDEOS, token_budget=left)
         seconds = time.perf_counter() - began
         observer = self._observer()
         if observer is not None:
-            tokens = sum(e.num_tokens for e in embeddings)
+            tokens = sum(e.num_tokens for found in by_marker.values() for e in found)
             # "cached": images whose embeddings an earlier request computed (the tower's cache).
             detail = {"images": len(embeddings), "cached": sum(e.cached for e in embeddings)}
+            if clips:
+                detail["videos"] = len(clips)
             observer(StageEvent("vision", request_id, seconds, tokens, detail=detail))
-        expanded = expand_markers(text, self.marker, [e.prompt_text for e in embeddings])
+        if self.reads_video:
+            texts = {m: [e.prompt_text for e in found] for m, found in by_marker.items()}
+            expanded, order = expand_kinds(text, {VIDEO_MARKER: [], **texts})
+            embeddings = [by_marker[marker][k] for marker, k in order]  # rows in prompt order
+        else:
+            expanded = expand_markers(text, self.marker, [e.prompt_text for e in embeddings])
         ids = self.tokenizer.encode(expanded)
         image_id = int(self.spec.image_token_id)  # type: ignore[arg-type]
         media = prompt_media(ids, image_id, [(e.embeds, e.digest) for e in embeddings])

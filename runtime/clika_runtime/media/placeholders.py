@@ -12,13 +12,15 @@ embeddings in order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 
 IDEFICS3_IMAGE = "<image>"
 IDEFICS3_AROUND = "<fake_token_around_image>"
 IDEFICS3_GLOBAL = "<global-img>"
 QWEN2_VL_IMAGE = "<|image_pad|>"
 QWEN2_VL_VIDEO = "<|video_pad|>"
+VIDEO_MARKER = "<video>"  # SmolVLM2's template marker for one video
 QWEN2_AUDIO = "<|AUDIO|>"
 QWEN2_AUDIO_CLIP = "<|audio_bos|><|AUDIO|><|audio_eos|>"  # a clip as the chat template emits it
 
@@ -58,3 +60,28 @@ def expand_markers(text: str, marker: str, replacements: Sequence[str], *, argum
     for replacement, piece in zip(replacements, pieces[1:], strict=True):
         out += [replacement, piece]
     return "".join(out)
+
+
+def expand_kinds(text: str, kinds: Mapping[str, Sequence[str]]) -> tuple[str, list[tuple[str, int]]]:
+    """``text`` with the k-th occurrence of each marker in ``kinds`` replaced by ``kinds[marker][k]``
+    (in one pass, so a replacement holding a marker is never expanded again), and the
+    ``(marker, k)`` order they appear in; each marker's count must agree with its replacements."""
+    markers = [m for m in kinds if kinds[m] or m in text]
+    if not markers:
+        return text, []
+    pieces = re.split("(" + "|".join(re.escape(m) for m in markers) + ")", text)
+    counts = {m: pieces[1::2].count(m) for m in markers}
+    for marker in markers:
+        if counts[marker] != len(kinds[marker]):
+            what = "videos" if marker == VIDEO_MARKER else "images"
+            raise ValueError(
+                f"{what}: {len(kinds[marker])} given but the prompt has {counts[marker]} {marker} markers "
+                "(attached media ride the chat template's parts; a marker typed into the text counts as another)"
+            )
+    out, order, taken = [pieces[0]], [], dict.fromkeys(markers, 0)
+    for marker, piece in zip(pieces[1::2], pieces[2::2], strict=True):
+        k = taken[marker]
+        taken[marker] += 1
+        order.append((marker, k))
+        out += [kinds[marker][k], piece]
+    return "".join(out), order

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clika_runtime.media.idefics3 import Idefics3Settings
+from clika_runtime.media.idefics3 import Idefics3Settings, VideoSampling
 from clika_runtime.media.qwen2_vl import Qwen2VLSettings
 from clika_runtime.media.resample import FILTERS
 
@@ -81,7 +81,24 @@ def idefics3_settings(config: Mapping[str, Any]) -> Idefics3Settings:
         longest_edge=_edge(config, "size", d.longest_edge or 1456) if resize else None,
         tile_edge=_edge(config, "max_image_size", d.tile_edge),
         split=_field(config, "do_image_splitting", bool, d.split),
+        video=_video_sampling(config),
         **_pixels_steps(config, d.mean, d.std),
+    )
+
+
+def _video_sampling(config: Mapping[str, Any]) -> VideoSampling | None:
+    """SmolVLM2's ``video_sampling`` (None when the checkpoint reads images only)."""
+    entry = _field(config, "video_sampling", dict, None)
+    if entry is None:
+        return None
+    d = VideoSampling()
+    fps = _field(entry, "fps", (float, int), d.fps)
+    if not fps > 0:
+        raise ProcessorConfigError(f"{PROCESSOR_FILE}: video_sampling.fps must be positive, got {fps}")
+    return VideoSampling(
+        fps=float(fps),
+        max_frames=_positive(entry, "max_frames", d.max_frames),
+        longest_edge=_edge(entry, "video_size", d.longest_edge),
     )
 
 

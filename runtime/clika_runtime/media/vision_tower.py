@@ -32,6 +32,7 @@ from clika_runtime.media.qwen2_vl import (
     preprocess_qwen2_vl_video,
 )
 from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
+from clika_runtime.media.smolvlm_video import clip_duration, preprocess_smolvlm_frames, smolvlm_video_text
 from clika_runtime.media.video import sample_frames
 from clika_runtime.model_folder import open_session, session_options
 
@@ -146,12 +147,33 @@ class VisionTower:
         max_count: int | None = None,
         token_budget: int | None = None,
     ) -> list[MediaEmbedding]:
-        """One embedding per (frames, timestamps) clip, its frames sampled at ``fps``."""
+        """One embedding per (frames, timestamps) clip, its frames sampled at ``fps`` (an Idefics3
+        tower: at the rate and count its checkpoint's ``video_sampling`` names, SmolVLM2's)."""
+        if self.spec.family == "idefics3" and self.settings.video is not None:
+            clips = video_clips(videos, max_count=max_count)
+            return check_token_budget([self._smolvlm_clip(c) for c in clips], token_budget, "videos")
         if self.spec.family not in _VIDEO_FAMILIES:
             raise ValueError(f"videos: the {self.spec.family} vision tower takes images only")
         clips = video_clips(videos, max_count=max_count)
         embeddings = [self._qwen2_vl_clip(sample_frames(c, fps=fps, max_frames=max_frames)) for c in clips]
         return check_token_budget(embeddings, token_budget, "videos")
+
+    def _smolvlm_clip(self, clip: VideoClip) -> MediaEmbedding:
+        sampling = self.settings.video
+        duration = clip_duration(clip.timestamps)  # the whole clip's, as the prompt states it
+        clip = sample_frames(clip, fps=sampling.fps, max_frames=sampling.max_frames)
+        digest = image_digest(clip.frames, clip.timestamps)
+        with self._embedded_lock:  # a conversation renders its videos on every turn, too
+            found = self._embedded.get(digest)
+        if found is not None:
+            return dataclasses.replace(found, cached=True)
+        frames = preprocess_smolvlm_frames(clip, self.settings)
+        (out,) = self.session.run([self.spec.embeds_output], {"pixel_values": frames})
+        text = smolvlm_video_text(clip.timestamps, duration, int(out.shape[1]))
+        times = tuple(float(t) for t in clip.timestamps)
+        embedding = MediaEmbedding(out.reshape(-1, out.shape[-1]), text, digest, times)
+        self._remember(digest, embedding)
+        return embedding
 
     def _qwen2_vl_clip(self, clip: VideoClip) -> MediaEmbedding:
         patches = preprocess_qwen2_vl_video(clip.frames, self.settings)
@@ -181,11 +203,14 @@ class VisionTower:
                 self._embedded.move_to_end(digest)
                 return dataclasses.replace(found, cached=True)
         embedding = self._idefics3(image)
+        self._remember(digest, embedding)
+        return embedding
+
+    def _remember(self, digest: str, embedding: MediaEmbedding) -> None:
         with self._embedded_lock:
             self._embedded[digest] = embedding
             while len(self._embedded) > EMBEDDING_CACHE_SIZE:
                 self._embedded.popitem(last=False)
-        return embedding
 
     def _idefics3(self, image: np.ndarray) -> MediaEmbedding:
         tiles = preprocess_idefics3(image, self.settings)

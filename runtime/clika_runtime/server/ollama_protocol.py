@@ -7,7 +7,8 @@ mapping, threads) change nothing about the reply and are accepted as they
 are; ``num_ctx`` is accepted and the model's own window applies. Options
 that would change the reply in a way this server cannot honour (mirostat,
 ``typical_p``, ``tfs_z``, a ``repeat_last_n`` other than the whole context,
-a ``format``, images) are a 400 naming them, never silently ignored.
+a ``format``) are a 400 naming them, never silently ignored. Images ride a
+message (``/api/chat``) or the prompt (``/api/generate``) as base64 strings.
 """
 
 from __future__ import annotations
@@ -77,11 +78,16 @@ class GenerateRequest:
     options: dict[str, Any]
     max_tokens_given: bool
     think: bool | None
+    images: tuple[dict[str, Any], ...] = ()  # image parts of the prompt's user turn
 
 
 def parse_ollama_chat(body: Any) -> ChatRequest:
     body = check_object(body)
     _refuse_unsupported(body)
+    if body.get("images"):
+        raise bad_request(
+            "/api/chat takes images on a message ('messages[i].images'), not beside them", "images"
+        )
     tools = check_tools(body.get("tools"))
     options, given = ollama_options(body.get("options"))
     _add_format(body, options)
@@ -118,15 +124,20 @@ def parse_ollama_generate(body: Any) -> GenerateRequest:
     think = body.get("think") if isinstance(body.get("think"), bool) else None
     if think is not None:
         options["enable_thinking"] = think
+    raw = check_flag(body, "raw", False)
+    images = _image_parts(body["images"], "images") if body.get("images") else []
+    if images and raw:
+        raise bad_request("'images' need the chat template: a 'raw' prompt takes none", "images")
     return GenerateRequest(
         model=model_name(body),
         prompt=prompt,
         system=system,
-        raw=check_flag(body, "raw", False),
+        raw=raw,
         stream=_stream(body),
         options=options,
         max_tokens_given=given,
         think=think,
+        images=tuple(images),
     )
 
 
@@ -186,8 +197,6 @@ def _num_predict(setting: Any, options: dict[str, Any]) -> bool:
 
 
 def _refuse_unsupported(body: Mapping[str, Any]) -> None:
-    if body.get("images"):
-        raise bad_request("this model reads text only: 'images' are not supported", "images")
     if body.get("logprobs"):
         raise bad_request("'logprobs' are not supported by this server", "logprobs")
 

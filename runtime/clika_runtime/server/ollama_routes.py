@@ -90,7 +90,7 @@ class _Ollama:
         self.served.intake.authorize(request)
         parsed = await self.served.prepare(parse_ollama_generate, await self.served.intake.json(request))
         name = self._check_model(parsed.model)
-        if not parsed.prompt:
+        if not parsed.prompt and not parsed.images:
             return JSONResponse({**loaded(name), "response": ""})
         run = await self.served.prepare(self._start_generate, parsed)
         if parsed.stream:
@@ -102,7 +102,10 @@ class _Ollama:
         if parsed.raw:  # the prompt is the model's text as it is: no template
             return self.backend.start_completion(parsed.prompt, parsed.options, parsed.max_tokens_given)
         messages = [{"role": "system", "content": parsed.system}] if parsed.system else []
-        messages.append({"role": "user", "content": parsed.prompt})
+        content: str | list[dict[str, Any]] = parsed.prompt
+        if parsed.images:  # the images before the text, as generate(images=) puts them
+            content = [*parsed.images, {"type": "text", "text": parsed.prompt}]
+        messages.append({"role": "user", "content": content})
         chat = ChatRequest(
             model=parsed.model,
             messages=messages,

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from clika_runtime.chat.history import checked_messages
-from clika_runtime.chat.kv_resume import conversation_tokens, restore_kv, save_kv
+from clika_runtime.chat.kv_resume import ConversationPrompt, conversation_prompt, restore_kv, save_kv
+from clika_runtime.chat.media_turns import attach_images, refuse_media
 from clika_runtime.chat.tool_loop import LoopHooks
 from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.engine.async_bridge import AsyncBridge
@@ -183,17 +183,23 @@ class AsyncSession:
         config: GenerationConfig | Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         cancel: asyncio.Event | None = None,
+        images: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
         **overrides: Any,
     ) -> TurnResult:
         """Add a user turn and return the turn's result once the reply is complete.
 
+        ``images`` ([H, W, 3] tensors) and ``videos`` ((frames, timestamps) pairs, on a model
+        whose ``supports_video``) ride the user turn and stay in the history
+        (a store keeps them; later turns render them again and reuse their KV);
         ``tools`` offers tool definitions for this turn (None: the session's);
         ``config`` and keyword arguments override the decode policy for this
         turn only; ``cancel`` is an extra cancel event for this turn. A failure
         of the engine comes back as a result with ``subtype == "error"``; a
         cancelled turn raises RunCancelled.
         """
-        return await self._complete(self._spec(_user_turn(content), config, tools, cancel, overrides, False))
+        turn = self._user_turn(content, images, videos)
+        return await self._complete(self._spec(turn, config, tools, cancel, overrides, False))
 
     def stream(
         self,
@@ -202,12 +208,14 @@ class AsyncSession:
         config: GenerationConfig | Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         cancel: asyncio.Event | None = None,
+        images: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
         **overrides: Any,
     ) -> TurnStream:
         """Add a user turn and stream the reply: ``text``, ``thinking`` and ``tool_use`` events as
         the model makes them, then one ``result`` event (an ``error`` event before it when the
         engine failed). Arguments as for :meth:`send`."""
-        spec = self._spec(_user_turn(content), config, tools, cancel, overrides, True)
+        spec = self._spec(self._user_turn(content, images, videos), config, tools, cancel, overrides, True)
         return self._open(spec)
 
     async def respond(
@@ -331,18 +339,22 @@ class AsyncSession:
     async def save_kv(self, path: str | Path | None = None) -> int:
         """Write the conversation's KV to ``path`` (None: where the store keeps it,
         ``SQLiteStore.kv_path``); how many tokens it holds (``ChatSession.save_kv`` says how)."""
-        target = self._kv_path(path)
-        tokens = self._transcript_tokens()
-        work = functools.partial(save_kv, self._chat.model, self._chat.engine, tokens, target)
-        return await asyncio.get_running_loop().run_in_executor(None, work)
+        return await self._off_loop_kv(save_kv, self._kv_path(path))
 
     async def restore_kv(self, path: str | Path | None = None) -> int:
         """Install the KV saved for the conversation (None: where the store keeps it), so the next
         turn starts from it; how many tokens were restored (0, logged, when the file cannot be used)."""
-        target = self._kv_path(path)
-        tokens = self._transcript_tokens()
-        work = functools.partial(restore_kv, self._chat.model, self._chat.engine, tokens, target)
-        return await asyncio.get_running_loop().run_in_executor(None, work)
+        return await self._off_loop_kv(restore_kv, self._kv_path(path))
+
+    async def _off_loop_kv(self, work: Callable[..., int], target: Path) -> int:
+        # Rendering the history (and embedding its images) is CPU work: keep it off the loop too.
+        history = list(self._history)
+
+        def run() -> int:
+            prompt = self._transcript(history)
+            return work(self._chat.model, self._chat.engine, prompt, target)
+
+        return await asyncio.get_running_loop().run_in_executor(None, run)
 
     async def close(self) -> None:
         """Cancel a running turn (its slot is free on return); later turns raise ValueError."""
@@ -368,9 +380,18 @@ class AsyncSession:
             raise ValueError("this session's store keeps no KV files (a SQLiteStore does): give a path")
         return kv_path(self._id)
 
-    def _transcript_tokens(self) -> list[int]:
+    def _transcript(self, history: list[dict[str, Any]]) -> ConversationPrompt:
         policy = self._chat.defaults.overlay(self._options)
-        return conversation_tokens(self._chat.model, self._history, self._tools, policy)
+        return conversation_prompt(self._chat.model, history, self._tools, policy)
+
+    def _user_turn(
+        self, content: str, images: Sequence[Any], videos: Sequence[Any]
+    ) -> tuple[dict[str, Any], ...]:
+        if not isinstance(content, str):
+            raise ValueError(f"content must be a string, got {type(content).__name__}")
+        model = self._chat.model
+        refuse_media(images, (), videos, vision=model.supports_vision, video=model.supports_video)
+        return (attach_images({"role": "user", "content": content}, images, videos),)
 
     def _spec(
         self,
@@ -470,9 +491,3 @@ class AsyncSession:
         live, self._live = self._live, None
         if live is not None:
             live.cancel(reason)
-
-
-def _user_turn(content: str) -> tuple[dict[str, Any], ...]:
-    if not isinstance(content, str):
-        raise ValueError(f"content must be a string, got {type(content).__name__}")
-    return ({"role": "user", "content": content},)

@@ -12,6 +12,13 @@ with an ``application_id``, so a file from a newer runtime, or a database that
 is not a conversation store, is refused with a message saying so instead of
 being misread, before anything is written to it. A damaged file (a corrupt page,
 a row that is not a transcript) raises ``StoreError``.
+
+Images a transcript's turns carry are kept once each, by their sha256, in the
+``media`` table (``sessions.stored_media``): the transcript names them, a link
+table says which conversations use which, and an image no conversation uses
+any more is deleted in the transaction that dropped its last use. A file of
+schema 1 (no media tables) is migrated in place when opened: the tables are
+added in one transaction, after the file was inspected read-only.
 """
 
 from __future__ import annotations
@@ -25,19 +32,31 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from clika_runtime.sessions.sqlite_media import MEDIA_TABLES, link_images, read_images, unlink_images
 from clika_runtime.sessions.store import StoreError, checked_id, decode_messages, encode_messages
+from clika_runtime.sessions.stored_media import (
+    MAX_STORED_IMAGE_BYTES,
+    StoredImageError,
+    attach_images,
+    detach_images,
+    image_digests,
+)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x436C6B43  # "ClkC": marks a clika conversation store
 
-_SCHEMA = (
-    "CREATE TABLE conversations ("
-    " id TEXT PRIMARY KEY,"
-    " messages TEXT NOT NULL,"
-    " created_at REAL NOT NULL,"
-    " updated_at REAL NOT NULL)",
-    "CREATE INDEX conversations_by_update ON conversations (updated_at)",
-)
+# Each schema version's statements, applied in order from a file's version to the newest.
+_SCHEMAS = {
+    1: (
+        "CREATE TABLE conversations ("
+        " id TEXT PRIMARY KEY,"
+        " messages TEXT NOT NULL,"
+        " created_at REAL NOT NULL,"
+        " updated_at REAL NOT NULL)",
+        "CREATE INDEX conversations_by_update ON conversations (updated_at)",
+    ),
+    2: MEDIA_TABLES,
+}
 
 _T = TypeVar("_T")
 
@@ -52,13 +71,20 @@ class SQLiteStore:
         await chat.ask("My name is Ada.", id="ada")   # a later process continues "ada"
 
     Its methods run the database work on a worker thread, so the event loop
-    never waits on the disk. ``close`` releases the file.
+    never waits on the disk. ``close`` releases the file. A transcript's images
+    are stored once each by sha256; one larger than ``max_image_bytes`` (its
+    uint8 pixels) is refused by the save, naming its part.
     """
 
-    def __init__(self, path: str | Path, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, timeout: float = 30.0, max_image_bytes: int = MAX_STORED_IMAGE_BYTES
+    ) -> None:
         if str(path) == ":memory:" or not str(path):
             raise ValueError("SQLiteStore needs a file path; use InMemoryStore for conversations in memory")
+        if isinstance(max_image_bytes, bool) or not isinstance(max_image_bytes, int) or max_image_bytes < 1:
+            raise ValueError(f"max_image_bytes must be a positive integer, got {max_image_bytes!r}")
         self.path = Path(path)
+        self.max_image_bytes = max_image_bytes
         self._lock = threading.Lock()
         try:
             self._conn: sqlite3.Connection | None = sqlite3.connect(
@@ -91,23 +117,31 @@ class SQLiteStore:
     # -- the same, blocking (for code outside an event loop) -------------------------------------
 
     def get_now(self, conversation_id: str) -> list[dict[str, Any]] | None:
-        """``get`` on the calling thread."""
+        """``get`` on the calling thread (the transcript and its images read in one snapshot)."""
         key = checked_id(conversation_id)
-        rows = self._query("SELECT messages FROM conversations WHERE id = ?", (key,))
-        return None if not rows else self._transcript(key, rows[0][0])
+        return self._read(lambda conn: self._read_conversation(conn, key))
 
     def save_now(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
         """``save`` on the calling thread: one transaction, durable once it returns."""
         key = checked_id(conversation_id)
-        text = encode_messages(messages)
+        try:
+            stored, images = detach_images(messages, self.max_image_bytes)
+        except StoredImageError as exc:
+            raise ValueError(str(exc)) from None
+        text = encode_messages(stored)
         now = time.time()
-        self._transaction(
-            lambda conn: conn.execute(
+
+        def write(conn: sqlite3.Connection) -> sqlite3.Cursor:
+            cursor = conn.execute(
                 "INSERT INTO conversations (id, messages, created_at, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET messages = excluded.messages, updated_at = excluded.updated_at",
                 (key, text, now, now),
             )
-        )
+            # Parts may name a stored image by digest alone (a transcript read back and saved).
+            link_images(conn, key, image_digests(stored), images, now)
+            return cursor
+
+        self._transaction(write)
 
     def list_now(self) -> list[str]:
         """``list`` on the calling thread."""
@@ -117,9 +151,12 @@ class SQLiteStore:
     def delete_now(self, conversation_id: str) -> bool:
         """``delete`` on the calling thread."""
         key = checked_id(conversation_id)
-        cursor = self._transaction(
-            lambda conn: conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
-        )
+
+        def forget(conn: sqlite3.Connection) -> sqlite3.Cursor:
+            unlink_images(conn, key)
+            return conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
+
+        cursor = self._transaction(forget)
         self.kv_path(key).unlink(missing_ok=True)
         return cursor.rowcount > 0
 
@@ -157,6 +194,37 @@ class SQLiteStore:
         with self._lock:
             try:
                 return self._connection().execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"conversation store {self.path}: {exc}") from None
+
+    def image_count(self) -> int:
+        """How many distinct images the store holds (each once, however many turns use it)."""
+        return int(self._query("SELECT COUNT(*) FROM media", ())[0][0])
+
+    def _read_conversation(self, conn: sqlite3.Connection, key: str) -> list[dict[str, Any]] | None:
+        rows = conn.execute("SELECT messages FROM conversations WHERE id = ?", (key,)).fetchall()
+        if not rows:
+            return None
+        messages = self._transcript(key, rows[0][0])
+        digests = image_digests(messages)
+        if not digests:
+            return messages
+        try:
+            pixels = read_images(conn, digests, self.max_image_bytes)
+            return attach_images(messages, pixels.get)
+        except StoredImageError as exc:
+            raise StoreError(f"conversation store {self.path}: {key!r}: {exc}") from None
+
+    def _read(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``work`` in one read transaction: it sees one committed state of the file."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN")
+                try:
+                    return work(conn)
+                finally:
+                    conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise StoreError(f"conversation store {self.path}: {exc}") from None
 
@@ -215,7 +283,8 @@ class SQLiteStore:
             raise StoreError(f"{self.path}: SQLite refused write-ahead logging (journal_mode={mode})")
 
     def _migrate(self) -> None:
-        """Create the schema in a new file; refuse a file of another application or a newer schema."""
+        """Create the schema in a new file, add the newer tables to an older one; refuse a file of
+        another application or a newer schema."""
         if self._checked_version(self._connection()) != SCHEMA_VERSION:
             # Re-checked under the write lock: another process may be creating it right now.
             self._transaction(self._create_schema)
@@ -235,14 +304,17 @@ class SQLiteStore:
         return version
 
     def _create_schema(self, conn: sqlite3.Connection) -> sqlite3.Cursor:
+        """Bring the file to SCHEMA_VERSION: a new file gets every table, an older one the tables
+        of the versions after its own (re-checked here, under the write lock)."""
         version = self._checked_version(conn)
         if version == SCHEMA_VERSION:
             return conn.execute("SELECT 1")
-        if conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        if version == 0 and conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
             raise StoreError(
                 f"{self.path} already holds tables of another application, not a conversation store"
             )
-        for statement in _SCHEMA:
-            conn.execute(statement)
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _SCHEMAS[step]:
+                conn.execute(statement)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         return conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

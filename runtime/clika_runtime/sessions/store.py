@@ -14,6 +14,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
+from clika_runtime.sessions.stored_media import (
+    StoredImageError,
+    attach_images,
+    detach_images,
+    image_digests,
+)
+
 MAX_ID_LENGTH = 256
 
 
@@ -73,24 +82,57 @@ class InMemoryStore:
 
     Transcripts go in and out as copies (through the JSON form a durable store
     keeps), so a caller never edits a stored one by accident and what this
-    store takes a file-backed store takes too.
+    store takes a file-backed store takes too. Their images are kept once each
+    by sha256 (read-only arrays shared by the transcripts that use them).
     """
 
     def __init__(self) -> None:
-        self._saved: dict[str, str] = {}
+        self._saved: dict[str, tuple[str, frozenset[str]]] = {}
+        self._images: dict[str, np.ndarray] = {}
 
     async def get(self, conversation_id: str) -> list[dict[str, Any]] | None:
-        text = self._saved.get(checked_id(conversation_id))
-        return None if text is None else decode_messages(text)
+        saved = self._saved.get(checked_id(conversation_id))
+        if saved is None:
+            return None
+        return attach_images(decode_messages(saved[0]), self._images.get)
 
     async def save(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
         key = checked_id(conversation_id)
-        text = encode_messages(messages)
-        self._saved.pop(key, None)  # re-insert: the dict's order is the save order
-        self._saved[key] = text
+        try:
+            stored, images = detach_images(messages)
+        except StoredImageError as exc:
+            raise ValueError(str(exc)) from None
+        text = encode_messages(stored)
+        named = frozenset(image_digests(stored))
+        missing = sorted(named - images.keys() - self._images.keys())
+        if missing:
+            raise ValueError(
+                f"messages name image {missing[0][:16]}... without its pixels, and the store holds none"
+            )
+        for digest, pixels in images.items():
+            if digest not in self._images:
+                kept = pixels.copy()  # the caller's array may change later; readers share this one
+                kept.flags.writeable = False
+                self._images[digest] = kept
+        previous = self._saved.pop(key, None)  # re-insert: the dict's order is the save order
+        self._saved[key] = (text, named)
+        if previous is not None:
+            self._drop_unused(previous[1])
 
     async def list(self) -> list[str]:
         return list(reversed(self._saved))
 
     async def delete(self, conversation_id: str) -> bool:
-        return self._saved.pop(checked_id(conversation_id), None) is not None
+        return self._forget(checked_id(conversation_id))
+
+    def _forget(self, key: str) -> bool:
+        saved = self._saved.pop(key, None)
+        if saved is None:
+            return False
+        self._drop_unused(saved[1])
+        return True
+
+    def _drop_unused(self, digests: frozenset[str]) -> None:
+        used = set().union(*(names for _, names in self._saved.values()))
+        for digest in digests - used:
+            self._images.pop(digest, None)

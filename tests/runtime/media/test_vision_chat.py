@@ -142,6 +142,9 @@ def test_audio_and_text_only_models_refuse_by_name(idefics3, tiny_model):
     _, model = idefics3
     with pytest.raises(ValueError, match="takes no audio"):
         model.generate(QUESTION, audio=[np.zeros(16000, np.float32)])
+    assert not model.supports_video  # no video_sampling in its processor config
+    with pytest.raises(ValueError, match="reads text and images; it takes no videos"):
+        model.generate(QUESTION, videos=[(np.zeros((1, 8, 8, 3), np.uint8), np.zeros(1))])
     with pytest.raises(ValueError, match="reads text only; it takes no images"):
         tiny_model.generate(QUESTION, images=[random_image(8, 8, 1)])
     assert not tiny_model.supports_vision

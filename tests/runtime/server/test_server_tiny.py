@@ -310,7 +310,7 @@ def test_413_for_a_body_over_the_cap(http):
 
 
 def test_the_engine_is_clean_after_all_that(server):
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 300  # a bound against a hang, not a timing check
     while server.backend.load() != {"active": 0, "waiting": 0} and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.backend.load() == {"active": 0, "waiting": 0}

@@ -120,3 +120,31 @@ def test_the_ollama_client_sends_a_messages_images(vision_model, tiny_model):
     with start_server(tiny_model, model_id="tiny") as running:
         with pytest.raises(ollama.ResponseError, match="reads text only"):
             ollama.Client(host=running.base_url).chat(model="tiny", messages=[message])
+
+
+def test_the_ollama_client_generates_with_images(vision_model, tiny_model):
+    ollama = pytest.importorskip("ollama")
+    image = random_image(60, 70, 24)
+    options = {"temperature": 0, "num_predict": 6}
+    expected = vision_model.generate(QUESTION, images=[image], max_new_tokens=6, temperature=0.0)
+    with start_server(vision_model, model_id=MODEL) as running:
+        client = ollama.Client(host=running.base_url)
+        whole = client.generate(model=MODEL, prompt=QUESTION, images=[png_bytes(image)], options=options)
+        pieces = client.generate(
+            model=MODEL, prompt=QUESTION, images=[png_bytes(image)], options=options, stream=True
+        )
+        streamed = "".join(piece.response for piece in pieces)
+        with pytest.raises(ollama.ResponseError, match="raw") as raw:
+            client.generate(model=MODEL, prompt=QUESTION, images=[png_bytes(image)], raw=True)
+        with httpx.Client(base_url=running.base_url) as http:
+            bad = http.post("/api/generate", json={"model": MODEL, "prompt": QUESTION, "images": ["%%"]})
+    assert whole.response == expected and streamed == expected
+    assert whole.prompt_eval_count > 16  # the image's tokens were read
+    assert raw.value.status_code == 400
+    assert bad.status_code == 400 and "images[0]" in bad.json()["error"] and "base64" in bad.json()["error"]
+    with start_server(tiny_model, model_id="tiny") as running:
+        with pytest.raises(ollama.ResponseError, match=r"images\[0\]: this model reads text only") as refused:
+            ollama.Client(host=running.base_url).generate(
+                model="tiny", prompt=QUESTION, images=[png_bytes(image)]
+            )
+    assert refused.value.status_code == 400
