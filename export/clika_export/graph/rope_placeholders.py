@@ -1,0 +1,41 @@
+"""The manifest entry of one rope table the step graph holds as a placeholder.
+
+The step graph stores each cos/sin table as an empty ``[0, rotary_dim / 2]``
+initializer; the manifest's ``rope_tables`` says what the runtime computes it
+from (``clika_runtime.rope_tables``). Always, not by size: computing a table
+takes at most a tenth of a second at load (gemma-3-270m's two ropes at 32,768
+positions: 0.08 s measured) while storing it costs 1-14% of a folder's bytes
+and grows with the context window; one layout for every new folder is one
+path to test. The entry is checked by the same validation the runtime applies
+to a manifest, so an export never writes tables its runtime would refuse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from clika_export.checkpoint import CheckpointError
+from clika_export.graph.decoder_spec import DecoderSpec
+from clika_runtime.rope_tables import RopeTable, RopeTableError, rope_tables_from_json
+
+
+def rope_table(
+    prefix: str, theta: float, scaling: dict[str, Any] | None, rotary_dim: int, spec: DecoderSpec
+) -> RopeTable:
+    """The table pair ``{prefix}.cos_cache`` / ``{prefix}.sin_cache`` over the spec's context window."""
+    table = RopeTable(
+        cos=f"{prefix}.cos_cache",
+        sin=f"{prefix}.sin_cache",
+        positions=spec.context_window,
+        rotary_dim=rotary_dim,
+        theta=float(theta),
+        scaling=dict(scaling) if scaling else None,
+    )
+    try:
+        (checked,) = rope_tables_from_json(
+            [dataclasses.asdict(table)], context_window=spec.context_window, head_dim=spec.arch.head_dim
+        )
+    except RopeTableError as exc:
+        raise CheckpointError(f"the checkpoint's rope cannot be computed at load: {exc}") from None
+    return checked
