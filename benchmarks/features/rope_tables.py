@@ -8,7 +8,8 @@ its manifest's ``rope_tables`` has the runtime compute at load instead.
 ``--compare STORED COMPUTED`` takes two exports of one checkpoint, one that
 stores its tables (exported before they were computed) and one that computes
 them: checks the computed tables equal the stored ones bit for bit, and that
-greedy tokens and their top-5 logprobs are identical in both KV modes.
+greedy tokens and their top-5 logprobs are identical in both KV modes, and
+times opening each (alternating rounds).
 ``--positions`` times computing a table.
 
     python benchmarks/features/rope_tables.py [FOLDER ...] [--compare STORED COMPUTED] [--positions 32768 1048576]
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from onnx import numpy_helper
 from clika_runtime import modelverse
 from clika_runtime.engine.types import GenerationConfig
 from clika_runtime.manifest import Manifest
+from clika_runtime.model_folder import open_model_folder
 from clika_runtime.rope import cos_sin_caches
 from clika_runtime.rope_tables import computed_initializers
 from clika_runtime.store.cache import exports_dir
@@ -106,6 +109,21 @@ def compare(stored: Path, computed: Path) -> None:
     for mode in ("continuous", "paged"):
         equal = replies(stored, mode) == replies(computed, mode)
         print(f"{mode}: tokens and top-5 logprobs identical: {equal}")
+    opening = open_seconds(stored, computed, rounds=3)
+    print(f"opening the folder (median of 3 alternating rounds): stored {opening[0]:.2f} s, "
+          f"computed {opening[1]:.2f} s")  # fmt: skip
+
+
+def open_seconds(*folders: Path, rounds: int) -> list[float]:
+    """Median seconds to open each folder's continuous session, the folders alternating each round."""
+    times: list[list[float]] = [[] for _ in folders]
+    for _ in range(rounds):
+        for i, folder in enumerate(folders):
+            start = time.perf_counter()
+            opened = open_model_folder(folder, threads=2)
+            times[i].append(time.perf_counter() - start)
+            del opened
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:

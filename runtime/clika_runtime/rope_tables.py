@@ -11,9 +11,10 @@ them with ``clika_runtime.rope`` and hands them to ONNX Runtime
 
 Why computed: stored, they are 1-1.5% of a llama or qwen2 folder and 13.8% of
 gemma-3-270m's at 32,768 positions, and grow with the context window (2 GiB at
-2^20 positions for gemma's two ropes); computing them takes 0.002-0.08 s per
-session (measured: 32,768 positions of 32 and 128 frequencies). A folder whose
-manifest has no ``rope_tables`` stores its tables and opens as before.
+2^20 positions for gemma's two ropes); computing gemma's two took 0.11 s, and
+opening its folder 5.10 s against 5.14 s stored (load average 10,
+``benchmarks/features/rope_tables.py --compare``). A folder whose manifest has
+no ``rope_tables`` stores its tables and opens as before.
 
 The manifest is untrusted: every field is type- and bound-checked here, and the
 most any manifest makes the runtime allocate is ``MAX_TABLE_BYTES``, what the
