@@ -9,11 +9,12 @@ sliding layers' local one. ``clika_runtime.model_folder.open_session`` computes
 them with ``clika_runtime.rope`` and hands them to ONNX Runtime
 (``SessionOptions.add_initializer``), which reads them in place.
 
-Why computed: stored, they are 1-1.5% of a llama or qwen2 folder and 13.8% of
-gemma-3-270m's at 32,768 positions, and grow with the context window (2 GiB at
-2^20 positions for gemma's two ropes); computing gemma's two took 0.11 s, and
-opening its folder 5.10 s against 5.14 s stored (load average 10,
-``benchmarks/features/rope_tables.py --compare``). A folder whose manifest has
+Why computed: stored, they are 1-1.5% of a llama or qwen2 folder and 17.7% of
+gemma-3-270m int4's at 32,768 positions (67 of 379 MB), and grow with the
+context window (2 GiB at 2^20 positions for gemma's two ropes); computing
+gemma's two took 0.1-0.3 s and opening its folder took as long as with stored
+tables within a loaded machine's noise (``benchmarks/features/rope_tables.py
+--compare``, benchmarks/README.md). A folder whose manifest has
 no ``rope_tables`` stores its tables and opens as before.
 
 The manifest is untrusted: every field is type- and bound-checked here, and the

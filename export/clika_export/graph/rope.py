@@ -6,11 +6,11 @@ computes when it opens a session (``clika_runtime.rope_tables``); this module is
 the exporter's single entry point to it and turns a bad rope into a
 ``CheckpointError`` naming it.
 
-Measured before the tables were computed at load: stored, they were 1.0-1.5%
-of a llama or qwen2 folder at the default context cap (SmolLM2-135M int4: 2.1
-of 141 MB; Qwen2.5-Coder-0.5B: 8.4 of 803 MB; 1.5B: 16.8 of 1,758 MB) and 13.8%
-of gemma-3-270m int4 (two ropes of 128 frequencies at 32,768 positions: 67 of
-486 MB). ``benchmarks/features/rope_tables.py`` measures both layouts.
+Stored, they were 1.0-1.5% of a llama or qwen2 folder at the default context
+cap (SmolLM2-135M int4: 2.1 of 141 MB; Qwen2.5-Coder-0.5B: 8.4 of 562 MB; 1.5B:
+16.8 of 1,758 MB) and 17.7% of gemma-3-270m int4 (two ropes of 128 frequencies
+at 32,768 positions: 67 of 379 MB). ``benchmarks/features/rope_tables.py``
+measures both layouts.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 The step graph stores each cos/sin table as an empty ``[0, rotary_dim / 2]``
 initializer; the manifest's ``rope_tables`` says what the runtime computes it
 from (``clika_runtime.rope_tables``). Always, not by size: computing gemma-3-270m's two
-ropes at 32,768 positions took 0.11 s and left opening its folder as fast as
-stored tables (5.10 s against 5.14 s, load average 10), while storing them
-costs 1-14% of a folder's bytes and grows with the context window; one layout
+ropes at 32,768 positions took 0.1-0.3 s and left opening its folder within
+the noise of stored tables (3.40 s against 3.05 s, and 5.10 against 5.14 s, on
+a loaded machine), while storing them costs 1-18% of a folder's bytes and
+grows with the context window; one layout
 for every new folder is one path to test. (At the exporter's largest window,
 2^20 positions, one 128-frequency rope takes about 6 s to compute on a loaded
 2-core machine: 1 GB that would otherwise be read from disk.) The entry is checked by the same validation the runtime applies
