@@ -29,7 +29,7 @@ from clika_runtime.manifest import (
     ManifestError,
     graph_key,
 )
-from clika_runtime.rope_tables import RopeTable, computed_initializers
+from clika_runtime.rope_tables import RopeTable, RopeTableError, computed_initializers
 
 DEFAULT_KV_MODE = "continuous"
 
@@ -136,7 +136,10 @@ def open_session(
     Every session on a step graph opens here, so none runs on an empty placeholder. A graph
     that reads no computed tables (the vision tower, folders that store them) takes ``()``.
     """
-    tables = computed_initializers(tuple(rope_tables))
+    try:
+        tables = computed_initializers(tuple(rope_tables))
+    except RopeTableError as exc:
+        raise ManifestError(f"manifest {exc}") from None
     supplied = [ort.OrtValue.ortvalue_from_numpy(array) for array in tables.values()]
     for name, value in zip(tables, supplied, strict=True):
         options.add_initializer(name, value)

@@ -17,20 +17,23 @@ tables within a loaded machine's noise (``benchmarks/features/rope_tables.py
 --compare``, benchmarks/README.md). A folder whose manifest has
 no ``rope_tables`` stores its tables and opens as before.
 
-The manifest is untrusted: every field is type- and bound-checked here, and the
-most any manifest makes the runtime allocate is ``MAX_TABLE_BYTES``, what the
-exporter's largest context window stores for the widest rope it builds.
+The manifest is untrusted: every field is type- and bound-checked when it is
+read, and the most any manifest makes the runtime allocate is
+``MAX_TABLE_BYTES``, what the exporter's largest context window stores for the
+widest rope it builds. The scaling's values are checked when the tables are
+computed (the frequencies first, before any table is allocated): reading a
+manifest needs the standard library only (the store lists folders without
+NumPy).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from clika_runtime.rope import RopeError, cos_sin_caches, inverse_frequencies
+if TYPE_CHECKING:
+    import numpy as np
 
 # The exporter's largest context window; a table of more positions is refused.
 MAX_POSITIONS = 1 << 20
@@ -40,6 +43,7 @@ MAX_TABLES = 4  # a folder has one rope per attention kind (Gemma 3: global and 
 # Two ropes of 2^20 positions at the widest rotary dims: what the tables would take stored.
 MAX_TABLE_BYTES = 4 << 30
 TABLE_DTYPES = ("float32",)  # the attention's query dtype
+_ITEM_BYTES = {"float32": 4}
 _MAX_NAME = 256
 _MAX_SCALING_KEYS = 32
 
@@ -63,17 +67,23 @@ class RopeTable:
     @property
     def nbytes(self) -> int:
         """Bytes of the cos and sin tables together."""
-        return 2 * self.positions * (self.rotary_dim // 2) * np.dtype(self.dtype).itemsize
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The computed tables by initializer name."""
-        cos, sin = cos_sin_caches(self.positions, self.rotary_dim, self.theta, self.scaling)
-        return {self.cos: cos, self.sin: sin}
+        return 2 * self.positions * (self.rotary_dim // 2) * _ITEM_BYTES[self.dtype]
 
 
 def computed_initializers(tables: tuple[RopeTable, ...]) -> dict[str, np.ndarray]:
-    """Every table of ``tables`` computed, by initializer name."""
-    return {name: array for table in tables for name, array in table.arrays().items()}
+    """Every table of ``tables`` computed, by initializer name; a RopeTableError naming the entry
+    whose scaling gives no table (raised from its frequencies, before its table is allocated)."""
+    from clika_runtime.rope import RopeError, cos_sin_caches  # NumPy: only once tables are computed
+
+    arrays = {}
+    for i, table in enumerate(tables):
+        try:
+            arrays[table.cos], arrays[table.sin] = cos_sin_caches(
+                table.positions, table.rotary_dim, table.theta, table.scaling
+            )
+        except RopeError as exc:
+            raise RopeTableError(f"rope_tables[{i}].scaling: {exc}") from None
+    return arrays
 
 
 def rope_tables_from_json(value: Any, *, context_window: int, head_dim: int) -> tuple[RopeTable, ...]:
@@ -124,10 +134,6 @@ def _table(entry: Any, where: str, context_window: int, head_dim: int) -> RopeTa
     if dtype not in TABLE_DTYPES:
         raise RopeTableError(f"{where}.dtype must be one of {', '.join(TABLE_DTYPES)}, got {_short(dtype)}")
     scaling = _scaling(entry.get("scaling"), f"{where}.scaling", rotary_dim)
-    try:  # the frequencies are rotary_dim / 2 numbers: checking them now costs nothing
-        inverse_frequencies(rotary_dim, float(theta), scaling, positions)
-    except RopeError as exc:
-        raise RopeTableError(f"{where}.scaling: {exc}") from None
     return RopeTable(cos, sin, positions, rotary_dim, float(theta), scaling, dtype)
 
 

@@ -1,5 +1,6 @@
-"""The manifest's ``rope_tables`` is untrusted: every bad or oversized field is refused by name, before
-anything is computed."""
+"""The manifest's ``rope_tables`` is untrusted: every bad or oversized field is refused by name when the
+folder opens, the bounds when the manifest is read, the scaling from its frequencies before any table
+is allocated."""
 
 from __future__ import annotations
 

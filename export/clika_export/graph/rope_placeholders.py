@@ -10,7 +10,8 @@ grows with the context window; one layout
 for every new folder is one path to test. (At the exporter's largest window,
 2^20 positions, one 128-frequency rope takes about 6 s to compute on a loaded
 2-core machine: 1 GB that would otherwise be read from disk.) The entry is checked by the same validation the runtime applies
-to a manifest, so an export never writes tables its runtime would refuse.
+to a manifest, and its frequencies computed, so an export never writes tables
+its runtime would refuse.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from clika_export.checkpoint import CheckpointError
 from clika_export.graph.decoder_spec import DecoderSpec
+from clika_export.graph.rope import inverse_frequencies
 from clika_runtime.rope_tables import RopeTable, RopeTableError, rope_tables_from_json
 
 
@@ -41,4 +43,5 @@ def rope_table(
         )
     except RopeTableError as exc:
         raise CheckpointError(f"the checkpoint's rope cannot be computed at load: {exc}") from None
+    inverse_frequencies(rotary_dim, theta, checked.scaling, spec.context_window)  # computable, or named
     return checked
