@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime as ort
 
 from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import session_options
+from clika_runtime.model_folder import open_session, session_options
 from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
 
 
@@ -19,9 +19,7 @@ class PagedRunner:
         self, model: Path, manifest: Manifest, block_size: int, num_blocks: int, seed: int = 0
     ) -> None:
         arch = manifest.architecture
-        self.session = ort.InferenceSession(
-            str(model), session_options(1), providers=["CPUExecutionProvider"]
-        )
+        self.session = open_session(model, session_options(1), manifest.rope_tables)
         self.block_size = block_size
         shape = (arch.num_kv_heads, num_blocks, block_size, arch.head_dim)
         self.pools = [

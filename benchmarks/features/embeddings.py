@@ -28,7 +28,7 @@ from clika_cli.models import resolve
 from clika_export.graph.hidden_states import HIDDEN_NORM
 from clika_runtime import modelverse
 from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import session_options
+from clika_runtime.model_folder import open_session, session_options
 from clika_runtime.step_graph import HIDDEN_STATES, StepRow, pack_step
 
 WORDS = (
@@ -132,11 +132,11 @@ def main() -> None:
         )
     model.close()
     manifest = Manifest.read(folder)
-    options = session_options(args.threads)
     plain_path = graph_without_output(folder)
     try:
-        with_output = ort.InferenceSession(str(folder / manifest.graphs["continuous"].file), options)
-        plain = ort.InferenceSession(str(plain_path), options)
+        graph = folder / manifest.graphs["continuous"].file
+        with_output = open_session(graph, session_options(args.threads), manifest.rope_tables)
+        plain = open_session(plain_path, session_options(args.threads), manifest.rope_tables)
     finally:
         plain_path.unlink()
     for batch in args.batches:

@@ -139,14 +139,14 @@ def media_share(folder: Path, mode: str, kv_dtype: str, calls: int, threads: int
     share of the time spent in every node (a ratio that the machine's load hardly moves)."""
     import json
 
-    from clika_runtime.model_folder import session_options
+    from clika_runtime.model_folder import open_session, session_options
 
     manifest = Manifest.read(folder)
     graph = manifest.graphs[f"{mode}:int8" if kv_dtype == "int8" else mode]
     options = session_options(threads)
     options.enable_profiling = True
     options.profile_file_prefix = str(folder / "profile")
-    session = ort.InferenceSession(str(folder / graph.file), options, providers=["CPUExecutionProvider"])
+    session = open_session(folder / graph.file, options, manifest.rope_tables)
     arch, kv = manifest.architecture, graph.kv
     dtype = np.int8 if kv.dtype == "int8" else np.float32
     if mode == "paged":

@@ -40,7 +40,7 @@ from clika_runtime.chat.templates import ChatTemplate
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import session_options
+from clika_runtime.model_folder import open_session, session_options
 from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
 from clika_runtime.step_graph import pack_step
 
@@ -149,10 +149,10 @@ def _cpuinfo() -> list[str]:
 class BoundGraph:
     """One session with KV buffers bound in place and the step inputs bound once."""
 
-    def __init__(self, path: Path, threads: int, buffers: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        self.session = ort.InferenceSession(
-            str(path), session_options(threads), providers=["CPUExecutionProvider"]
-        )
+    def __init__(
+        self, path: Path, manifest: Manifest, threads: int, buffers: list[tuple[np.ndarray, np.ndarray]]
+    ) -> None:
+        self.session = open_session(path, session_options(threads), manifest.rope_tables)
         self.binding = self.session.io_binding()
         self._keep: list = []
         for layer, (key, value) in enumerate(buffers):
@@ -211,7 +211,7 @@ def decode_case(folder: Path, manifest: Manifest, batch: int, context: int, args
         v = np.zeros_like(k)
         k[:, :, :context], v[:, :, :context] = key, value
         slots.append((k, v))
-    continuous = BoundGraph(folder / manifest.graphs["continuous"].file, args.threads, slots)
+    continuous = BoundGraph(folder / manifest.graphs["continuous"].file, manifest, args.threads, slots)
     rows = [(context, [t], False) for t in tokens]
     continuous.feed(pack_step(rows, capacity=capacity).feeds(), batch, arch.vocab_size)
 
@@ -229,7 +229,7 @@ def decode_case(folder: Path, manifest: Manifest, batch: int, context: int, args
                     pk[:, tables[b, m], : hi - lo] = key[b, :, lo:hi]
                     pv[:, tables[b, m], : hi - lo] = value[b, :, lo:hi]
         pools.append((pk, pv))
-    paged = BoundGraph(folder / paged_spec.file, args.threads, pools)
+    paged = BoundGraph(folder / paged_spec.file, manifest, args.threads, pools)
     packed = pack_paged_step(
         [PagedRow(context, [t], tables[b].tolist()) for b, t in enumerate(tokens)], block_size=bs
     )

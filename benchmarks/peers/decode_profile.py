@@ -28,13 +28,19 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from clika_runtime.manifest import Manifest
+from clika_runtime.model_folder import open_session
+
 CAPACITY = 512  # the KV buffer's positions at least (steps write positions ``past`` onwards only)
 
 
 SPIN = {"spin": True}  # --no-spin: workers sleep, so the process CPU time is the work done
 
 
-def session(path: Path, threads: int, profile_prefix: str | None = None) -> ort.InferenceSession:
+def session(
+    path: Path, threads: int, profile_prefix: str | None = None, rope_tables: tuple = ()
+) -> ort.InferenceSession:
+    """A session on ``path``; ``rope_tables``: the computed tables of a clika folder's manifest."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -44,7 +50,7 @@ def session(path: Path, threads: int, profile_prefix: str | None = None) -> ort.
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return open_session(path, options, rope_tables)
 
 
 class Graph:
@@ -86,7 +92,7 @@ class Graph:
 def folder_graph(folder: Path, past: int, threads: int, profile: str | None, tokens: int = 1) -> Graph:
     manifest = json.loads((folder / "manifest.json").read_text())
     spec = manifest["graphs"]["continuous"]
-    sess = session(folder / spec["file"], threads, profile)
+    sess = session(folder / spec["file"], threads, profile, Manifest.read(folder).rope_tables)
     kv = spec["kv"]
     layers = manifest["architecture"]["num_layers"]
     pairs = [

@@ -252,7 +252,8 @@ def runner_for(folder: Path, threads: int, spinning: bool, config: dict[str, str
         options = session_options(threads, allow_spinning=spinning)
         for key, value in config.items():
             options.add_session_config_entry(key, value)
-        opened = dataclasses.replace(opened, session=open_session(folder / opened.graph.file, options))
+        session = open_session(folder / opened.graph.file, options, opened.manifest.rope_tables)
+        opened = dataclasses.replace(opened, session=session)
     return SequenceRunner(opened, min(1024, opened.manifest.context_window))
 
 
@@ -708,7 +709,8 @@ def variant_runner(model, opened, level0: set[str], threads: int):
                     attr.i = 0
     path = opened.path / "model.search.onnx"
     onnx.save(variant, str(path))
-    changed = dataclasses.replace(opened, session=open_session(path, session_options(threads)))
+    session = open_session(path, session_options(threads), opened.manifest.rope_tables)
+    changed = dataclasses.replace(opened, session=session)
     return SequenceRunner(changed, min(1024, opened.manifest.context_window))
 
 

@@ -54,6 +54,8 @@ from clika_export.verify import CHECK_PLAN, FP32_TOLERANCE, StreamingReference, 
 from clika_runtime import __version__
 from clika_runtime.manifest import (
     BUILDERS,
+    COMPUTED_TABLES_VERSION,
+    FORMAT_VERSION,
     NATIVE_BUILDER,
     OPTIMUM_BUILDER,
     GraphSpec,
@@ -151,7 +153,7 @@ def export(
                         options=quant_options,
                         on_matrix=on_matrix,
                     )
-            _write_folder(work, checkpoint, built, context, record, {})
+            written = _write_folder(work, checkpoint, built, context, record, {})
             if sensitive and wants_sensitivity(record, checkpoint.architecture):
                 name = "choosing int8 or fp32 compute per layer by measured error"
                 with report.steps(name, 0, unit="probe", numbered=False) as on_probe:  # part of quantizing
@@ -162,7 +164,7 @@ def export(
                 with report.steps(name, len(CHECK_PLAN), unit="step") as on_step:
                     result = check_graph(
                         work / built.model_file,
-                        checkpoint.architecture,
+                        written,
                         sequences,
                         expected,
                         threads=threads,
@@ -439,6 +441,8 @@ def _write_folder(
         chat_template_file=TEMPLATE_FILE if checkpoint.chat_template else None,
         quality=quality,
         embedding={"pooling": checkpoint.pooling or DEFAULT_POOLING},
+        rope_tables=built.rope_tables,
+        format_version=COMPUTED_TABLES_VERSION if built.rope_tables else FORMAT_VERSION,
     )
     manifest.write(work)
     return manifest

@@ -23,8 +23,8 @@ import onnxruntime as ort
 from clika_export.checkpoint import Checkpoint
 from clika_export.graph.decoder_spec import DecoderSpec, LayerSpec
 from clika_export.graph.rope import inverse_frequencies
-from clika_runtime.manifest import Architecture
-from clika_runtime.model_folder import session_options
+from clika_runtime.manifest import Architecture, Manifest
+from clika_runtime.model_folder import open_session, session_options
 from clika_runtime.step_graph import (
     LOGITS,
     PAST_KEY,
@@ -78,19 +78,20 @@ class StepRunner:
     def open(
         cls,
         model_path: Path,
-        arch: Architecture,
+        manifest: Manifest,
         slots: int,
         capacity: int,
         threads: int | None = None,
         *,
         prepack: bool = True,
     ) -> StepRunner:
-        """A runner over a new session; ``prepack=False`` keeps the weights mapped, not copied (less memory)."""
+        """A runner over a new session on a graph of ``manifest``'s folder (its computed rope tables
+        supplied); ``prepack=False`` keeps the weights mapped, not copied (less memory)."""
         options = session_options(threads)
         if not prepack:
             options.add_session_config_entry("session.disable_prepacking", "1")
-        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-        return cls(session, arch, slots, capacity)
+        session = open_session(model_path, options, manifest.rope_tables)
+        return cls(session, manifest.architecture, slots, capacity)
 
     def step(self, rows: Sequence[tuple[int, Sequence[int], bool]]) -> list[np.ndarray]:
         """Run one step; returns each row's logits ``[n, vocab]`` (n = 0 for idle rows)."""
@@ -320,7 +321,7 @@ def check_sequences(arch: Architecture, seed: int = 0) -> list[list[int]]:
 
 def check_graph(
     model_path: Path,
-    arch: Architecture,
+    manifest: Manifest,
     sequences: Sequence[Sequence[int]],
     reference: Sequence[np.ndarray],
     *,
@@ -334,7 +335,7 @@ def check_graph(
     many logits rows were compared.
     """
     # A few steps only: without prepacked weight copies the check adds little to the export's peak memory.
-    runner = StepRunner.open(model_path, arch, len(sequences) + 1, 32, threads, prepack=False)
+    runner = StepRunner.open(model_path, manifest, len(sequences) + 1, 32, threads, prepack=False)
     errors, agree, compared = [], 0, 0
     for step in CHECK_PLAN:
         rows = [(0, [], False)] * (len(sequences) + 1)
@@ -360,9 +361,12 @@ def check_graph(
 
 
 def check_export(
-    model_path: Path, checkpoint: Checkpoint, *, threads: int | None = None, spec: DecoderSpec | None = None
+    folder: Path, checkpoint: Checkpoint, *, threads: int | None = None, spec: DecoderSpec | None = None
 ) -> dict[str, Any]:
-    """``check_graph`` against the reference computed from ``checkpoint`` (reads every tensor again)."""
+    """``check_graph`` of model folder ``folder``'s continuous graph against the reference computed
+    from ``checkpoint`` (reads every tensor again)."""
+    manifest = Manifest.read(folder)
     sequences = check_sequences(checkpoint.architecture)
     reference = reference_logits(checkpoint, sequences, spec)
-    return check_graph(model_path, checkpoint.architecture, sequences, reference, threads=threads)
+    graph = folder / manifest.graphs["continuous"].file
+    return check_graph(graph, manifest, sequences, reference, threads=threads)

@@ -125,7 +125,8 @@ class Probe:
         path = self.folder / PROBE_FILE
         onnx.save(set_levels(self.model, levels), str(path))
         try:
-            session = open_session(path, session_options(self.threads, allow_spinning=False))
+            options = session_options(self.threads, allow_spinning=False)
+            session = open_session(path, options, self.runner.model.manifest.rope_tables)
         finally:
             os.unlink(path)  # the session holds what it needs; the folder keeps no probe
         runner = SequenceRunner(dataclasses.replace(self.runner.model, session=session), self.runner.capacity)

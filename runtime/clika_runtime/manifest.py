@@ -36,6 +36,10 @@ KV inputs/outputs are named per layer from ``kv.past_key`` etc. with ``{layer}``
 substituted; in ``continuous`` mode past and present are bound to the same
 NumPy buffer of shape ``[slots, kv_heads, capacity, head_dim]`` so the graph
 updates the cache in place.
+
+``rope_tables`` lists the rotary tables every graph holds as an empty
+placeholder and the parameters the runtime computes them from when it opens a
+session (``clika_runtime.rope_tables``); older folders store them and list none.
 """
 
 from __future__ import annotations
@@ -45,8 +49,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from clika_runtime.rope_tables import RopeTable, RopeTableError, rope_tables_from_json
+
 FORMAT_NAME = "clika-model"
 FORMAT_VERSION = 1
+# Folders whose graphs hold rope tables as placeholders (``rope_tables``) say 2, so a runtime that
+# cannot compute them refuses the folder by its version instead of failing at the first step.
+COMPUTED_TABLES_VERSION = 2
+READ_VERSIONS = (FORMAT_VERSION, COMPUTED_TABLES_VERSION)
 MANIFEST_FILE = "manifest.json"
 
 # KV cache element types a folder's graphs may hold; float32 is every folder's own.
@@ -190,6 +200,8 @@ class Manifest:
     audio: AudioSpec | None = None  # folders whose model hears audio
     # How embeddings pool the ``hidden_states`` output: {"pooling": "mean" | "last" | "cls"}.
     embedding: dict[str, Any] = field(default_factory=dict)
+    # Rope tables the graphs hold as placeholders, computed at load (clika_runtime.rope_tables).
+    rope_tables: tuple[RopeTable, ...] = ()
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
@@ -204,10 +216,11 @@ class Manifest:
         try:
             if data.get("format") != FORMAT_NAME:
                 raise ManifestError(f"not a {FORMAT_NAME} manifest (format={data.get('format')!r})")
-            if data.get("format_version") != FORMAT_VERSION:
+            version = data.get("format_version")
+            if type(version) is not int or version not in READ_VERSIONS:
                 raise ManifestError(
-                    f"manifest format_version {data.get('format_version')!r} is not supported "
-                    f"(this runtime reads version {FORMAT_VERSION})"
+                    f"manifest format_version {version!r} is not supported "
+                    f"(this runtime reads versions {', '.join(map(str, READ_VERSIONS))})"
                 )
             graphs = {
                 mode: GraphSpec(
@@ -224,9 +237,11 @@ class Manifest:
             tok["eos_token_ids"] = tuple(tok["eos_token_ids"])
             tok["file"] = folder_file_name(tok["file"], "tokenizer.file")
             template_file = data.get("chat_template_file")
+            architecture = _build(Architecture, data["architecture"])
+            context_window = int(data["context_window"])
             return cls(
-                architecture=_build(Architecture, data["architecture"]),
-                context_window=int(data["context_window"]),
+                architecture=architecture,
+                context_window=context_window,
                 graphs=graphs,
                 vision=_vision(data["vision"]) if data.get("vision") else None,
                 audio=_audio(data["audio"]) if data.get("audio") else None,
@@ -239,6 +254,8 @@ class Manifest:
                 else folder_file_name(template_file, "chat_template_file"),
                 quality=dict(data.get("quality", {})),
                 embedding=dict(data.get("embedding") or {}),
+                rope_tables=_rope_tables(data.get("rope_tables"), context_window, architecture.head_dim),
+                format_version=version,
             )
         except KeyError as exc:
             raise ManifestError(f"manifest is missing the field {exc.args[0]!r}") from None
@@ -276,6 +293,13 @@ class Manifest:
                 raise ManifestError(f"{name} named by the manifest links outside the model folder")
             if not (folder / name).is_file():
                 raise ManifestError(f"model folder is incomplete: {name} named by the manifest is missing")
+
+
+def _rope_tables(value: Any, context_window: int, head_dim: int) -> tuple[RopeTable, ...]:
+    try:
+        return rope_tables_from_json(value, context_window=context_window, head_dim=head_dim)
+    except RopeTableError as exc:
+        raise ManifestError(f"manifest {exc}") from None
 
 
 def _builder(name: Any, mode: str) -> str:

@@ -12,9 +12,11 @@ workers lose more than they win (measured on a busy 2-core CPU).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
@@ -27,6 +29,7 @@ from clika_runtime.manifest import (
     ManifestError,
     graph_key,
 )
+from clika_runtime.rope_tables import RopeTable, RopeTableError, computed_initializers
 
 DEFAULT_KV_MODE = "continuous"
 
@@ -83,7 +86,8 @@ def open_model_folder(
     graph = manifest.graphs.get(graph_key(kv_mode, kv_dtype))
     if graph is None:
         raise ManifestError(_missing_graph(manifest, kv_mode, kv_dtype))
-    session = open_session(folder / graph.file, session_options(threads, allow_spinning=allow_spinning))
+    options = session_options(threads, allow_spinning=allow_spinning)
+    session = open_session(folder / graph.file, options, manifest.rope_tables)
     check_graph_io(session, graph)
     return ModelFolder(
         path=folder,
@@ -122,14 +126,39 @@ def _missing_graph(manifest: Manifest, kv_mode: str, kv_dtype: str) -> str:
     return f"the model has no {kv_mode!r} graph (it has: {', '.join(sorted(manifest.graphs))})"
 
 
-def open_session(model_path: Path, options: ort.SessionOptions) -> ort.InferenceSession:
-    """An ORT CPU session, or a ManifestError when the graph or its weights cannot be loaded."""
+def open_session(
+    model_path: Path, options: ort.SessionOptions, rope_tables: Sequence[RopeTable]
+) -> ort.InferenceSession:
+    """An ORT CPU session on ``model_path`` whose placeholder initializers take ``rope_tables``
+    computed (a manifest's ``rope_tables``, ``clika_runtime.rope_tables``); a ManifestError
+    when the graph or its weights cannot be loaded.
+
+    Every session on a step graph opens here, so none runs on an empty placeholder. A graph
+    that reads no computed tables (the vision tower, folders that store them) takes ``()``.
+    """
     try:
-        return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        tables = computed_initializers(tuple(rope_tables))
+    except RopeTableError as exc:
+        raise ManifestError(f"manifest {exc}") from None
+    supplied = [ort.OrtValue.ortvalue_from_numpy(array) for array in tables.values()]
+    for name, value in zip(tables, supplied, strict=True):
+        options.add_initializer(name, value)
+    try:
+        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises several pybind exception types
         raise ManifestError(
             f"{model_path.name} could not be loaded (missing or corrupt file?): {exc}"
         ) from None
+    # ORT reads supplied initializers in place and keeps no reference to them: they live as long
+    # as the session (a freed table is a crash, not an error).
+    session.supplied_initializers = _Supplied(tables, supplied)
+    return session
+
+
+@dataclass(frozen=True, eq=False)
+class _Supplied:
+    arrays: dict[str, np.ndarray]
+    values: list[ort.OrtValue]
 
 
 def check_graph_io(session: ort.InferenceSession, graph: GraphSpec) -> None:

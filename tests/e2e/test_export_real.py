@@ -73,9 +73,7 @@ def model_pair(request) -> tuple[Manifest, Path, Reference]:
 
 
 def _runner(manifest: Manifest, folder: Path, slots: int, capacity: int) -> StepRunner:
-    return StepRunner.open(
-        folder / manifest.graphs["continuous"].file, manifest.architecture, slots, capacity, threads=1
-    )
+    return StepRunner.open(folder / manifest.graphs["continuous"].file, manifest, slots, capacity, threads=1)
 
 
 def _check(ref: Reference, rows: list, logits: list, seqs: list[list[int]]) -> None:

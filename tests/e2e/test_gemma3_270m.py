@@ -92,7 +92,7 @@ def test_the_export_is_a_gemma3_with_windows(folder: Path) -> None:
 
 def test_fp32_greedy_continuations_equal_transformers(folder, prompts, expected) -> None:
     manifest = Manifest.read(folder)
-    runner = StepRunner.open(folder / "model.onnx", manifest.architecture, len(prompts), 704, threads=2)
+    runner = StepRunner.open(folder / "model.onnx", manifest, len(prompts), 704, threads=2)
     assert greedy(runner, prompts, NEW_TOKENS) == expected
 
 

@@ -157,10 +157,9 @@ def test_check_export_tells_matching_weights_from_others(
     from clika_export.readers.hf import read_hf
     from clika_export.verify import check_export
 
-    graph = tiny_llama_model / "model.onnx"
-    same = check_export(graph, read_hf(tiny_llama_hf), threads=1)
+    same = check_export(tiny_llama_model, read_hf(tiny_llama_hf), threads=1)
     assert same["max_rel_logits_error"] < 1e-3 and same["top1_agreement"] == 1.0
     assert same["rows_compared"] == 18
     make_tiny_hf(tmp_path / "other", "llama", seed=1)  # same shapes, other weights
-    other = check_export(graph, read_hf(tmp_path / "other"), threads=1)
+    other = check_export(tiny_llama_model, read_hf(tmp_path / "other"), threads=1)
     assert other["max_rel_logits_error"] > 0.1 and other["top1_agreement"] < 0.5

@@ -45,7 +45,7 @@ class Exported:
             return self.model(torch.tensor([tokens])).logits[0].numpy()
 
     def continuous(self, slots: int, capacity: int = 64) -> StepRunner:
-        return StepRunner.open(self.folder / "model.onnx", self.manifest.architecture, slots, capacity, 1)
+        return StepRunner.open(self.folder / "model.onnx", self.manifest, slots, capacity, 1)
 
     def paged(self) -> PagedRunner:
         return PagedRunner(self.folder / PAGED_FILE, self.manifest, PAGED_BLOCK, num_blocks=64)
@@ -163,7 +163,7 @@ def test_int8_and_int4_weights_stay_near_the_float_twin(exported: Exported, tmp_
         out = export(exported.hf, tmp_path / precision, precision, context, progress=False, verify=False)
         manifest = Manifest.read(out)
         assert manifest.precision["weights"] == precision
-        runner = StepRunner.open(out / "model.onnx", manifest.architecture, 1, 64, 1)
+        runner = StepRunner.open(out / "model.onnx", manifest, 1, 64, 1)
         (logits,) = runner.step([(0, tokens, True)])
         errors[precision] = relative_error(logits, float_logits)
         agree = float((logits.argmax(-1) == float_logits.argmax(-1)).mean())
@@ -181,7 +181,7 @@ def test_the_gguf_twin_matches_transformers(family: str, make_tiny_hf, tmp_path:
     assert manifest.provenance.source_format == "gguf"
     assert manifest.architecture.family == (family if case.gguf_arch != "llama" else "llama")
     tokens = np.random.default_rng(6).integers(0, 259, size=14).tolist()
-    runner = StepRunner.open(out / "model.onnx", manifest.architecture, 1, 64, 1)
+    runner = StepRunner.open(out / "model.onnx", manifest, 1, 64, 1)
     (logits,) = runner.step([(0, tokens, True)])
     with torch.no_grad():
         expected = model(torch.tensor([tokens])).logits[0].numpy()
@@ -196,7 +196,7 @@ def test_phi3_past_its_original_window_takes_the_long_factors(make_tiny_hf, tmp_
     manifest = Manifest.read(out)
     assert manifest.context_window == 128
     tokens = np.random.default_rng(7).integers(0, 259, size=40).tolist()
-    (logits,) = StepRunner.open(out / "model.onnx", manifest.architecture, 1, 64, 1).step([(0, tokens, True)])
+    (logits,) = StepRunner.open(out / "model.onnx", manifest, 1, 64, 1).step([(0, tokens, True)])
     with torch.no_grad():
         expected = model(torch.tensor([tokens])).logits[0].numpy()
     assert relative_error(logits, expected) < FP32_TOLERANCE
@@ -297,7 +297,7 @@ def test_a_gemma3_gguf_names_its_sliding_layers(pattern, types, make_tiny_hf, tm
     source = write_family_gguf(tmp_path / "g.gguf", model, case, metadata=metadata)
     out = export(source, tmp_path / "model", progress=False)
     tokens = np.random.default_rng(9).integers(0, 259, size=14).tolist()
-    runner = StepRunner.open(out / "model.onnx", Manifest.read(out).architecture, 1, 64, 1)
+    runner = StepRunner.open(out / "model.onnx", Manifest.read(out), 1, 64, 1)
     (logits,) = runner.step([(0, tokens, True)])
     with torch.no_grad():
         expected = model(torch.tensor([tokens])).logits[0].numpy()

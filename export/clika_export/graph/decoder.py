@@ -32,8 +32,9 @@ import numpy as np
 from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.graph.builder import MS_DOMAIN, ExternalData, GraphBuilder, save_model
 from clika_export.graph.decoder_spec import GLOBAL_ROPE, DecoderSpec, LayerSpec, RopeSpec
-from clika_export.graph.rope import cos_sin_caches
+from clika_export.graph.rope_placeholders import rope_table
 from clika_runtime import step_graph as io
+from clika_runtime.rope_tables import RopeTable
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -56,6 +57,8 @@ class BuiltGraph:
     outputs: tuple[str, ...]
     # initializer name -> {"roles", "nodes", "layer", "layout", "shape", "sources"}
     matrices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The rope tables the graph holds as placeholders, computed at load (the manifest's rope_tables).
+    rope_tables: tuple[RopeTable, ...] = ()
 
 
 def build_decoder(
@@ -88,6 +91,7 @@ def build_decoder(
         inputs=tuple(v.name for v in model.graph.input),
         outputs=tuple(v.name for v in model.graph.output),
         matrices=builder.matrices,
+        rope_tables=builder.rope_tables,
     )
 
 
@@ -176,17 +180,19 @@ class _DecoderBuilder:
             g.output(io.PRESENT_VALUE.format(layer=layer), np.float32, kv_shape)
 
     def _shared_tables(self) -> None:
-        """Rotary tables (one per rope the layers use), made once and read by every layer."""
+        """Rotary tables (one per rope the layers use), read by every layer: empty placeholders
+        in the graph, computed when a session opens (``clika_runtime.rope_tables``)."""
         used = {layer.rope for layer in self.spec.layers if layer.rope is not None}
         self.tables: dict[str, tuple[str, str]] = {}
+        tables = []
         for key in sorted(used):
             rope = self.spec.ropes[key]
-            cos, sin = cos_sin_caches(self.spec.context_window, rope.rotary_dim, rope.theta, rope.scaling)
             prefix = "model.rotary" if key == GLOBAL_ROPE else f"model.rotary.{key}"
-            self.tables[key] = (
-                self.g.weight(f"{prefix}.cos_cache", cos),
-                self.g.weight(f"{prefix}.sin_cache", sin),
-            )
+            table = rope_table(prefix, rope.theta, rope.scaling, rope.rotary_dim, self.spec)
+            empty = np.zeros((0, rope.rotary_dim // 2), np.float32)
+            self.tables[key] = (self.g.constant(table.cos, empty), self.g.constant(table.sin, empty))
+            tables.append(table)
+        self.rope_tables = tuple(tables)
 
     # -- embedding and head ----------------------------------------------------
 

@@ -37,14 +37,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from clika_export.calibration_text import CALIBRATION_MESSAGES, CALIBRATION_TEXT
 from clika_export.graph.builder import save_model
 from clika_export.graph.paged_graph import DEFAULT_BLOCK_SIZE, add_paged_graph
 from clika_runtime.manifest import MANIFEST_FILE, GraphSpec, Manifest, graph_key
-from clika_runtime.model_folder import session_options
+from clika_runtime.model_folder import open_session, session_options
 from clika_runtime.step_graph import GridLayout, StepRow, grid_layout, pack_step, text_only_media
 
 INT8_KV_MODEL_FILE = "model_kv8.onnx"
@@ -124,7 +123,7 @@ def kv_scales(
         raise KVQuantError("KV calibration needs at least one token")
     graph = manifest.graphs["continuous"]
     arch = manifest.architecture
-    session = ort.InferenceSession(str(folder / graph.file), session_options(threads))
+    session = open_session(folder / graph.file, session_options(threads), manifest.rope_tables)
     count = len(token_ids)
     shape = (1, arch.num_kv_heads, count, arch.head_dim)
     binding = session.io_binding()

@@ -59,7 +59,7 @@ class AudioTower:
         if self.settings.chunk_samples // self.settings.hop != _FRAMES:
             raise ManifestError(f"manifest audio.details give chunks of other than {_FRAMES} feature frames")
         self.spec = spec
-        self.session = open_session(folder / spec.file, session_options(threads))
+        self.session = open_session(folder / spec.file, session_options(threads), ())  # no rotary tables
         names = [i.name for i in self.session.get_inputs()]
         if set(names) != set(spec.inputs) or set(names) != {"input_features", "attention_bias"}:
             raise ManifestError(f"{spec.file} takes {names}, the manifest names {list(spec.inputs)}")

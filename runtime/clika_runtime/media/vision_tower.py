@@ -110,7 +110,8 @@ class VisionTower:
             )
         self.spec = spec
         self.settings = settings
-        self.session = open_session(folder / spec.file, session_options(threads))
+        # The tower computes its own positions inside its graph: no manifest table is supplied.
+        self.session = open_session(folder / spec.file, session_options(threads), ())
         self._embedded: OrderedDict[str, MediaEmbedding] = OrderedDict()
         self._embedded_lock = threading.Lock()
         names = [i.name for i in self.session.get_inputs()]

@@ -37,7 +37,7 @@ def exported(request, make_tiny_hf, tmp_path_factory) -> tuple[torch.nn.Module, 
 
 
 def _runner(out: Path, manifest: Manifest, slots: int, capacity: int) -> StepRunner:
-    return StepRunner.open(out / manifest.graphs["continuous"].file, manifest.architecture, slots, capacity)
+    return StepRunner.open(out / manifest.graphs["continuous"].file, manifest, slots, capacity)
 
 
 # Tokens each slot runs per step: n = the next n prompt tokens, "g" = decode its greedy token, 0 = idle.
@@ -179,9 +179,7 @@ def test_a_flat_grid_graph_fed_the_flat_layout_gives_the_same_logits(
     exported, make_flat_grid_folder, tmp_path
 ) -> None:
     """Folders exported before token_cell (flat grid_index, token_index) get the same results."""
-    import onnxruntime as ort
-
-    from clika_runtime.model_folder import session_options
+    from clika_runtime.model_folder import open_session, session_options
     from clika_runtime.step_graph import GridLayout, grid_layout
 
     _, out, manifest = exported
@@ -194,9 +192,7 @@ def test_a_flat_grid_graph_fed_the_flat_layout_gives_the_same_logits(
     ]
     results = []
     for folder in (out, flat_out):
-        session = ort.InferenceSession(
-            str(folder / "model.onnx"), session_options(1), providers=["CPUExecutionProvider"]
-        )
+        session = open_session(folder / "model.onnx", session_options(1), Manifest.read(folder).rope_tables)
         layout = grid_layout(i.name for i in session.get_inputs())
         cache = {
             f"past_{kind}.{layer}": np.zeros((3, a.num_kv_heads, 16, a.head_dim), np.float32)

@@ -56,7 +56,7 @@ def test_paged_logits_and_pool_match_the_continuous_graph(
         (tmp_path / name).hardlink_to(folder / name)
     paged = derive_paged_graph(tmp_path / "model.onnx", tmp_path, arch, block_size=block_size)
     assert set(PAGED_STEP_INPUTS) <= set(paged.inputs)
-    continuous = StepRunner.open(folder / "model.onnx", arch, 4, 128, threads=1)
+    continuous = StepRunner.open(folder / "model.onnx", manifest, 4, 128, threads=1)
     runner = PagedRunner(tmp_path / paged.model_file, manifest, block_size, num_blocks=64)
     worst = 0.0
     for rows in _steps(np.random.default_rng(0)):

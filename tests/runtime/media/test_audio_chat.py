@@ -19,6 +19,7 @@ from vision_helpers import assert_close_in_scale
 from clika_export.api import export
 from clika_runtime import Tensor, modelverse
 from clika_runtime.manifest import Manifest, ManifestError
+from clika_runtime.model_folder import open_session
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
 from clika_runtime.sessions import AsyncChat
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
@@ -92,7 +93,7 @@ def test_prompt_ids_and_first_logits_match_transformers(qwen2_audio):
     assert ids == prompt and prompt.count(AUDIO_TOKEN) == 62  # 250 frames, conv stride 2, pooled by 2
     manifest = Manifest.read(folder)
     graph, arch = manifest.graphs["continuous"], manifest.architecture
-    session = ort.InferenceSession(str(folder / graph.file), providers=["CPUExecutionProvider"])
+    session = open_session(folder / graph.file, ort.SessionOptions(), manifest.rope_tables)
     kv = {
         name.format(layer=layer): np.zeros((1, arch.num_kv_heads, len(ids) + 1, arch.head_dim), np.float32)
         for layer in range(arch.num_layers)

@@ -11,6 +11,7 @@ from clika_export.graph.paged_graph import derive_paged_graph
 from clika_export.readers.hf import read_hf
 from clika_runtime import step_graph as io
 from clika_runtime.engine.prompt_media import media_key_id, prompt_media
+from clika_runtime.model_folder import open_session
 from clika_runtime.step_graph import MediaSpan, pack_media, pack_step, takes_media, text_only_media
 
 
@@ -50,32 +51,32 @@ def graphs(tiny_llama_hf, tmp_path_factory):
     family = family_for(checkpoint)
     plain, media = tmp_path_factory.mktemp("plain"), tmp_path_factory.mktemp("media")
     family.build(checkpoint, plain, 128)
-    family.build(checkpoint, media, 128, media_inputs=True)
+    tables = family.build(checkpoint, media, 128, media_inputs=True).rope_tables
     paged = derive_paged_graph(media / "model.onnx", media, checkpoint.architecture)
-    return checkpoint.architecture, plain / "model.onnx", media / "model.onnx", paged
+    return checkpoint.architecture, tables, plain / "model.onnx", media / "model.onnx", paged
 
 
-def _run(path, arch, rows, extra):
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+def _run(session, arch, rows, extra):
     shape = (len(rows), arch.num_kv_heads, 16, arch.head_dim)
     kv = {
         f"{kind}.{layer}": np.zeros(shape, np.float32)
         for layer in range(arch.num_layers)
         for kind in ("past_key", "past_value")
     }
-    return session.run([io.LOGITS], {**pack_step(rows).feeds(), **kv, **extra})[0], session
+    return session.run([io.LOGITS], {**pack_step(rows).feeds(), **kv, **extra})[0]
 
 
 def test_a_text_step_on_the_media_graph_equals_the_text_graph(graphs):
-    arch, plain, media, paged = graphs
+    arch, tables, plain, media, paged = graphs
+    plain_session = open_session(plain, ort.SessionOptions(), tables)
+    media_session = open_session(media, ort.SessionOptions(), tables)
     rows = [(0, [1, 2, 3, 4], False), (0, [5, 6], False)]
-    expected, _ = _run(plain, arch, rows, {})
-    session = ort.InferenceSession(str(media), providers=["CPUExecutionProvider"])
-    got, _ = _run(media, arch, rows, text_only_media(session.get_inputs()))  # M = 0
+    expected = _run(plain_session, arch, rows, {})
+    got = _run(media_session, arch, rows, text_only_media(media_session.get_inputs()))  # M = 0
     np.testing.assert_array_equal(got, expected)
     embeds = np.random.default_rng(0).normal(size=(2, arch.hidden_size)).astype(np.float32)
     feeds = pack_media([(None, 0, 4), (MediaSpan(np.array([0, 1]), embeds), 0, 2)], arch.hidden_size)
-    changed, _ = _run(media, arch, rows, feeds)
+    changed = _run(media_session, arch, rows, feeds)
     np.testing.assert_array_equal(changed[0], expected[0])  # the text row is untouched
     assert np.abs(changed[1] - expected[1]).max() > 1e-3  # the row whose tokens took the embeddings
     assert set(io.MEDIA_INPUTS) <= set(paged.inputs)  # the paged derivation keeps the inputs

@@ -35,7 +35,7 @@ from clika_runtime.engine.step_plan import StepPlan
 from clika_runtime.manifest import Manifest
 from clika_runtime.media.idefics3 import preprocess_idefics3
 from clika_runtime.media.vision_tower import VisionTower
-from clika_runtime.model_folder import open_model_folder
+from clika_runtime.model_folder import open_model_folder, open_session
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 
 torch = pytest.importorskip("torch")
@@ -102,7 +102,7 @@ def test_first_logits_match_transformers_on_the_same_image(idefics3, loaded):
     assert media is not None and len(media.positions) > 16  # tiles and the global view
     manifest = Manifest.read(folder)
     graph = manifest.graphs["continuous"]
-    session = ort.InferenceSession(str(folder / graph.file), providers=["CPUExecutionProvider"])
+    session = open_session(folder / graph.file, ort.SessionOptions(), manifest.rope_tables)
     arch = manifest.architecture
     kv = {
         name.format(layer=layer): np.zeros((1, arch.num_kv_heads, len(ids) + 1, arch.head_dim), np.float32)
