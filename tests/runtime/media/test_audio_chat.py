@@ -19,8 +19,8 @@ from vision_helpers import assert_close_in_scale
 from clika_export.api import export
 from clika_runtime import Tensor, modelverse
 from clika_runtime.manifest import Manifest, ManifestError
-from clika_runtime.model_folder import open_session
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
+from clika_runtime.model_folder import open_session
 from clika_runtime.sessions import AsyncChat
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 
