@@ -5,12 +5,15 @@ takes a rendered prompt (one image marker per image, where the chat template
 put them) and the images in that order, runs the vision graph on them (the
 ``vision`` stage an observer sees), expands each marker into the image's
 tokens (Idefics3: ``<fake_token_around_image>``, row/column tokens and
-``<image>`` per tile, then the global view), tokenizes the result and pairs
-the image-token positions with the embeddings (``PromptMedia``).
+``<image>`` per tile, then the global view; Qwen2-VL: ``<|image_pad|>`` per
+merged patch), tokenizes the result and pairs the image-token positions with
+the embeddings (``PromptMedia``; for Qwen2-VL with the prompt's M-RoPE
+positions, ``media.mrope_positions``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,12 +23,13 @@ from typing import Any
 from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import ManifestError, VisionSpec
-from clika_runtime.media.placeholders import IDEFICS3_IMAGE, expand_markers
+from clika_runtime.media.mrope_positions import mrope_span
+from clika_runtime.media.placeholders import IDEFICS3_IMAGE, QWEN2_VL_IMAGE, expand_markers
 from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.text.tokenizer import Tokenizer
 
 # The marker a family's chat template emits for one image.
-_MARKERS = {"idefics3": IDEFICS3_IMAGE}
+_MARKERS = {"idefics3": IDEFICS3_IMAGE, "qwen2_vl": QWEN2_VL_IMAGE}
 # Images one request may carry (each is at least one tile of the vision graph).
 MAX_IMAGES = 16
 
@@ -82,6 +86,9 @@ class ImagePrompts:
         ids = self.tokenizer.encode(expanded)
         image_id = int(self.spec.image_token_id)  # type: ignore[arg-type]
         media = prompt_media(ids, image_id, [(e.embeds, e.digest) for e in embeddings])
+        if media is not None and self.spec.family == "qwen2_vl":
+            grids = [e.grid for e in embeddings if e.grid is not None]
+            media = dataclasses.replace(media, rope=mrope_span(len(ids), media.positions, grids))
         if len(ids) >= token_budget + 1:
             raise ValueError(
                 f"images: the prompt takes {len(ids)} tokens with its images, more than the context "

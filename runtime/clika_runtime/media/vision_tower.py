@@ -53,6 +53,7 @@ class MediaEmbedding:
     digest: str  # sha256 of the pixels (and a clip's timestamps)
     timestamps: tuple[float, ...] = ()  # a clip's: the start of each temporal patch, in seconds
     cached: bool = False  # taken from the tower's cache of recent images (no graph run)
+    grid: tuple[int, int, int] | None = None  # Qwen2-VL: (t, h, w) of its merged patches (M-RoPE)
 
     @property
     def num_tokens(self) -> int:
@@ -194,9 +195,11 @@ class VisionTower:
         # All images of a request in one call: the frame mask keeps them apart.
         patches = [preprocess_qwen2_vl(image, self.settings) for image in images]
         (out,) = self.session.run([self.spec.embeds_output], self._qwen2_vl_feeds(patches))
-        counts = [p.num_tokens // self.spec.details["merge_size"] ** 2 for p in patches]
+        merge = int(self.spec.details["merge_size"])
+        counts = [p.num_tokens // merge**2 for p in patches]
         rows = np.split(out, np.cumsum(counts)[:-1])
+        grids = [(int(t), int(h) // merge, int(w) // merge) for t, h, w in (p.grid_thw for p in patches)]
         return [
-            MediaEmbedding(r, qwen2_vl_image_text(n), image_digest(image))
-            for r, n, image in zip(rows, counts, images, strict=True)
+            MediaEmbedding(r, qwen2_vl_image_text(n), image_digest(image), grid=grid)
+            for r, n, image, grid in zip(rows, counts, images, grids, strict=True)
         ]
