@@ -222,3 +222,15 @@ class _ImagesOnlyQwen2VLProcessor(transformers.Qwen2VLProcessor):
     def check_argument_for_proper_class(self, argument_name, argument):
         if argument_name != "video_processor":
             return super().check_argument_for_proper_class(argument_name, argument)
+
+
+def png_data_url(image: np.ndarray) -> str:
+    """``image`` as a PNG ``data:`` URL (lossless: the server decodes the same pixels)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(image).save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
