@@ -33,7 +33,8 @@ chunked prefill / spec.   ``q``              ``past_len + q - 1``        ``past_
 
 * Only rows ``[past_len, past_len + q)`` of a row's cache are written; grid
   padding never enters the cache. Rotary positions are ``past_len + col``,
-  computed inside the op, so the graph takes no position ids.
+  computed inside the op, so the graph takes no position ids (but for an
+  M-RoPE model's positions off the KV index: ``MROPE_INPUTS``).
 * ONNX Runtime refuses a step where an active row's ``past_len + S`` exceeds
   the cache capacity (it needs room for the whole padded chunk), even though
   it writes only ``q`` rows. Give the buffer slack above the context window

@@ -13,7 +13,8 @@ the padded ``[B, S]`` grid. The head runs on the ``N`` picked positions only.
 What a family changes (``DecoderSpec``): q/k norms before the grid, norms after
 a block (``sandwich``/``post``: the pending branch is normed before its skip
 add), the activation, multipliers, soft-caps, and per layer the attention
-window (GQA's ``local_window_size``) and the rotary table (or none).
+window (GQA's ``local_window_size``) and the rotary table (or none); an M-RoPE
+spec rotates q and k before the grid instead (``clika_export.graph.mrope``).
 
 Weights are named predictably and stored for MatMul as ``[in, out]``
 (``model.layers.3.attn.qkv.weight``); ``BuiltGraph.matrices`` records which
