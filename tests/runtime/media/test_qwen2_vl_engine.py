@@ -293,3 +293,28 @@ def test_a_session_reuses_its_image_prefix_next_turn(qwen2_vl):
     ]
     _, _, expected, _ = reference(hf_model, hf, model.render(history), image, NEW_TOKENS)
     assert second == model.tokenizer.decode(expected)
+
+
+def test_prompt_lookup_drafts_after_the_image_keep_the_greedy_reply(qwen2_vl):
+    hf_model, hf, folder, model = qwen2_vl
+    image = random_image(56, 56, 17)
+    text = rendered(model)
+    ids, media = model.encode_with_images(text, [image])
+    _, _, expected, _ = reference(hf_model, hf, text, image, 24)
+    core = engine_core(folder, "continuous")
+    config = GenerationConfig(max_new_tokens=24, temperature=0.0, ignore_eos=True, prompt_lookup_num_tokens=4)
+    sink = Collected()
+    core.add(Sequence(Request(next(_ids), core.check_request(ids, config, media), config, media=media)), sink)
+    run(core)
+    assert sink.tokens == expected
+    assert sink.report.draft_tokens > 0  # drafted rows ran past the prompt at index + delta
+
+
+def test_media_without_rotary_positions_are_refused_by_name(qwen2_vl):
+    _, _, folder, model = qwen2_vl
+    ids, media = model.encode_with_images(rendered(model), [random_image(56, 56, 1)])
+    core = engine_core(folder, "continuous")
+    with pytest.raises(ValueError, match="M-RoPE and the media carry no rotary positions"):
+        core.check_request(ids, greedy(), dataclasses.replace(media, rope=None))
+    with pytest.raises(ValueError, match="for a .*-token prompt, not this"):
+        core.check_request(ids[:-1], greedy(), media)
