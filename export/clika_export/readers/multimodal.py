@@ -5,7 +5,8 @@ settings in ``text_config``) beside the vision tower and connector, which
 ``clika_export.media.vision_export`` exports on their own. Qwen2-VL's text
 model is qwen2 with M-RoPE (three rotary sections fed from the image grid's
 positions) under ``model.*`` (``model.language_model.*`` in newer saves, the
-tower under ``visual.*`` / ``model.visual.*``): its rope's ``mrope_section``
+tower under ``visual.*`` / ``model.visual.*``; its settings in ``text_config``,
+or at the config's top level in the first releases): its rope's ``mrope_section``
 becomes the config's top-level ``mrope_section`` (``clika_export.families.qwen2``
 reads it) and the rope itself the default one. Qwen2.5-VL (a windowed vision
 tower) is refused by name.
@@ -56,6 +57,8 @@ def text_part(
         return config, loaders
     prefix, family = TEXT_MODELS[kind]
     text = config.get("text_config")
+    if text is None and kind in _BARE_TEXT:  # Qwen2-VL's first releases: the text settings at the top
+        text = {k: v for k, v in config.items() if k not in ("vision_config", "text_config", "model_type")}
     if not isinstance(text, dict):
         raise CheckpointError(f"config.json of a {kind} checkpoint has no text_config object")
     text_type = str(text.get("model_type", family)).lower()

@@ -35,3 +35,14 @@ def test_a_missing_or_malformed_mrope_section_is_refused(section):
     rope = {"rope_theta": 1e6, "type": "mrope", **({"mrope_section": section} if section else {})}
     with pytest.raises(CheckpointError, match="mrope_section"):
         text_part(config(rope), loaders())
+
+
+def test_a_first_release_config_keeps_the_text_settings_at_its_top_level():
+    flat = {
+        "model_type": "qwen2_vl", "hidden_size": 64, "vision_config": {"depth": 2},
+        "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}, "rope_theta": 1e6,
+    }  # fmt: skip
+    merged, weights = text_part(flat, loaders())
+    assert merged["model_type"] == "qwen2" and merged["hidden_size"] == 64
+    assert merged["mrope_section"] == [2, 3, 3] and merged["rope_scaling"] is None
+    assert "vision_config" not in merged and "model.visual.blocks.0.attn.qkv.weight" not in weights

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import shutil
 
 import numpy as np
 import onnxruntime as ort
@@ -318,3 +320,23 @@ def test_media_without_rotary_positions_are_refused_by_name(qwen2_vl):
         core.check_request(ids, greedy(), dataclasses.replace(media, rope=None))
     with pytest.raises(ValueError, match="for a .*-token prompt, not this"):
         core.check_request(ids[:-1], greedy(), media)
+
+
+def test_a_first_release_config_with_its_text_settings_at_the_top_exports_the_same_model(qwen2_vl, tmp_path):
+    _, hf, _, model = qwen2_vl
+    flat = tmp_path / "flat-hf"
+    shutil.copytree(hf, flat)
+    config = json.loads((flat / "config.json").read_text())
+    text = config.pop("text_config")
+    text["rope_scaling"] = {"type": "mrope", "mrope_section": text.pop("rope_parameters")["mrope_section"]}
+    text.pop("model_type")
+    (flat / "config.json").write_text(json.dumps({**config, **text, "rope_theta": 1e6}))
+    folder = export(flat, tmp_path / "model", context_window=512, progress=False)
+    image = random_image(56, 84, 19)
+    other = modelverse.load(folder, threads=1)
+    try:
+        assert other.generate(QUESTION, images=[image], max_new_tokens=6, temperature=0.0) == model.generate(
+            QUESTION, images=[image], max_new_tokens=6, temperature=0.0
+        )
+    finally:
+        other.close()
