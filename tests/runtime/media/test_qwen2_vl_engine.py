@@ -23,6 +23,7 @@ from vision_helpers import (
 )
 
 from clika_export.api import export
+from clika_export.checkpoint import CheckpointError
 from clika_runtime import Tensor, modelverse
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
@@ -340,3 +341,16 @@ def test_a_first_release_config_with_its_text_settings_at_the_top_exports_the_sa
         )
     finally:
         other.close()
+
+
+def test_a_rope_section_that_does_not_cover_the_head_is_refused_naming_it(qwen2_vl, tmp_path):
+    _, hf, _, _ = qwen2_vl
+    bad = tmp_path / "bad-hf"
+    shutil.copytree(hf, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["text_config"]["rope_parameters"]["mrope_section"] = [2, 2, 2]
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        CheckpointError, match=r"mrope_section \[2, 2, 2\] covers 6 frequencies, the rope has 8"
+    ):
+        export(bad, tmp_path / "model", progress=False)
