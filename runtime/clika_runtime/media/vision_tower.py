@@ -131,7 +131,7 @@ class VisionTower:
         if self.spec.family == "idefics3":
             embeddings = [self._cached_idefics3(image) for image in arrays]
         else:
-            embeddings = self._qwen2_vl(arrays)
+            embeddings = self._cached_qwen2_vl(arrays)
         return check_token_budget(embeddings, token_budget, "images")
 
     def embed_videos(
@@ -172,17 +172,40 @@ class VisionTower:
 
     def _cached_idefics3(self, image: np.ndarray) -> MediaEmbedding:
         digest = image_digest(image)
+        found = self._recalled(digest)
+        if found is not None:
+            return found
+        embedding = self._idefics3(image)
+        self._keep(embedding)
+        return embedding
+
+    def _cached_qwen2_vl(self, images: list[np.ndarray]) -> list[MediaEmbedding]:
+        """The images' embeddings, those not kept from earlier requests in one graph run."""
+        digests = [image_digest(image) for image in images]
+        found = {digest: self._recalled(digest) for digest in digests}
+        missing = {
+            digest: image for digest, image in zip(digests, images, strict=True) if found[digest] is None
+        }
+        if missing:
+            for embedding in self._qwen2_vl(list(missing.values())):
+                self._keep(embedding)
+                found[embedding.digest] = embedding
+        return [found[digest] for digest in digests]  # type: ignore[misc]
+
+    def _recalled(self, digest: str) -> MediaEmbedding | None:
+        """The kept embedding of the image hashed ``digest``, marked cached; None when not kept."""
         with self._embedded_lock:
             found = self._embedded.get(digest)
-            if found is not None:
-                self._embedded.move_to_end(digest)
-                return dataclasses.replace(found, cached=True)
-        embedding = self._idefics3(image)
+            if found is None:
+                return None
+            self._embedded.move_to_end(digest)
+            return dataclasses.replace(found, cached=True)
+
+    def _keep(self, embedding: MediaEmbedding) -> None:
         with self._embedded_lock:
-            self._embedded[digest] = embedding
+            self._embedded[embedding.digest] = embedding
             while len(self._embedded) > EMBEDDING_CACHE_SIZE:
                 self._embedded.popitem(last=False)
-        return embedding
 
     def _idefics3(self, image: np.ndarray) -> MediaEmbedding:
         tiles = preprocess_idefics3(image, self.settings)

@@ -99,10 +99,11 @@ def test_export_writes_step_graphs_that_take_media_and_mrope_positions(qwen2_vl)
         assert set(MEDIA_INPUTS) | set(MROPE_INPUTS) <= set(spec.inputs), key
 
 
-@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize("count", [1, 2, 3])
 def test_prompt_ids_and_rotary_positions_equal_transformers(qwen2_vl, count):
     hf_model, hf, _, model = qwen2_vl
-    images = [random_image(60, 90, 1), random_image(100, 44, 2)][:count]
+    # The third is the first again: the tower's cache gives it, the grids stay in prompt order.
+    images = [random_image(60, 90, 1), random_image(100, 44, 2), random_image(60, 90, 1)][:count]
     parts = [{"type": "image"}, {"type": "text", "text": "and"}] * count
     text = model.render([{"role": "user", "content": [*parts, {"type": "text", "text": QUESTION}]}])
     inputs = qwen2_vl_processor(hf)(text=[text], images=images, return_tensors="pt")
@@ -283,12 +284,20 @@ def test_a_session_reuses_its_image_prefix_next_turn(qwen2_vl):
     hf_model, hf, _, model = qwen2_vl
     image = random_image(84, 84, 13)
     session = model.chat_session()
-    first = session.send(
-        QUESTION, images=[image], max_new_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True
-    )
-    prompt = session.report.prompt_tokens
-    second = session.send("And the colours?", max_new_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
+    events = []
+    model.set_stage_observer(events.append)
+    try:
+        first = session.send(
+            QUESTION, images=[image], max_new_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True
+        )
+        prompt = session.report.prompt_tokens
+        second = session.send("And the colours?", max_new_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
+    finally:
+        model.set_stage_observer(None)
     assert session.report.cached_tokens >= prompt  # the image's KV (and the first reply's) reused
+    # The history renders the image again: its embeddings come from the tower's cache.
+    vision = [e.detail for e in events if e.stage == "vision"]
+    assert vision == [{"images": 1, "cached": 0}, {"images": 1, "cached": 1}]
     history = [
         {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]},
         {"role": "assistant", "content": first},
