@@ -5,10 +5,8 @@ takes a rendered prompt (one image marker per image, where the chat template
 put them) and the images in that order, runs the vision graph on them (the
 ``vision`` stage an observer sees), expands each marker into the image's
 tokens (Idefics3: ``<fake_token_around_image>``, row/column tokens and
-``<image>`` per tile, then the global view; Qwen2-VL: ``<|image_pad|>`` per
-merged patch), tokenizes the result and pairs the image-token positions with
-the embeddings (``PromptMedia``; for Qwen2-VL with the prompt's M-RoPE
-positions, ``media.mrope_positions``).
+``<image>`` per tile, then the global view), tokenizes the result and pairs
+the image-token positions with the embeddings (``PromptMedia``).
 """
 
 from __future__ import annotations
@@ -86,6 +84,7 @@ class ImagePrompts:
         ids = self.tokenizer.encode(expanded)
         image_id = int(self.spec.image_token_id)  # type: ignore[arg-type]
         media = prompt_media(ids, image_id, [(e.embeds, e.digest) for e in embeddings])
+        # Qwen2-VL (one <|image_pad|> per merged patch) rotates by M-RoPE: the prompt's positions.
         if media is not None and self.spec.family == "qwen2_vl":
             grids = [e.grid for e in embeddings if e.grid is not None]
             media = dataclasses.replace(media, rope=mrope_span(len(ids), media.positions, grids))

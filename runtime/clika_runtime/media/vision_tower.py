@@ -172,40 +172,17 @@ class VisionTower:
 
     def _cached_idefics3(self, image: np.ndarray) -> MediaEmbedding:
         digest = image_digest(image)
-        found = self._recalled(digest)
-        if found is not None:
-            return found
-        embedding = self._idefics3(image)
-        self._keep(embedding)
-        return embedding
-
-    def _cached_qwen2_vl(self, images: list[np.ndarray]) -> list[MediaEmbedding]:
-        """The images' embeddings, those not kept from earlier requests in one graph run."""
-        digests = [image_digest(image) for image in images]
-        found = {digest: self._recalled(digest) for digest in digests}
-        missing = {
-            digest: image for digest, image in zip(digests, images, strict=True) if found[digest] is None
-        }
-        if missing:
-            for embedding in self._qwen2_vl(list(missing.values())):
-                self._keep(embedding)
-                found[embedding.digest] = embedding
-        return [found[digest] for digest in digests]  # type: ignore[misc]
-
-    def _recalled(self, digest: str) -> MediaEmbedding | None:
-        """The kept embedding of the image hashed ``digest``, marked cached; None when not kept."""
         with self._embedded_lock:
             found = self._embedded.get(digest)
-            if found is None:
-                return None
-            self._embedded.move_to_end(digest)
-            return dataclasses.replace(found, cached=True)
-
-    def _keep(self, embedding: MediaEmbedding) -> None:
+            if found is not None:
+                self._embedded.move_to_end(digest)
+                return dataclasses.replace(found, cached=True)
+        embedding = self._idefics3(image)
         with self._embedded_lock:
-            self._embedded[embedding.digest] = embedding
+            self._embedded[digest] = embedding
             while len(self._embedded) > EMBEDDING_CACHE_SIZE:
                 self._embedded.popitem(last=False)
+        return embedding
 
     def _idefics3(self, image: np.ndarray) -> MediaEmbedding:
         tiles = preprocess_idefics3(image, self.settings)
@@ -226,3 +203,25 @@ class VisionTower:
             MediaEmbedding(r, qwen2_vl_image_text(n), image_digest(image), grid=grid)
             for r, n, image, grid in zip(rows, counts, images, grids, strict=True)
         ]
+
+    def _cached_qwen2_vl(self, images: list[np.ndarray]) -> list[MediaEmbedding]:
+        """The images' embeddings, those not kept from earlier requests in one graph run."""
+        digests = [image_digest(image) for image in images]
+        found: dict[str, MediaEmbedding] = {}
+        with self._embedded_lock:
+            for digest in digests:
+                kept = self._embedded.get(digest)
+                if kept is not None:
+                    self._embedded.move_to_end(digest)
+                    found[digest] = dataclasses.replace(kept, cached=True)
+        missing = {
+            digest: image for digest, image in zip(digests, images, strict=True) if digest not in found
+        }
+        if missing:
+            computed = self._qwen2_vl(list(missing.values()))
+            with self._embedded_lock:
+                for embedding in computed:
+                    found[embedding.digest] = self._embedded[embedding.digest] = embedding
+                while len(self._embedded) > EMBEDDING_CACHE_SIZE:
+                    self._embedded.popitem(last=False)
+        return [found[digest] for digest in digests]
