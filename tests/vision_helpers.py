@@ -143,3 +143,94 @@ def build_idefics3_chat(folder: Path):
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     return model, folder
+
+
+# -- a tiny Qwen2-VL with a tokenizer and chat template, for the end-to-end tests ------------
+
+QWEN2_VL_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|video_pad|>")
+QWEN2_VL_IMAGE_TOKEN = 319
+# Qwen2-VL's template shape (no default system turn): an image part as one pad marker in its frame.
+QWEN2_VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def qwen2_vl_tokenizer():
+    """Byte-level: the 256 byte symbols, Qwen2-VL's specials from 256, ``<|image_pad|>`` at 319."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    specials = [*QWEN2_VL_SPECIALS]
+    specials += [f"<unused_{i}>" for i in range(QWEN2_VL_IMAGE_TOKEN - 256 - len(specials))] + [
+        "<|image_pad|>"
+    ]
+    vocab.update({token: 256 + i for i, token in enumerate(specials)})
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(specials)
+    assert tokenizer.token_to_id("<|image_pad|>") == QWEN2_VL_IMAGE_TOKEN
+    return tokenizer
+
+
+def build_qwen2_vl_chat(folder: Path):
+    """A tiny Qwen2-VL (2 text layers, head_dim 16, M-RoPE sections 2/3/3) with a tokenizer and
+    chat template: a folder the whole export reads."""
+    tokenizer = qwen2_vl_tokenizer()
+    ids = {name: tokenizer.token_to_id(name) for name in QWEN2_VL_SPECIALS}
+    text = {
+        **TEXT, "hidden_size": 64, "num_hidden_layers": 2, "bos_token_id": ids["<|im_start|>"],
+        "eos_token_id": ids["<|im_end|>"], "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+    }  # fmt: skip
+    config = transformers.Qwen2VLConfig(
+        vision_config=dict(
+            depth=2, embed_dim=32, hidden_size=64, num_heads=4, mlp_ratio=2, patch_size=14, spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+        text_config=text,
+        image_token_id=QWEN2_VL_IMAGE_TOKEN,
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Qwen2VLForConditionalGeneration(config).eval()
+    _save(model, folder, QWEN2_VL_PROCESSOR)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    tok_config = {"bos_token": None, "eos_token": "<|im_end|>", "chat_template": QWEN2_VL_TEMPLATE}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    return model, folder
+
+
+def qwen2_vl_processor(folder: Path):
+    """transformers' Qwen2VLProcessor over the folder's tokenizer and image processor."""
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(folder / "tokenizer.json"), eos_token="<|im_end|>"
+    )
+    image_processor = transformers.Qwen2VLImageProcessorPil(**QWEN2_VL_PROCESSOR)
+    return _ImagesOnlyQwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
+
+
+class _ImagesOnlyQwen2VLProcessor(transformers.Qwen2VLProcessor):
+    """Qwen2VLProcessor without a video processor (whose class needs torchvision): images only."""
+
+    def check_argument_for_proper_class(self, argument_name, argument):
+        if argument_name != "video_processor":
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+
+def png_data_url(image: np.ndarray) -> str:
+    """``image`` as a PNG ``data:`` URL (lossless: the server decodes the same pixels)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(image).save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()

@@ -33,7 +33,8 @@ chunked prefill / spec.   ``q``              ``past_len + q - 1``        ``past_
 
 * Only rows ``[past_len, past_len + q)`` of a row's cache are written; grid
   padding never enters the cache. Rotary positions are ``past_len + col``,
-  computed inside the op, so the graph takes no position ids.
+  computed inside the op, so the graph takes no position ids (but for an
+  M-RoPE model's positions off the KV index: ``MROPE_INPUTS``).
 * ONNX Runtime refuses a step where an active row's ``past_len + S`` exceeds
   the cache capacity (it needs room for the whole padded chunk), even though
   it writes only ``q`` rows. Give the buffer slack above the context window
@@ -80,6 +81,14 @@ STEP_INPUTS = (
 MEDIA_EMBEDS = "media_embeds"  # float32 [M, hidden]
 MEDIA_ROWS = "media_rows"  # int64 [M]: packed token rows, distinct, each < T
 MEDIA_INPUTS = (MEDIA_EMBEDS, MEDIA_ROWS)
+# A graph of an M-RoPE model (Qwen2-VL) rotates each token by three positions (temporal,
+# height, width). A token's three are its KV index ``past_len + col`` but for the rows
+# ``mrope_rows`` names, which take ``mrope_positions`` (a sequence's image tokens and what
+# follows them). R = 0 rotates every token by its KV index, the plain rope: runs on text feed
+# them empty (``text_only_media``); ``takes_mrope`` tells such a graph by its input names.
+MROPE_ROWS = "mrope_rows"  # int64 [R]: packed token rows, distinct, each < T
+MROPE_POSITIONS = "mrope_positions"  # int64 [R, 3]: their (temporal, height, width) positions
+MROPE_INPUTS = (MROPE_ROWS, MROPE_POSITIONS)
 LOGITS = "logits"
 # The final norm of every packed token ``[T, hidden]``: what embeddings pool (the engine leaves it unbound).
 HIDDEN_STATES = "hidden_states"
@@ -122,15 +131,71 @@ def takes_media(input_names: Iterable[str]) -> bool:
 
 
 def text_only_media(inputs: Iterable[object]) -> dict[str, np.ndarray]:
-    """The media inputs (M = 0) to bind once on a graph that takes them, for runs that feed
-    text alone (verification, calibration); ``{}`` for a graph without. ``inputs``: a
-    session's ``get_inputs()`` (objects with ``name`` and ``shape``)."""
+    """The media inputs (M = 0) and M-RoPE inputs (R = 0) to bind once on a graph that takes
+    them, for runs that feed text alone (verification, calibration); ``{}`` for a graph
+    without. ``inputs``: a session's ``get_inputs()`` (objects with ``name`` and ``shape``)."""
     shapes = {getattr(value, "name", ""): getattr(value, "shape", None) for value in inputs}
+    feeds = pack_mrope([]) if takes_mrope(shapes) else {}
     if not takes_media(shapes):
-        return {}
+        return feeds
     shape = shapes[MEDIA_EMBEDS] or []
     width = shape[1] if len(shape) == 2 and isinstance(shape[1], int) else 0
-    return pack_media([], width)
+    return {**feeds, **pack_media([], width)}
+
+
+def takes_mrope(input_names: Iterable[str]) -> bool:
+    """True when a step graph rotates by M-RoPE positions (``mrope_rows`` / ``mrope_positions``)."""
+    names = set(input_names)
+    if names.isdisjoint(MROPE_INPUTS):
+        return False
+    if not names.issuperset(MROPE_INPUTS):
+        raise ValueError(f"the step graph takes one of {MROPE_ROWS} / {MROPE_POSITIONS} without the other")
+    return True
+
+
+class RopeSpan(NamedTuple):
+    """A sequence's rotary positions where they differ from its KV indices.
+
+    KV index ``rows[r]`` (ascending, all inside the prompt) rotates by ``positions[r]``
+    (temporal, height, width); every index past the prompt's ``prompt_len`` rotates by
+    ``index + delta`` in all three (0: by its index).
+    """
+
+    rows: np.ndarray  # int64 [R], ascending
+    positions: np.ndarray  # int64 [R, 3]
+    prompt_len: int
+    delta: int
+
+
+def pack_mrope(spans: Sequence[tuple[RopeSpan | None, int, int]]) -> dict[str, np.ndarray]:
+    """The M-RoPE inputs of one step from ``(span, start, count)`` per row, in packing order.
+
+    A row runs the KV indices ``[start, start + count)`` of its sequence; those whose
+    positions differ from their index land at the row's packed offset plus ``index - start``.
+    """
+    rows: list[np.ndarray] = []
+    positions: list[np.ndarray] = []
+    offset = 0
+    for span, start, count in spans:
+        if span is not None:
+            lo, hi = np.searchsorted(span.rows, [start, start + count])
+            if hi > lo:
+                rows.append(span.rows[lo:hi] - start + offset)
+                positions.append(span.positions[lo:hi])
+            after = np.arange(max(start, span.prompt_len), start + count, dtype=np.int64)
+            if span.delta and len(after):
+                rows.append(after - start + offset)
+                positions.append(np.repeat((after + span.delta)[:, None], 3, axis=1))
+        offset += count
+    if not rows:
+        return {
+            MROPE_ROWS: np.zeros(0, dtype=np.int64),
+            MROPE_POSITIONS: np.zeros((0, 3), dtype=np.int64),
+        }
+    return {
+        MROPE_ROWS: np.concatenate(rows).astype(np.int64),
+        MROPE_POSITIONS: np.ascontiguousarray(np.concatenate(positions), dtype=np.int64),
+    }
 
 
 class MediaSpan(NamedTuple):

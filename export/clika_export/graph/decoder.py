@@ -13,7 +13,8 @@ the padded ``[B, S]`` grid. The head runs on the ``N`` picked positions only.
 What a family changes (``DecoderSpec``): q/k norms before the grid, norms after
 a block (``sandwich``/``post``: the pending branch is normed before its skip
 add), the activation, multipliers, soft-caps, and per layer the attention
-window (GQA's ``local_window_size``) and the rotary table (or none).
+window (GQA's ``local_window_size``) and the rotary table (or none); an M-RoPE
+spec rotates q and k before the grid instead (``clika_export.graph.mrope``).
 
 Weights are named predictably and stored for MatMul as ``[in, out]``
 (``model.layers.3.attn.qkv.weight``); ``BuiltGraph.matrices`` records which
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from clika_export.checkpoint import Checkpoint, CheckpointError
+from clika_export.graph import mrope
 from clika_export.graph.builder import MS_DOMAIN, ExternalData, GraphBuilder, save_model
 from clika_export.graph.decoder_spec import GLOBAL_ROPE, DecoderSpec, LayerSpec, RopeSpec
 from clika_export.graph.rope_placeholders import rope_table
@@ -141,13 +143,18 @@ class _DecoderBuilder:
         self._shapes = _expected_shapes(spec)
         self._constants: dict[str, str] = {}
         self.media_inputs = False
+        self.mrope: tuple[str, str] | None = None  # M-RoPE: every token's cos, sin (graph.mrope)
 
     # -- whole graph ---------------------------------------------------------
 
     def build(self, on_layer: Callable[[int], None] | None) -> Any:
         self._declare_io()
         with self.g.scope("model"):
-            self._shared_tables()
+            if self.spec.mrope_section is None:
+                self._shared_tables()
+            else:  # the rotation runs before the grid, on positions the graph is fed
+                self.tables = {}
+                self.mrope = mrope.cos_sin(self.g, self.spec)
             hidden = self._embed()
             mlp_out, residual = None, hidden
             for layer in range(self.arch.num_layers):
@@ -170,6 +177,8 @@ class _DecoderBuilder:
         if self.media_inputs:
             g.input(io.MEDIA_EMBEDS, np.float32, [MEDIA, a.hidden_size])
             g.input(io.MEDIA_ROWS, np.int64, [MEDIA])
+        if self.spec.mrope_section is not None:
+            mrope.declare_inputs(g)
         kv_shape = [ROWS, a.num_kv_heads, CAPACITY, a.head_dim]
         for layer in range(a.num_layers):
             g.input(io.PAST_KEY.format(layer=layer), np.float32, kv_shape)
@@ -342,11 +351,14 @@ class _DecoderBuilder:
         if spec.qk_norm:
             with g.scope("qk_norm"):
                 qkv = self._qk_norm(layer, qkv)
+        rotary_in_gqa = layer_spec.rope is not None and self.mrope is None
+        if self.mrope is not None and layer_spec.rope is not None:
+            qkv = mrope.rotate_qk(g, spec, layer, qkv, *self.mrope)
         with g.scope("grid"):
             grid = g.op("Gather", [qkv, io.GRID_INDEX], axis=0)
         with g.scope("gqa"):
             present = [io.PRESENT_KEY.format(layer=layer), io.PRESENT_VALUE.format(layer=layer)]
-            cos, sin = self.tables[layer_spec.rope] if layer_spec.rope is not None else ("", "")
+            cos, sin = self.tables[layer_spec.rope] if rotary_in_gqa else ("", "")
             inputs = [
                 grid, "", "",
                 io.PAST_KEY.format(layer=layer), io.PAST_VALUE.format(layer=layer),
@@ -362,7 +374,7 @@ class _DecoderBuilder:
                 domain=MS_DOMAIN,
                 num_heads=a.num_heads,
                 kv_num_heads=a.num_kv_heads,
-                do_rotary=int(layer_spec.rope is not None),
+                do_rotary=int(rotary_in_gqa),
                 rotary_interleaved=0,
                 **self._attention_options(layer_spec),
             )[0]

@@ -59,6 +59,9 @@ class DecoderSpec:
     logits_scale: float = 1.0
     ropes: dict[str, RopeSpec] = field(default_factory=dict)
     layers: tuple[LayerSpec, ...] = ()
+    # M-RoPE (Qwen2-VL): how many of the global rope's frequencies each position row
+    # (temporal, height, width) rotates; None: one position per token (every other model).
+    mrope_section: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         a = self.arch
@@ -78,6 +81,17 @@ class DecoderSpec:
         for layer in self.layers:
             if layer.rope is not None and layer.rope not in self.ropes:
                 raise ValueError(f"layer rope table {layer.rope!r} is not among {sorted(self.ropes)}")
+        if self.mrope_section is not None:
+            rope = self.ropes[GLOBAL_ROPE]
+            if any(layer.rope not in (None, GLOBAL_ROPE) for layer in self.layers):
+                raise ValueError("M-RoPE rotates by the global rope only")
+            if rope.rotary_dim != a.head_dim:
+                raise ValueError("M-RoPE with partial rotary is not built")
+            if sum(self.mrope_section) * 2 != rope.rotary_dim:
+                raise ValueError(
+                    f"mrope_section {list(self.mrope_section)} covers {sum(self.mrope_section)} "
+                    f"frequencies, the rope has {rope.rotary_dim // 2}"
+                )
 
     @property
     def scale(self) -> float:

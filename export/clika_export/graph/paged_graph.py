@@ -4,7 +4,8 @@ Every ``GroupQueryAttention`` of the continuous graph, with the grid gather
 before it and the ungrid GatherND after it (graphs exported before: a Reshape
 after the gather, a Reshape and a Gather after the attention), is replaced by
 the paged attention of ``clika_export.graph.paged_attention``; the inputs
-become the paged ones (``clika_runtime.paged_step_graph``); nodes and
+become the paged ones (``clika_runtime.paged_step_graph``; an M-RoPE graph keeps
+its ``mrope_*`` inputs and reads each token's KV index from ``position_ids``); nodes and
 initializers left unread are dropped. Everything else, the weights included
 (by reference into the same external data file), is kept, so a quantized
 graph gets a paged twin without quantizing again.
@@ -20,12 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
+from clika_export.graph import mrope
 from clika_export.graph.builder import GraphBuilder, save_model
 from clika_export.graph.paged_attention import STEP_KV_NAMES, AttentionSite, KVNames, PagedAttentionEmitter
 from clika_runtime import paged_step_graph as io
 from clika_runtime.manifest import MANIFEST_FILE, Architecture, GraphSpec, Manifest, graph_key
+from clika_runtime.step_graph import MROPE_INPUTS
 
 PAGED_MODEL_FILE = "model_paged.onnx"
 DEFAULT_BLOCK_SIZE = 64
@@ -76,6 +79,7 @@ def derive_paged_graph(
     layer_nodes = {site.layer: emitter.layer(site, kv_names) for site in sites}
     _splice(graph, sites, step_nodes, layer_nodes)
     graph.initializer.extend(g.initializers)
+    _mrope_index_from_positions(graph)
     _replace_io(graph, arch, block_size, kv_names, onnx.TensorProto.INT8 if int8 else onnx.TensorProto.FLOAT)
     _drop_dead(graph)
     model.doc_string = "clika paged step graph: packed tokens, KV in a block pool read through block tables"
@@ -235,7 +239,9 @@ def _splice(
 def _replace_io(
     graph: onnx.GraphProto, arch: Architecture, block_size: int, kv_names: KVNames, pool_type: int
 ) -> None:
-    kept = [v for v in graph.input if v.name in (io.INPUT_IDS, io.LOGITS_INDEX, *io.MEDIA_INPUTS)]
+    kept = [
+        v for v in graph.input if v.name in (io.INPUT_IDS, io.LOGITS_INDEX, *io.MEDIA_INPUTS, *MROPE_INPUTS)
+    ]
     new_inputs = [
         helper.make_tensor_value_info(io.POSITION_IDS, onnx.TensorProto.INT64, [TOKENS]),
         helper.make_tensor_value_info(io.SLOT_MAPPING, onnx.TensorProto.INT64, [TOKENS]),
@@ -266,6 +272,19 @@ def _replace_io(
         outputs.append(value)
     del graph.output[:]
     graph.output.extend(outputs)
+
+
+def _mrope_index_from_positions(graph: onnx.GraphProto) -> None:
+    """An M-RoPE graph's KV index of each token: the continuous grid's arithmetic -> ``position_ids``."""
+    for i, node in enumerate(graph.node):
+        if list(node.output) == [mrope.KV_INDEX]:
+            axes = "model.mrope.paged_axes"
+            graph.initializer.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), axes))
+            unsqueeze = helper.make_node(
+                "Unsqueeze", [io.POSITION_IDS, axes], [mrope.KV_INDEX], name="/model/mrope/PagedKVIndex"
+            )
+            graph.node[i].CopyFrom(unsqueeze)
+            return
 
 
 def _drop_dead(graph: onnx.GraphProto) -> None:

@@ -7,7 +7,12 @@ a qwen2 text model under ``language_model.model.*`` (``model.language_model.*``
 as newer transformers save it) beside the audio tower that
 ``clika_export.media.audio_export`` exports. Qwen2-VL's text
 model is qwen2 with M-RoPE (three rotary sections fed from the image grid's
-positions), which the step graph does not build: it is refused by name.
+positions) under ``model.*`` (``model.language_model.*`` in newer saves, the
+tower under ``visual.*`` / ``model.visual.*``; its settings in ``text_config``,
+or at the config's top level in the first releases): its rope's ``mrope_section``
+becomes the config's top-level ``mrope_section`` (``clika_export.families.qwen2``
+reads it) and the rope itself the default one. Qwen2.5-VL (a windowed vision
+tower) is refused by name.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from clika_export.checkpoint import CheckpointError
 TEXT_MODELS = {
     "idefics3": ("model.text_model.", "llama"),
     "smolvlm": ("model.text_model.", "llama"),
+    "qwen2_vl": ("model.language_model.", "qwen2"),
     "qwen2_audio": ("language_model.model.", "qwen2"),
 }
 # Other places a family's text weights are found (the layout newer transformers save).
@@ -39,11 +45,13 @@ _TEXT_DEFAULTS = {
         "rms_norm_eps": 1e-6,
     }
 }
+# Text configs that name their own model type for the text family's.
+_TEXT_TYPES = {"qwen2_vl_text": "qwen2"}
+# Checkpoints that keep the text model at the text layout's own names (older Qwen2-VL saves):
+# every ``model.*`` weight but the vision tower's is the text model's.
+_BARE_TEXT = {"qwen2_vl": ("model.visual.", "visual.")}
 _REFUSED = {
-    "qwen2_vl": "its text model rotates by M-RoPE (3 sections from the image grid), "
-    "which the step graph does not build yet",
-    "qwen2_5_vl": "its text model rotates by M-RoPE (3 sections from the image grid), "
-    "which the step graph does not build yet",
+    "qwen2_5_vl": "its vision tower attends in windows, which the vision graph does not build yet",
 }
 
 
@@ -69,9 +77,12 @@ def text_part(
         return config, loaders
     prefix, family = TEXT_MODELS[kind]
     text = config.get("text_config")
+    if text is None and kind in _BARE_TEXT:  # Qwen2-VL's first releases: the text settings at the top
+        text = {k: v for k, v in config.items() if k not in ("vision_config", "text_config", "model_type")}
     if not isinstance(text, dict):
         raise CheckpointError(f"config.json of a {kind} checkpoint has no text_config object")
-    if str(text.get("model_type", family)).lower() != family:
+    text_type = str(text.get("model_type", family)).lower()
+    if _TEXT_TYPES.get(text_type, text_type) != family:
         raise CheckpointError(
             f"the {kind} text model is {text.get('model_type')!r}; only a {family} text model is exported"
         )
@@ -79,14 +90,56 @@ def text_part(
     merged = {**_TEXT_DEFAULTS.get(kind, {}), **given, "model_type": family}
     if "tie_word_embeddings" in config:  # the outer model decides whether lm_head is tied
         merged["tie_word_embeddings"] = config["tie_word_embeddings"]
+    if kind in _BARE_TEXT:
+        merged = _mrope_config(merged, kind)
     renamed = {}
     for start in (prefix, *_OTHER_PREFIXES.get(kind, ())):
         renamed.update(
             {"model." + name[len(start) :]: load for name, load in loaders.items() if name.startswith(start)}
         )
+    if not renamed and kind in _BARE_TEXT:
+        tower = _BARE_TEXT[kind]
+        renamed = {
+            name: load
+            for name, load in loaders.items()
+            if name.startswith("model.") and not name.startswith(tower)
+        }
     for head in _LM_HEADS:
         if head in loaders:
             renamed["lm_head.weight"] = loaders[head]
     if not renamed:
         raise CheckpointError(f"the {kind} checkpoint has no text model weights under {prefix}*")
     return merged, renamed
+
+
+def _mrope_config(text: dict[str, Any], kind: str) -> dict[str, Any]:
+    """``text`` with its rope's ``mrope_section`` moved to the top level and the rope made default.
+
+    transformers 5 writes ``rope_parameters`` (``rope_type`` "default", ``type`` "mrope"); older
+    configs ``rope_scaling`` ``{"type": "mrope", "mrope_section": [...]}``.
+    """
+    merged = dict(text)
+    section = None
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = merged.get(key)
+        if rope is None:
+            continue
+        if not isinstance(rope, dict):
+            raise CheckpointError(f"config.json: the {kind} text_config's {key} must be an object")
+        if "mrope_section" in rope:
+            section = rope["mrope_section"]
+        kept = {k: v for k, v in rope.items() if k not in ("mrope_section", "type", "rope_type")}
+        merged[key] = {**kept, "rope_type": "default"} if key == "rope_parameters" else None
+    if section is None:
+        raise CheckpointError(f"config.json: the {kind} text_config names no rope mrope_section")
+    if (
+        not isinstance(section, list)
+        or len(section) != 3
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in section)
+    ):
+        raise CheckpointError(
+            f"config.json: mrope_section must list 3 positive integers (temporal, height, width), "
+            f"not {section!r}"
+        )
+    merged["mrope_section"] = list(section)
+    return merged

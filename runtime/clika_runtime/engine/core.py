@@ -191,6 +191,18 @@ class EngineCore:
             raise ValueError(f"images: the embeddings are {media.hidden_size} wide, the model takes {width}")
         if len(media.positions) and not 0 <= int(media.positions[0]) <= int(media.positions[-1]) < prompt_len:
             raise ValueError("images: a media position lies outside the prompt")
+        mrope = bool(getattr(self.executor, "takes_mrope", False))
+        if mrope and media.rope is None:
+            raise ValueError("images: this model rotates by M-RoPE and the media carry no rotary positions")
+        if media.rope is not None and not mrope:
+            raise ValueError(
+                "images: the media carry M-RoPE positions, which this model's step graph does not take"
+            )
+        if media.rope is not None and media.rope.prompt_len != prompt_len:
+            raise ValueError(
+                f"images: the media's rotary positions are for a {media.rope.prompt_len}-token prompt, "
+                f"not this {prompt_len}-token one"
+            )
 
     def decoder_for(
         self, prompt: Sequence[int], config: GenerationConfig, *, skip_special_tokens: bool, detokenize: bool

@@ -15,6 +15,10 @@ A graph that takes media embeddings (a folder with a vision tower) gets, each
 step, the rows of the plan's media positions (``step_graph.pack_media``, in the
 cache's packing order); a step without media feeds the same read-only empty
 arrays every time, so binding them costs nothing.
+
+An M-RoPE graph (Qwen2-VL) gets, each step, the rotary positions of the plan's
+tokens that are not at their KV index (``step_graph.pack_mrope``: a sequence's
+image tokens and everything after them), from each sequence's ``RopeSpan``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from clika_runtime.step_graph import (
     GridLayout,
     grid_layout,
     pack_media,
+    pack_mrope,
     takes_media,
+    takes_mrope,
 )
 
 
@@ -79,6 +85,8 @@ class Executor:
         self.takes_media = takes_media(inputs)
         self.media_width = _media_width(inputs[MEDIA_EMBEDS].shape) if self.takes_media else None
         self._no_media = _no_media(self.media_width) if self.takes_media else {}
+        self.takes_mrope = takes_mrope(inputs)
+        self._no_mrope = _read_only(pack_mrope([])) if self.takes_mrope else {}
 
     def run(self, plan: StepPlan, before_call: Callable[[], None] | None = None) -> np.ndarray:
         """Run ``plan``; returns logits ``[len(plan.sample_rows), vocab]`` in ``sample_rows`` order.
@@ -92,6 +100,8 @@ class Executor:
         feeds = packed.feeds if self._flat_grid is None else self._flat_grid.convert(packed.feeds)
         if self.takes_media:
             feeds = {**feeds, **self._media_feeds(plan)}
+        if self.takes_mrope:
+            feeds = {**feeds, **self._mrope_feeds(plan)}
         for name, array in feeds.items():
             self._bind_input(name, array)
         logits = self._bind_logits(packed.num_logits)
@@ -114,6 +124,12 @@ class Executor:
         order = self.cache.packing_order(plan)
         spans = [(None if r.seq.media is None else r.seq.media.span, r.start, r.num_new) for r in order]
         return pack_media(spans, self.media_width or 0)
+
+    def _mrope_feeds(self, plan: StepPlan) -> dict[str, np.ndarray]:
+        if all(row.seq.rope is None for row in plan.rows):
+            return self._no_mrope
+        order = self.cache.packing_order(plan)
+        return pack_mrope([(r.seq.rope, r.start, r.num_new) for r in order])
 
     def _bind_cache(self) -> None:
         if self.cache.version == self._kv_version:
@@ -165,7 +181,10 @@ def _media_width(shape: list) -> int | None:
 
 def _no_media(width: int | None) -> dict[str, np.ndarray]:
     """The media inputs of a step without media: M = 0, read-only so they are bound once."""
-    feeds = pack_media([], width or 0)
+    return _read_only(pack_media([], width or 0))
+
+
+def _read_only(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     for array in feeds.values():
         array.flags.writeable = False
     return feeds

@@ -29,6 +29,7 @@ from clika_runtime.step_graph import (
     StepRow,
     grid_layout,
     pack_step,
+    text_only_media,
 )
 
 
@@ -47,6 +48,8 @@ class HiddenStateRunner:
         self.paged = graph.kv.block_size is not None
         self._block = int(graph.kv.block_size or 1)
         self._layout = grid_layout(value.name for value in session.get_inputs()) or GridLayout.CELLS
+        # A vision folder's graph takes media (and M-RoPE) inputs: text rows feed them empty.
+        self._text_only = text_only_media(session.get_inputs())
 
     def run(self, rows: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """One ORT call over ``rows`` (each non-empty, within the context window)."""
@@ -79,7 +82,7 @@ class HiddenStateRunner:
     def _call(self, feeds: dict[str, np.ndarray], pools: list, tokens: int) -> np.ndarray:
         """Run the graph once; the hidden states ``[tokens, H]`` of the packed tokens."""
         binding = self.session.io_binding()
-        for name, array in feeds.items():
+        for name, array in {**feeds, **self._text_only}.items():
             binding.bind_cpu_input(name, np.ascontiguousarray(array))
         kept = []  # the OrtValues the binding refers to: alive until the call returns
         kv = self.graph.kv

@@ -8,6 +8,11 @@ caches compare ``Sequence.cache_ids`` (the token ids, each media position's
 id replaced by its key id), so two prompts whose placeholders are the same
 tokens but whose images differ never share KV, and the same image on a
 second turn is reused.
+
+A model rotating by M-RoPE (Qwen2-VL) also needs each token's three rotary
+positions where they are not its KV index: ``rope`` (a ``step_graph.RopeSpan``,
+``clika_runtime.media.mrope_positions``). They follow from the prompt's tokens
+and images alone, so a prefix the caches share has the same positions.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clika_runtime.step_graph import MediaSpan
+from clika_runtime.step_graph import MediaSpan, RopeSpan
 
 # Key ids are negative (no token id is), 60 bits of the digest: distinct images never meet.
 _KEY_BITS = 60
@@ -36,6 +41,7 @@ class PromptMedia:
     positions: np.ndarray  # int64 [M], ascending
     embeds: np.ndarray  # float32 [M, hidden]
     key_ids: np.ndarray  # int64 [M]
+    rope: RopeSpan | None = None  # M-RoPE models: the prompt's positions off their KV index
 
     @property
     def span(self) -> MediaSpan:

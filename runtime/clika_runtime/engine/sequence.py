@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.prompt_media import PromptMedia
+from clika_runtime.step_graph import RopeSpan
 
 
 class SequenceStatus(enum.IntEnum):
@@ -122,6 +123,12 @@ class Sequence:
     @property
     def media(self) -> PromptMedia | None:
         return self.request.media
+
+    @property
+    def rope(self) -> RopeSpan | None:
+        """Rotary positions off the KV index (M-RoPE models' image prompts), else None."""
+        media = self.request.media
+        return None if media is None else media.rope
 
     @property
     def cache_ids(self) -> list[int]:

@@ -13,6 +13,7 @@ items, each ``<video>`` marker expanded to its frames' text.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,13 +24,20 @@ from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import ManifestError, VisionSpec
 from clika_runtime.media.arguments import VideoInput
-from clika_runtime.media.placeholders import IDEFICS3_IMAGE, VIDEO_MARKER, expand_kinds, expand_markers
+from clika_runtime.media.mrope_positions import mrope_span
+from clika_runtime.media.placeholders import (
+    IDEFICS3_IMAGE,
+    QWEN2_VL_IMAGE,
+    VIDEO_MARKER,
+    expand_kinds,
+    expand_markers,
+)
 from clika_runtime.media.processor_config import read_processor_settings
 from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.text.tokenizer import Tokenizer
 
 # The marker a family's chat template emits for one image.
-_MARKERS = {"idefics3": IDEFICS3_IMAGE}
+_MARKERS = {"idefics3": IDEFICS3_IMAGE, "qwen2_vl": QWEN2_VL_IMAGE}
 # Images one request may carry (each is at least one tile of the vision graph).
 MAX_IMAGES = 16
 # Videos one request may carry (each is its sampled frames, at most the checkpoint's max_frames).
@@ -116,6 +124,10 @@ class ImagePrompts:
         ids = self.tokenizer.encode(expanded)
         image_id = int(self.spec.image_token_id)  # type: ignore[arg-type]
         media = prompt_media(ids, image_id, [(e.embeds, e.digest) for e in embeddings])
+        # Qwen2-VL (one <|image_pad|> per merged patch) rotates by M-RoPE: the prompt's positions.
+        if media is not None and self.spec.family == "qwen2_vl":
+            grids = [e.grid for e in embeddings if e.grid is not None]
+            media = dataclasses.replace(media, rope=mrope_span(len(ids), media.positions, grids))
         if len(ids) >= token_budget + 1:
             raise ValueError(
                 f"images: the prompt takes {len(ids)} tokens with its images, more than the context "

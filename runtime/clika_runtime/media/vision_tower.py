@@ -54,6 +54,7 @@ class MediaEmbedding:
     digest: str  # sha256 of the pixels (and a clip's timestamps)
     timestamps: tuple[float, ...] = ()  # a clip's: the start of each temporal patch, in seconds
     cached: bool = False  # taken from the tower's cache of recent images (no graph run)
+    grid: tuple[int, int, int] | None = None  # Qwen2-VL: (t, h, w) of its merged patches (M-RoPE)
 
     @property
     def num_tokens(self) -> int:
@@ -136,7 +137,7 @@ class VisionTower:
         if self.spec.family == "idefics3":
             embeddings = [self._cached_idefics3(image) for image in arrays]
         else:
-            embeddings = self._qwen2_vl(arrays)
+            embeddings = self._cached_qwen2_vl(arrays)
         return check_token_budget(embeddings, token_budget, "images")
 
     def embed_videos(
@@ -224,9 +225,33 @@ class VisionTower:
         # All images of a request in one call: the frame mask keeps them apart.
         patches = [preprocess_qwen2_vl(image, self.settings) for image in images]
         (out,) = self.session.run([self.spec.embeds_output], self._qwen2_vl_feeds(patches))
-        counts = [p.num_tokens // self.spec.details["merge_size"] ** 2 for p in patches]
+        merge = int(self.spec.details["merge_size"])
+        counts = [p.num_tokens // merge**2 for p in patches]
         rows = np.split(out, np.cumsum(counts)[:-1])
+        grids = [(int(t), int(h) // merge, int(w) // merge) for t, h, w in (p.grid_thw for p in patches)]
         return [
-            MediaEmbedding(r, qwen2_vl_image_text(n), image_digest(image))
-            for r, n, image in zip(rows, counts, images, strict=True)
+            MediaEmbedding(r, qwen2_vl_image_text(n), image_digest(image), grid=grid)
+            for r, n, image, grid in zip(rows, counts, images, grids, strict=True)
         ]
+
+    def _cached_qwen2_vl(self, images: list[np.ndarray]) -> list[MediaEmbedding]:
+        """The images' embeddings, those not kept from earlier requests in one graph run."""
+        digests = [image_digest(image) for image in images]
+        found: dict[str, MediaEmbedding] = {}
+        with self._embedded_lock:
+            for digest in digests:
+                kept = self._embedded.get(digest)
+                if kept is not None:
+                    self._embedded.move_to_end(digest)
+                    found[digest] = dataclasses.replace(kept, cached=True)
+        missing = {
+            digest: image for digest, image in zip(digests, images, strict=True) if digest not in found
+        }
+        if missing:
+            computed = self._qwen2_vl(list(missing.values()))
+            with self._embedded_lock:
+                for embedding in computed:
+                    found[embedding.digest] = self._embedded[embedding.digest] = embedding
+                while len(self._embedded) > EMBEDDING_CACHE_SIZE:
+                    self._embedded.popitem(last=False)
+        return [found[digest] for digest in digests]

@@ -8,6 +8,7 @@ vision tower as its own graph, the step graph taking ``media_embeds`` / ``media_
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import onnxruntime as ort
@@ -228,7 +229,9 @@ def test_the_same_image_is_reused_next_turn_and_a_different_one_is_not(idefics3,
     assert third_sink.tokens == expected
 
 
-def test_a_qwen2_vl_checkpoint_is_refused_by_name(tmp_path):
-    build_qwen2_vl(tmp_path / "qwen2-vl")
-    with pytest.raises(CheckpointError, match="qwen2_vl checkpoints are not exported: .*M-RoPE"):
-        export(tmp_path / "qwen2-vl", tmp_path / "out", progress=False)
+def test_a_qwen2_5_vl_checkpoint_is_refused_by_name(tmp_path):
+    _, folder = build_qwen2_vl(tmp_path / "qwen2.5-vl")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "qwen2_5_vl"}))
+    with pytest.raises(CheckpointError, match="qwen2_5_vl checkpoints are not exported: .*window"):
+        export(folder, tmp_path / "out", progress=False)
