@@ -144,6 +144,7 @@ class _DecoderBuilder:
         self._constants: dict[str, str] = {}
         self.media_inputs = False
         self.mrope: tuple[str, str] | None = None  # M-RoPE: every token's cos, sin (graph.mrope)
+        self.rope_tables: tuple[RopeTable, ...] = ()  # an M-RoPE graph computes its own, from positions
 
     # -- whole graph ---------------------------------------------------------
 
