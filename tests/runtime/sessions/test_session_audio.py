@@ -105,3 +105,24 @@ def test_audio_on_a_session_of_a_model_without_an_audio_graph_is_refused(tiny_mo
             assert session.messages == []
 
     asyncio.run(run())
+
+
+def test_a_streamed_turn_with_audio_equals_a_chat_session_and_is_kept_in_memory(folder):
+    wave = speech_like(1.0, seed=23)
+    model = modelverse.load(folder, threads=1)
+    try:
+        expected = model.chat_session().send(QUESTION, audio=[wave], **GREEDY)
+
+        async def run():
+            async with AsyncChat(model) as chat:  # the default store: in memory, through its JSON form
+                session = chat.create_session(session_id="mem")
+                stream = session.stream(QUESTION, audio=[wave], **GREEDY)
+                async with stream:
+                    text = "".join([e.text async for e in stream if e.type == "text"])
+                return text, await chat.store.get("mem")
+
+        text, stored = asyncio.run(run())
+    finally:
+        model.close()
+    assert text == expected
+    assert np.array_equal(stored[0]["content"][0]["audio"], wave)
