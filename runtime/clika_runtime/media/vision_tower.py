@@ -90,9 +90,9 @@ def check_token_budget(
 def reads_video(folder: str | Path, spec: VisionSpec | None) -> bool:
     """True when ``videos=`` ride a user turn of this folder's model: an Idefics3 tower whose
     processor config has SmolVLM2's ``video_sampling``. The one answer ``supports_video`` and
-    :func:`media_support` give. A Qwen2-VL tower embeds clips (``embed_videos``), but no prompt
-    of its takes them yet (its text model is refused), so it reads none. An unreadable processor
-    config reads False: the first image's request names its problem."""
+    :func:`media_support` give. A Qwen2-VL tower embeds clips (``embed_videos``), but its prompts
+    expand image markers only, so its model reads none. An unreadable processor config reads
+    False: the first image's request names its problem."""
     if spec is None or spec.family != "idefics3":
         return False
     try:

@@ -161,7 +161,7 @@ def test_idefics3_tower_refuses_videos_and_support_is_read_from_the_folder(
     # These folders' text graphs (a tiny llama's) take no media embeddings: their model reads none.
     assert media_support(idefics3_folder) == {"vision": False, "video": False, "audio": False}
     assert media_support(tiny_llama_model) == {"vision": False, "video": False, "audio": False}
-    # Qwen2-VL's tower embeds clips, but no prompt of its takes them: it reads no videos.
+    # Qwen2-VL's tower embeds clips, but its prompts expand image markers only: it reads no videos.
     assert not reads_video(qwen2_vl[1], Manifest.read(qwen2_vl[1]).vision)
 
 
