@@ -20,7 +20,6 @@ from clika_export.api import export
 from clika_runtime import Tensor, modelverse
 from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
-from clika_runtime.media.vision_tower import media_support
 from clika_runtime.sessions import AsyncChat
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 
@@ -81,7 +80,6 @@ def test_export_writes_an_audio_folder_whose_graphs_take_media(qwen2_audio):
     for key, spec in manifest.graphs.items():
         assert set(MEDIA_INPUTS) <= set(spec.inputs), key
     assert model.supports_audio and not model.supports_vision and not model.supports_video
-    assert media_support(folder) == {"vision": False, "video": False, "audio": True}
 
 
 def test_prompt_ids_and_first_logits_match_transformers(qwen2_audio):

@@ -14,6 +14,7 @@ from audio_signals import speech_like
 
 from clika_export.api import export
 from clika_runtime import modelverse
+from clika_runtime.media.vision_tower import media_support
 from clika_runtime.sessions import AsyncChat, SQLiteStore
 
 QUESTION = "What is said?"
@@ -92,6 +93,15 @@ def test_an_audio_conversation_without_saved_kv_reads_its_clip_again(folder, tmp
     _, resumed, _ = second_process(folder, path, with_kv=True)  # no KV file: logged, read again
     assert resumed.result == unbroken
     assert resumed.usage["cache_read_input_tokens"] == 0
+
+
+def test_the_folder_reads_audio_as_its_model_says(folder):
+    model = modelverse.load(folder, threads=1)
+    try:
+        assert model.supports_audio and not model.supports_vision and not model.supports_video
+    finally:
+        model.close()
+    assert media_support(folder) == {"vision": False, "video": False, "audio": True}
 
 
 def test_audio_on_a_session_of_a_model_without_an_audio_graph_is_refused(tiny_model):
