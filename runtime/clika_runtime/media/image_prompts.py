@@ -32,8 +32,7 @@ from clika_runtime.media.placeholders import (
     expand_kinds,
     expand_markers,
 )
-from clika_runtime.media.processor_config import read_processor_settings
-from clika_runtime.media.vision_tower import VisionTower
+from clika_runtime.media.vision_tower import VisionTower, reads_video
 from clika_runtime.text.tokenizer import Tokenizer
 
 # The marker a family's chat template emits for one image.
@@ -74,13 +73,7 @@ class ImagePrompts:
     def reads_video(self) -> bool:
         """True when the checkpoint reads videos through this graph (SmolVLM2's video_sampling)."""
         if self._reads_video is None:
-            try:
-                settings = read_processor_settings(self.folder)
-            except ValueError:  # a bad processor config: the first image's request names the problem
-                return False
-            self._reads_video = (
-                getattr(settings, "video", None) is not None and self.spec.family == "idefics3"
-            )
+            self._reads_video = reads_video(self.folder, self.spec)
         return self._reads_video
 
     def tower(self) -> VisionTower:

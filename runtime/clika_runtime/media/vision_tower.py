@@ -35,6 +35,7 @@ from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_
 from clika_runtime.media.smolvlm_video import clip_duration, preprocess_smolvlm_frames, smolvlm_video_text
 from clika_runtime.media.video import sample_frames
 from clika_runtime.model_folder import open_session, session_options
+from clika_runtime.step_graph import takes_media
 
 _SETTINGS = {"idefics3": Idefics3Settings, "qwen2_vl": Qwen2VLSettings}
 # Embeddings of the latest images kept by their digest: a conversation renders its images on
@@ -87,13 +88,34 @@ def check_token_budget(
     return embeddings
 
 
-def media_support(manifest: Manifest) -> dict[str, bool]:
-    """What a folder's graphs read: ``vision``, ``video`` and ``audio``."""
-    family = manifest.vision.family if manifest.vision is not None else None
+def reads_video(folder: str | Path, spec: VisionSpec | None) -> bool:
+    """True when ``videos=`` ride a user turn of this folder's model: an Idefics3 tower whose
+    processor config has SmolVLM2's ``video_sampling``. The one answer ``supports_video`` and
+    :func:`media_support` give. A Qwen2-VL tower embeds clips (``embed_videos``), but its prompts
+    expand image markers only, so its model reads none. An unreadable processor config reads
+    False: the first image's request names its problem."""
+    if spec is None or spec.family != "idefics3":
+        return False
+    try:
+        settings = read_processor_settings(folder)
+    except ValueError:
+        return False
+    return getattr(settings, "video", None) is not None
+
+
+def media_support(folder: str | Path, manifest: Manifest | None = None) -> dict[str, bool]:
+    """What a folder's model reads, as its ``supports_vision`` / ``supports_video`` /
+    ``supports_audio`` say: ``vision`` (a vision graph, and step graphs that take media
+    embeddings), ``video`` (that, and :func:`reads_video`), ``audio`` (an audio graph, and those
+    step graphs); ``manifest``: the folder's, when already read."""
+    manifest = Manifest.read(folder) if manifest is None else manifest
+    graphs = manifest.graphs.values()
+    takes = bool(graphs) and all(takes_media(graph.inputs) for graph in graphs)
+    vision = takes and manifest.vision is not None
     return {
-        "vision": family is not None,
-        "video": family in _VIDEO_FAMILIES,
-        "audio": manifest.audio is not None,
+        "vision": vision,
+        "video": vision and reads_video(folder, manifest.vision),
+        "audio": takes and manifest.audio is not None,
     }
 
 

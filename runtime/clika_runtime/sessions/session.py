@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from clika_runtime.chat.history import checked_messages
 from clika_runtime.chat.kv_resume import ConversationPrompt, conversation_prompt, restore_kv, save_kv
-from clika_runtime.chat.media_turns import attach_images, refuse_media
+from clika_runtime.chat.media_turns import attach_audio, attach_images, refuse_media
 from clika_runtime.chat.tool_loop import LoopHooks
 from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.engine.async_bridge import AsyncBridge
@@ -185,12 +185,14 @@ class AsyncSession:
         cancel: asyncio.Event | None = None,
         images: Sequence[Any] = (),
         videos: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
         **overrides: Any,
     ) -> TurnResult:
         """Add a user turn and return the turn's result once the reply is complete.
 
-        ``images`` ([H, W, 3] tensors) and ``videos`` ((frames, timestamps) pairs, on a model
-        whose ``supports_video``) ride the user turn and stay in the history
+        ``images`` ([H, W, 3] tensors), ``videos`` ((frames, timestamps) pairs, on a model
+        whose ``supports_video``) and ``audio`` ([S] float mono clips, on a model whose
+        ``supports_audio``) ride the user turn and stay in the history
         (a store keeps them; later turns render them again and reuse their KV);
         ``tools`` offers tool definitions for this turn (None: the session's);
         ``config`` and keyword arguments override the decode policy for this
@@ -198,7 +200,7 @@ class AsyncSession:
         of the engine comes back as a result with ``subtype == "error"``; a
         cancelled turn raises RunCancelled.
         """
-        turn = self._user_turn(content, images, videos)
+        turn = self._user_turn(content, images, videos, audio)
         return await self._complete(self._spec(turn, config, tools, cancel, overrides, False))
 
     def stream(
@@ -210,12 +212,14 @@ class AsyncSession:
         cancel: asyncio.Event | None = None,
         images: Sequence[Any] = (),
         videos: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
         **overrides: Any,
     ) -> TurnStream:
         """Add a user turn and stream the reply: ``text``, ``thinking`` and ``tool_use`` events as
         the model makes them, then one ``result`` event (an ``error`` event before it when the
         engine failed). Arguments as for :meth:`send`."""
-        spec = self._spec(self._user_turn(content, images, videos), config, tools, cancel, overrides, True)
+        turn = self._user_turn(content, images, videos, audio)
+        spec = self._spec(turn, config, tools, cancel, overrides, True)
         return self._open(spec)
 
     async def respond(
@@ -385,13 +389,21 @@ class AsyncSession:
         return conversation_prompt(self._chat.model, history, self._tools, policy)
 
     def _user_turn(
-        self, content: str, images: Sequence[Any], videos: Sequence[Any]
+        self, content: str, images: Sequence[Any], videos: Sequence[Any], audio: Sequence[Any]
     ) -> tuple[dict[str, Any], ...]:
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
         model = self._chat.model
-        refuse_media(images, (), videos, vision=model.supports_vision, video=model.supports_video)
-        return (attach_images({"role": "user", "content": content}, images, videos),)
+        refuse_media(
+            images,
+            audio,
+            videos,
+            vision=model.supports_vision,
+            video=model.supports_video,
+            hearing=model.supports_audio,
+        )
+        turn = attach_images({"role": "user", "content": content}, images, videos)
+        return (attach_audio(turn, audio),)
 
     def _spec(
         self,

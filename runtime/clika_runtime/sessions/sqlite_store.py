@@ -16,9 +16,11 @@ a row that is not a transcript) raises ``StoreError``.
 Images a transcript's turns carry are kept once each, by their sha256, in the
 ``media`` table (``sessions.stored_media``): the transcript names them, a link
 table says which conversations use which, and an image no conversation uses
-any more is deleted in the transaction that dropped its last use. A file of
-schema 1 (no media tables) is migrated in place when opened: the tables are
-added in one transaction, after the file was inspected read-only.
+any more is deleted in the transaction that dropped its last use. Audio clips
+are kept the same way in tables of their own (``sessions.stored_audio``,
+schema 3). A file of an older schema (1: no media tables, 2: no audio tables)
+is migrated in place when opened: the tables are added in one transaction,
+after the file was inspected read-only.
 """
 
 from __future__ import annotations
@@ -32,8 +34,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from clika_runtime.sessions.sqlite_audio import AUDIO_TABLES, link_audio, read_audio, unlink_audio
 from clika_runtime.sessions.sqlite_media import MEDIA_TABLES, link_images, read_images, unlink_images
 from clika_runtime.sessions.store import StoreError, checked_id, decode_messages, encode_messages
+from clika_runtime.sessions.stored_audio import (
+    MAX_STORED_AUDIO_BYTES,
+    attach_audio,
+    audio_digests,
+    detach_audio,
+)
 from clika_runtime.sessions.stored_media import (
     MAX_STORED_IMAGE_BYTES,
     StoredImageError,
@@ -42,7 +51,7 @@ from clika_runtime.sessions.stored_media import (
     image_digests,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x436C6B43  # "ClkC": marks a clika conversation store
 
 # Each schema version's statements, applied in order from a file's version to the newest.
@@ -56,6 +65,7 @@ _SCHEMAS = {
         "CREATE INDEX conversations_by_update ON conversations (updated_at)",
     ),
     2: MEDIA_TABLES,
+    3: AUDIO_TABLES,
 }
 
 _T = TypeVar("_T")
@@ -73,18 +83,26 @@ class SQLiteStore:
     Its methods run the database work on a worker thread, so the event loop
     never waits on the disk. ``close`` releases the file. A transcript's images
     are stored once each by sha256; one larger than ``max_image_bytes`` (its
-    uint8 pixels) is refused by the save, naming its part.
+    uint8 pixels) is refused by the save, naming its part. Its audio clips
+    likewise, bounded by ``max_audio_bytes`` (their float32 samples).
     """
 
     def __init__(
-        self, path: str | Path, *, timeout: float = 30.0, max_image_bytes: int = MAX_STORED_IMAGE_BYTES
+        self,
+        path: str | Path,
+        *,
+        timeout: float = 30.0,
+        max_image_bytes: int = MAX_STORED_IMAGE_BYTES,
+        max_audio_bytes: int = MAX_STORED_AUDIO_BYTES,
     ) -> None:
         if str(path) == ":memory:" or not str(path):
             raise ValueError("SQLiteStore needs a file path; use InMemoryStore for conversations in memory")
-        if isinstance(max_image_bytes, bool) or not isinstance(max_image_bytes, int) or max_image_bytes < 1:
-            raise ValueError(f"max_image_bytes must be a positive integer, got {max_image_bytes!r}")
+        for name, bound in (("max_image_bytes", max_image_bytes), ("max_audio_bytes", max_audio_bytes)):
+            if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+                raise ValueError(f"{name} must be a positive integer, got {bound!r}")
         self.path = Path(path)
         self.max_image_bytes = max_image_bytes
+        self.max_audio_bytes = max_audio_bytes
         self._lock = threading.Lock()
         try:
             self._conn: sqlite3.Connection | None = sqlite3.connect(
@@ -126,6 +144,7 @@ class SQLiteStore:
         key = checked_id(conversation_id)
         try:
             stored, images = detach_images(messages, self.max_image_bytes)
+            stored, clips = detach_audio(stored, self.max_audio_bytes)
         except StoredImageError as exc:
             raise ValueError(str(exc)) from None
         text = encode_messages(stored)
@@ -139,6 +158,7 @@ class SQLiteStore:
             )
             # Parts may name a stored image by digest alone (a transcript read back and saved).
             link_images(conn, key, image_digests(stored), images, now)
+            link_audio(conn, key, audio_digests(stored), clips, now)
             return cursor
 
         self._transaction(write)
@@ -154,6 +174,7 @@ class SQLiteStore:
 
         def forget(conn: sqlite3.Connection) -> sqlite3.Cursor:
             unlink_images(conn, key)
+            unlink_audio(conn, key)
             return conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
 
         cursor = self._transaction(forget)
@@ -201,17 +222,24 @@ class SQLiteStore:
         """How many distinct images the store holds (each once, however many turns use it)."""
         return int(self._query("SELECT COUNT(*) FROM media", ())[0][0])
 
+    def audio_count(self) -> int:
+        """How many distinct audio clips the store holds (each once, however many turns use it)."""
+        return int(self._query("SELECT COUNT(*) FROM audio", ())[0][0])
+
     def _read_conversation(self, conn: sqlite3.Connection, key: str) -> list[dict[str, Any]] | None:
         rows = conn.execute("SELECT messages FROM conversations WHERE id = ?", (key,)).fetchall()
         if not rows:
             return None
         messages = self._transcript(key, rows[0][0])
-        digests = image_digests(messages)
-        if not digests:
-            return messages
+        digests, clip_digests = image_digests(messages), audio_digests(messages)
         try:
-            pixels = read_images(conn, digests, self.max_image_bytes)
-            return attach_images(messages, pixels.get)
+            if digests:
+                pixels = read_images(conn, digests, self.max_image_bytes)
+                messages = attach_images(messages, pixels.get)
+            if clip_digests:
+                samples = read_audio(conn, clip_digests, self.max_audio_bytes)
+                messages = attach_audio(messages, samples.get)
+            return messages
         except StoredImageError as exc:
             raise StoreError(f"conversation store {self.path}: {key!r}: {exc}") from None
 

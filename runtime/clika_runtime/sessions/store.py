@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from clika_runtime.sessions.stored_audio import attach_audio, audio_digests, detach_audio
 from clika_runtime.sessions.stored_media import (
     StoredImageError,
     attach_images,
@@ -82,8 +83,9 @@ class InMemoryStore:
 
     Transcripts go in and out as copies (through the JSON form a durable store
     keeps), so a caller never edits a stored one by accident and what this
-    store takes a file-backed store takes too. Their images are kept once each
-    by sha256 (read-only arrays shared by the transcripts that use them).
+    store takes a file-backed store takes too. Their images and audio clips are
+    kept once each by sha256 (read-only arrays shared by the transcripts that
+    use them; an image's digest and a clip's never coincide).
     """
 
     def __init__(self) -> None:
@@ -94,22 +96,25 @@ class InMemoryStore:
         saved = self._saved.get(checked_id(conversation_id))
         if saved is None:
             return None
-        return attach_images(decode_messages(saved[0]), self._images.get)
+        return attach_audio(attach_images(decode_messages(saved[0]), self._images.get), self._images.get)
 
     async def save(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
         key = checked_id(conversation_id)
         try:
             stored, images = detach_images(messages)
+            stored, clips = detach_audio(stored)
         except StoredImageError as exc:
             raise ValueError(str(exc)) from None
         text = encode_messages(stored)
-        named = frozenset(image_digests(stored))
-        missing = sorted(named - images.keys() - self._images.keys())
-        if missing:
-            raise ValueError(
-                f"messages name image {missing[0][:16]}... without its pixels, and the store holds none"
-            )
-        for digest, pixels in images.items():
+        named_images, named_clips = frozenset(image_digests(stored)), frozenset(audio_digests(stored))
+        for kind, named, lacks in (("image", named_images, "pixels"), ("audio clip", named_clips, "samples")):
+            missing = sorted(named - images.keys() - clips.keys() - self._images.keys())
+            if missing:
+                raise ValueError(
+                    f"messages name {kind} {missing[0][:16]}... without its {lacks}, and the store holds none"
+                )
+        named = named_images | named_clips
+        for digest, pixels in {**images, **clips}.items():
             if digest not in self._images:
                 kept = pixels.copy()  # the caller's array may change later; readers share this one
                 kept.flags.writeable = False

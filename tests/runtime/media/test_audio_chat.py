@@ -243,7 +243,7 @@ def test_an_async_session_takes_audio_parts(qwen2_audio):
 
     async def turn():
         async with AsyncChat(model) as chat:
-            session = chat.create_session(persist=False)  # a store keeps JSON only: no samples
+            session = chat.create_session(persist=False)
             session.messages = [
                 {
                     "role": "user",

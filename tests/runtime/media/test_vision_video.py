@@ -6,6 +6,7 @@ frames. A tiny random Idefics3 exported in the test."""
 from __future__ import annotations
 
 import json
+import shutil
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,6 +17,7 @@ from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.media.arguments import video_clips
 from clika_runtime.media.video import sample_frames
+from clika_runtime.media.vision_tower import media_support
 from clika_runtime.sessions import SQLiteStore
 
 torch = pytest.importorskip("torch")
@@ -138,6 +140,26 @@ def test_videos_are_refused_by_name_where_they_cannot_be_read(smolvlm2, tiny_mod
     assert not tiny_model.supports_video
     with pytest.raises(ValueError, match="reads text only; it takes no videos"):
         tiny_model.generate(QUESTION, videos=[a_clip(1)])
+
+
+@pytest.mark.parametrize(
+    ("processor", "video"),
+    [
+        ({**IDEFICS3_PROCESSOR, "video_sampling": SAMPLING}, True),  # SmolVLM2's
+        (IDEFICS3_PROCESSOR, False),  # Idefics3: images only
+        ({**IDEFICS3_PROCESSOR, "video_sampling": {**SAMPLING, "fps": 0}}, False),  # unreadable
+    ],
+)
+def test_media_support_and_supports_video_give_one_answer(smolvlm2, tmp_path, processor, video):
+    _, model = smolvlm2
+    folder = shutil.copytree(model.local_dir, tmp_path / "model")
+    (folder / "preprocessor_config.json").write_text(json.dumps(processor))
+    assert media_support(folder) == {"vision": True, "video": video, "audio": False}
+    copy = modelverse.load(folder, threads=1)
+    try:
+        assert copy.supports_vision and copy.supports_video is video and not copy.supports_audio
+    finally:
+        copy.close()
 
 
 def test_a_conversation_with_a_video_resumes_from_a_sqlite_store(smolvlm2, tmp_path):

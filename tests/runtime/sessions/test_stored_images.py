@@ -203,10 +203,10 @@ def test_a_schema_1_file_opens_and_takes_images(tmp_path):
         assert store.get_now("old") == [{"role": "user", "content": "hi"}]
         store.save_now("new", [user("x", RED)])
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     raw.close()
-    assert tables == {"conversations", "media", "conversation_media"}
+    assert tables == {"conversations", "media", "conversation_media", "audio", "conversation_audio"}
     with SQLiteStore(path) as store:
         assert store.list_now() == ["new", "old"]
         assert np.array_equal(images_of(store.get_now("new"))[0], RED)

@@ -1,0 +1,138 @@
+"""Conversations with audio saved to a real SQLite file and resumed by a freshly loaded model (a new
+engine, as in a new process): the next turn's greedy reply equals the unbroken session's, and the
+clip's KV comes from the saved KV file, not from reading the clip again. A tiny random Qwen2-Audio
+exported in the test."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from audio_helpers import AUDIO_TOKEN, build_qwen2_audio_chat
+from audio_signals import speech_like
+
+from clika_export.api import export
+from clika_runtime import modelverse
+from clika_runtime.media.vision_tower import media_support
+from clika_runtime.sessions import AsyncChat, SQLiteStore
+
+QUESTION = "What is said?"
+FOLLOW_UP = "And then?"
+GREEDY = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    _, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("qwen2-audio-store-hf"))
+    return export(
+        hf, tmp_path_factory.mktemp("qwen2-audio-store") / "model", context_window=512, progress=False
+    )
+
+
+def transcript(model, messages) -> list[int]:
+    """The tokens a conversation's next turn starts with (AUDIO_TOKEN: a clip's positions)."""
+    return model.chat_session(messages=messages).transcript_tokens()
+
+
+def first_process(folder, path, wave, *, with_kv: bool):
+    """Send a clip, save (with or without KV), and the unbroken session's next reply."""
+
+    async def run():
+        model = modelverse.load(folder, threads=1)
+        try:
+            with SQLiteStore(path) as store:
+                chat = AsyncChat(model, store=store)
+                session = chat.create_session(session_id="talk")
+                await session.send(QUESTION, audio=[wave], **GREEDY)
+                await session.save(with_kv=with_kv)
+                unbroken = await session.fork().send(FOLLOW_UP, **GREEDY)  # saved under its own id
+                return unbroken.result, store.audio_count()
+        finally:
+            model.close()
+
+    return asyncio.run(run())
+
+
+def second_process(folder, path, *, with_kv: bool):
+    """Reopen the conversation from the store in a fresh model and run its next turn."""
+
+    async def run():
+        model = modelverse.load(folder, threads=1)
+        try:
+            with SQLiteStore(path) as store:
+                chat = AsyncChat(model, store=store)
+                session = await chat.open("talk", with_kv=with_kv)
+                history = session.messages
+                result = await session.send(FOLLOW_UP, **GREEDY)
+                return history, result, transcript(model, history)
+        finally:
+            model.close()
+
+    return asyncio.run(run())
+
+
+def test_an_async_session_with_audio_resumes_from_the_store_and_its_kv(folder, tmp_path):
+    wave = speech_like(2.0, seed=21)
+    path = tmp_path / "conversations.db"
+    unbroken, stored_clips = first_process(folder, path, wave, with_kv=True)
+    history, resumed, saved = second_process(folder, path, with_kv=True)
+    assert stored_clips == 1  # the fork's copy of the clip is the same row
+    assert history[0]["content"][0]["type"] == "audio"
+    assert np.array_equal(history[0]["content"][0]["audio"], wave)
+    assert resumed.result == unbroken
+    # The restored KV covers the saved transcript, the clip's positions included: only the new turn is read.
+    assert saved.count(AUDIO_TOKEN) == 50  # 2 s: 200 frames, conv stride 2, pooled by 2
+    assert resumed.usage["cache_read_input_tokens"] == len(saved)
+
+
+def test_an_audio_conversation_without_saved_kv_reads_its_clip_again(folder, tmp_path):
+    wave = speech_like(1.5, seed=22)
+    path = tmp_path / "conversations.db"
+    unbroken, _ = first_process(folder, path, wave, with_kv=False)
+    _, resumed, _ = second_process(folder, path, with_kv=True)  # no KV file: logged, read again
+    assert resumed.result == unbroken
+    assert resumed.usage["cache_read_input_tokens"] == 0
+
+
+def test_the_folder_reads_audio_as_its_model_says(folder):
+    model = modelverse.load(folder, threads=1)
+    try:
+        assert model.supports_audio and not model.supports_vision and not model.supports_video
+    finally:
+        model.close()
+    assert media_support(folder) == {"vision": False, "video": False, "audio": True}
+
+
+def test_audio_on_a_session_of_a_model_without_an_audio_graph_is_refused(tiny_model):
+    async def run():
+        async with AsyncChat(tiny_model) as chat:
+            session = chat.create_session(persist=False)
+            with pytest.raises(ValueError, match="reads text only; it takes no audio"):
+                await session.send(QUESTION, audio=[speech_like(0.5, seed=1)])
+            with pytest.raises(ValueError, match="reads text only; it takes no audio"):
+                session.stream(QUESTION, audio=[speech_like(0.5, seed=1)])
+            assert session.messages == []
+
+    asyncio.run(run())
+
+
+def test_a_streamed_turn_with_audio_equals_a_chat_session_and_is_kept_in_memory(folder):
+    wave = speech_like(1.0, seed=23)
+    model = modelverse.load(folder, threads=1)
+    try:
+        expected = model.chat_session().send(QUESTION, audio=[wave], **GREEDY)
+
+        async def run():
+            async with AsyncChat(model) as chat:  # the default store: in memory, through its JSON form
+                session = chat.create_session(session_id="mem")
+                stream = session.stream(QUESTION, audio=[wave], **GREEDY)
+                async with stream:
+                    text = "".join([e.text async for e in stream if e.type == "text"])
+                return text, await chat.store.get("mem")
+
+        text, stored = asyncio.run(run())
+    finally:
+        model.close()
+    assert text == expected
+    assert np.array_equal(stored[0]["content"][0]["audio"], wave)
