@@ -140,6 +140,11 @@ class QuantOptions:
     # stored twice: Qwen2.5-Coder-0.5B's Q5_0 table beside its Q8_0 head) is read from the head's
     # blocks (``clika_quant.twin_table``): -153 MB for that model.
     table_from_head: bool = True
+    # Store 5- and 6-bit layer blocks (Q5_0; Q6_K where its blocks are wide enough) as their high
+    # 4 bits and a 2-bit remainder, two MatMulNBits summed (``nibbles.split_layer_blocks``): exact,
+    # 6 bits a weight instead of 8, but ORT's 2-bit kernel makes the pair slower than the one
+    # 8-bit op (README "Folder size"), so it is off by default.
+    split_layer_blocks: bool = False
     # Move integer zero points of blocks with offsets to the block's mean code (same weights,
     # smaller int8-compute error; see choose.center_zero_points).
     center_zero_points: bool = True
