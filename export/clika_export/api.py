@@ -39,6 +39,7 @@ from clika_export.manifest_parts import (
 from clika_export.media.vision_export import attach_vision, export_vision, read_json
 from clika_export.progress import Progress
 from clika_export.quality_report import (
+    choose_bits_by_sensitivity,
     choose_levels_by_sensitivity,
     measure_answers,
     sensitivity_planned,
@@ -151,6 +152,10 @@ def export(
                         on_matrix=on_matrix,
                     )
             _write_folder(work, checkpoint, built, context, record, {})
+            if record.get("options", {}).get("requantize_target_kl") is not None:
+                with report.steps("choosing 4 or 8 bits per matrix by measured error", 0, numbered=False):
+                    record = choose_bits_by_sensitivity(work, record, threads=threads)
+                _write_folder(work, checkpoint, built, context, record, {})
             if sensitive and wants_sensitivity(record, checkpoint.architecture):
                 name = "choosing int8 or fp32 compute per layer by measured error"
                 with report.steps(name, 0, unit="probe", numbered=False) as on_probe:  # part of quantizing
