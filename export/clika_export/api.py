@@ -153,8 +153,9 @@ def export(
                     )
             _write_folder(work, checkpoint, built, context, record, {})
             if record.get("options", {}).get("requantize_target_kl") is not None:
-                with report.steps("choosing 4 or 8 bits per matrix by measured error", 0, numbered=False):
-                    record = choose_bits_by_sensitivity(work, record, threads=threads)
+                name = "choosing 4 or 8 bits per matrix by measured error"
+                with report.steps(name, 0, unit="probe", numbered=False) as on_probe:
+                    record = choose_bits_by_sensitivity(work, record, threads=threads, on_probe=on_probe)
                 _write_folder(work, checkpoint, built, context, record, {})
             if sensitive and wants_sensitivity(record, checkpoint.architecture):
                 name = "choosing int8 or fp32 compute per layer by measured error"

@@ -122,8 +122,12 @@ def choose_bits(
     *,
     target_kl: float,
     threads: int | None = None,
+    on_probe: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
-    """Measure, choose and apply: the folder's graph and data file get the chosen 4-bit forms."""
+    """Measure, choose and apply: the folder's graph and data file get the chosen 4-bit forms.
+
+    ``on_probe(total=N)`` is told after each graph variant ran (N: the reference, each candidate
+    and the mix; more when the mix is cut back)."""
     from clika_quant.quality import SequenceRunner
     from clika_runtime.model_folder import open_model_folder
 
@@ -138,7 +142,8 @@ def choose_bits(
     forms = {c.key: four_bit_form(stored_matrix(nodes[c.node], load)) for c in candidates}
     variants = Variants(model, load, forms)
     runner = SequenceRunner(opened, min(len(tokens) + 8, opened.manifest.context_window))
-    probe = Probe(runner, model, folder, list(tokens)[: runner.capacity - 8], threads)
+    told = (lambda: on_probe(total=len(candidates) + 2)) if on_probe is not None else None
+    probe = Probe(runner, model, folder, list(tokens)[: runner.capacity - 8], threads, told)
     reference = probe.logits_of(model)
     measured = {c.key: mean_kl(reference, probe.logits_of(variants.build([c])[0])) for c in candidates}
     saved = {c.key: c.bytes - forms[c.key].nbytes() for c in candidates}
