@@ -55,7 +55,7 @@ def choose_levels_by_sensitivity(
 
 
 def choose_bits_by_sensitivity(
-    folder: Path, record: dict[str, Any], *, threads: int | None
+    folder: Path, record: dict[str, Any], *, threads: int | None, on_probe: Any = None
 ) -> dict[str, Any]:
     """Requantize the 8-bit layer matrices the measured error allows (``requantize_target_kl``)."""
     from clika_quant import sensitivity, sensitivity_bits
@@ -64,7 +64,9 @@ def choose_bits_by_sensitivity(
     if target is None:
         return record
     tokens = calibration_ids(folder)[: sensitivity.CALIBRATION_TOKENS]
-    return sensitivity_bits.choose_bits(folder, record, tokens, target_kl=target, threads=threads)
+    return sensitivity_bits.choose_bits(
+        folder, record, tokens, target_kl=target, threads=threads, on_probe=on_probe
+    )
 
 
 def measure_answers(folder: Path, count: int, *, threads: int | None) -> dict[str, Any]:
