@@ -106,3 +106,25 @@ def test_the_mixed_export_has_the_error_it_states_and_is_smaller(exports):
 def test_a_bad_target_is_named():
     with pytest.raises(QuantError, match="requantize_target_kl"):
         QuantOptions(requantize_target_kl=-1.0)
+
+
+def test_the_levels_pass_then_sees_the_requantized_matrices_as_4_bit(tmp_path):
+    from conftest import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", weight_type="Q8_0", layers=2)
+    options = {"requantize_target_kl": 0.9, "sensitivity_budget": 0.5, "sensitivity_target_kl": 0.0}
+    folder = export(gguf.path, tmp_path / "both", precision="int4", progress=False, quant_options=options)
+    record = Manifest.read(folder).precision
+    requantized = record["bits_sensitivity"]["requantized"]
+    assert requantized and record["bits_sensitivity"]["measured_kl_left"] <= 0.9
+    # The tiny GGUF is all Q8_0: its only 4-bit layer weights are the requantized ones.
+    four_bit = [
+        g
+        for e in record["matrices"].values()
+        if e.get("layer") is not None
+        for g in e["groups"]
+        if g["bits"] == 4
+    ]
+    assert len(four_bit) == len(requantized)
+    assert record["sensitivity"]["four_bit_bytes"] == sum(g["bytes"] for g in four_bit)
+    assert record["sensitivity"]["level0"], "a zero target with half the bytes allowed moves some"
