@@ -40,6 +40,7 @@ from clika_export.media.towers import attach_towers
 from clika_export.media.vision_export import read_json
 from clika_export.progress import Progress
 from clika_export.quality_report import (
+    choose_bits_by_sensitivity,
     choose_levels_by_sensitivity,
     measure_answers,
     sensitivity_planned,
@@ -154,6 +155,11 @@ def export(
                         on_matrix=on_matrix,
                     )
             written = _write_folder(work, checkpoint, built, context, record, {})
+            if record.get("options", {}).get("requantize_target_kl") is not None:
+                name = "choosing 4 or 8 bits per matrix by measured error"
+                with report.steps(name, 0, unit="probe", numbered=False) as on_probe:
+                    record = choose_bits_by_sensitivity(work, record, threads=threads, on_probe=on_probe)
+                written = _write_folder(work, checkpoint, built, context, record, {})
             if sensitive and wants_sensitivity(record, checkpoint.architecture):
                 name = "choosing int8 or fp32 compute per layer by measured error"
                 with report.steps(name, 0, unit="probe", numbered=False) as on_probe:  # part of quantizing

@@ -54,6 +54,21 @@ def choose_levels_by_sensitivity(
     )
 
 
+def choose_bits_by_sensitivity(
+    folder: Path, record: dict[str, Any], *, threads: int | None, on_probe: Any = None
+) -> dict[str, Any]:
+    """Requantize the 8-bit layer matrices the measured error allows (``requantize_target_kl``)."""
+    from clika_quant import sensitivity, sensitivity_bits
+
+    target = record.get("options", {}).get("requantize_target_kl")
+    if target is None:
+        return record
+    tokens = calibration_ids(folder)[: sensitivity.CALIBRATION_TOKENS]
+    return sensitivity_bits.choose_bits(
+        folder, record, tokens, target_kl=target, threads=threads, on_probe=on_probe
+    )
+
+
 def measure_answers(folder: Path, count: int, *, threads: int | None) -> dict[str, Any]:
     """Answer accuracy of the folder on the first ``count`` questions of the catalog's set."""
     from clika_export.fetch import fetch_data

@@ -117,6 +117,7 @@ class Rewriter:
         levels: list[int],
         rescore_top_k: int = 0,
         scan: BlockQuantized | NibbleSplit | None = None,
+        layer_splits: list[NibbleSplit | None] | None = None,
     ) -> int:
         """Replace a MatMul/Gemm by the groups' MatMulNBits (concatenated when several).
 
@@ -124,6 +125,7 @@ class Rewriter:
         group's bytes (the output head; one group of integer zero points whose width is whole
         blocks). ``scan``: a cheaper form of the same matrix that computes the approximate
         outputs instead (the group's bytes are then read only for the ``k`` rows).
+        ``layer_splits``: per group, its high and low codes (``split_matmul``) or None.
         Returns the ``k`` re-scored (0 when not).
         """
         x, out = node.input[0], node.output[0]
@@ -145,9 +147,12 @@ class Rewriter:
         for i, group in enumerate(groups):
             suffix = "" if len(groups) == 1 else f".part{i}"
             target = out if len(groups) == 1 else f"{scope}/part{i}/output_0"
-            nodes += self._nbits(
-                x, target, group.matrix, f"{base}{suffix}", f"{scope}{suffix.replace('.', '/')}", levels[i]
-            )
+            part_base, part_scope = f"{base}{suffix}", f"{scope}{suffix.replace('.', '/')}"
+            split = layer_splits[i] if layer_splits else None
+            if split is not None:
+                nodes += self.split_matmul(x, target, split, part_base, part_scope, levels[i])
+            else:
+                nodes += self._nbits(x, target, group.matrix, part_base, part_scope, levels[i])
             outputs.append(target)
         if len(groups) > 1:
             nodes.append(helper.make_node("Concat", outputs, [out], name=f"{scope}/Concat", axis=-1))
@@ -337,6 +342,45 @@ class Rewriter:
             )
         )
         return nodes
+
+    def split_matmul(
+        self, x: str, out: str, split: NibbleSplit, base: str, scope: str, level: int
+    ) -> list[onnx.NodeProto]:
+        """``x @ W^T`` of a matrix stored split: MatMulNBits on the high codes plus ``2**-t`` times
+        MatMulNBits on the low codes (zero points 0), both reading the one set of scales ``S``."""
+        names = {
+            "high": self.packed(f"{base}.high", split.high, "b"),
+            "low": self.packed(f"{base}.low", split.low, "b"),
+            "scales": self.packed(f"{base}.high", split.high, "scales"),
+        }
+        low_zp = self.packed(f"{base}.low", split.low, "zp")
+        hi, lo = f"{scope}/High/MatMulNBits/output_0", f"{scope}/Low/MatMulNBits/output_0"
+        scaled = f"{scope}/Low/Scaled/output_0"
+        key = f"{base}.split_weight"
+        if key not in self._packed:
+            self._packed[key] = self.add_init(key, np.array(split.low_weight, np.float32))
+        common = {"domain": MS_DOMAIN, "K": split.high.k, "N": split.high.n}
+        common.update(block_size=split.high.block_size, accuracy_level=level)
+        return [
+            helper.make_node(
+                "MatMulNBits",
+                [x, names["high"], names["scales"]],
+                [hi],
+                name=f"{scope}/High/MatMulNBits",
+                bits=split.high.bits,
+                **common,
+            ),
+            helper.make_node(
+                "MatMulNBits",
+                [x, names["low"], names["scales"], low_zp],
+                [lo],
+                name=f"{scope}/Low/MatMulNBits",
+                bits=split.low.bits,
+                **common,
+            ),
+            helper.make_node("Mul", [lo, self._packed[key]], [scaled], name=f"{scope}/Low/Scaled"),
+            helper.make_node("Add", [hi, scaled], [out], name=f"{scope}/Split/Sum"),
+        ]
 
     def _split_rows(
         self, ids: str, split: NibbleSplit, base: str, scope: str

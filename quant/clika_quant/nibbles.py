@@ -115,3 +115,31 @@ def _exact_products(scales: np.ndarray) -> bool:
     lowest = mantissas & -mantissas  # the lowest set bit
     significant = 24 - np.log2(lowest).astype(np.int64)
     return bool((significant + HIGH_BITS <= 24).all())
+
+
+# ORT 1.32's 2-bit MatMulNBits has a fast int8-activation kernel only for blocks of at least 32
+# (blocks of 16: 30 ms against 0.1 ms for a 4864x896 matrix, ``benchmarks/quant/split_blocks.py``).
+LOW_KERNEL_MIN_BLOCK = 32
+
+
+def split_layer_blocks(matrix: BlockQuantized) -> NibbleSplit | None:
+    """A layer matrix of 5- or 6-bit codes stored as 4 + 2 bits a weight instead of 8, or None.
+
+    Two MatMulNBits compute it (``Rewriter.split_matmul``): 4-bit on the high codes and 2-bit on
+    the low ones (zero points 0), one set of scales. Only where that is smaller and fast: codes of
+    5 or 6 bits (Q5_0, Q6_K; Q8_0's 8 split into 4 + 4, no smaller), no offsets (Q5_1/Q5_K keep
+    their 8-bit form), blocks of at least ``LOW_KERNEL_MIN_BLOCK``.
+    """
+    if matrix.block_size < LOW_KERNEL_MIN_BLOCK:
+        return None
+    split = split_nibbles(matrix)
+    if split is None or split.shift > 2:
+        return None
+    return split
+
+
+def layer_split_bytes(split: NibbleSplit) -> int:
+    """Bytes of a split layer matrix: its codes, scales once and the low part's zero points."""
+    from clika_quant.blocks import pack_zero_points
+
+    return split.nbytes() + pack_zero_points(split.low).nbytes

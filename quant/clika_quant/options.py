@@ -140,6 +140,16 @@ class QuantOptions:
     # stored twice: Qwen2.5-Coder-0.5B's Q5_0 table beside its Q8_0 head) is read from the head's
     # blocks (``clika_quant.twin_table``): -153 MB for that model.
     table_from_head: bool = True
+    # Store 5- and 6-bit layer blocks (Q5_0; Q6_K where its blocks are wide enough) as their high
+    # 4 bits and a 2-bit remainder, two MatMulNBits summed (``nibbles.split_layer_blocks``): exact,
+    # 6 bits a weight instead of 8, but ORT's 2-bit kernel makes the pair slower than the one
+    # 8-bit op (README "Folder size"), so it is off by default.
+    split_layer_blocks: bool = False
+    # Requantize 8-bit layer matrices (a GGUF's Q5_0/Q6_K/Q8_0 blocks, a float source's int8) to
+    # 4 bits where the KL each adds on the calibration conversation, measured one by one, keeps the
+    # measured KL of the mix at most this (``clika_quant.sensitivity_bits``; None: every 8-bit
+    # matrix keeps its exact form, the default: requantized weights are no longer the source's).
+    requantize_target_kl: float | None = None
     # Move integer zero points of blocks with offsets to the block's mean code (same weights,
     # smaller int8-compute error; see choose.center_zero_points).
     center_zero_points: bool = True
@@ -173,6 +183,10 @@ class QuantOptions:
             raise QuantError(f"sensitivity_budget must be in (0, 1] or None, got {self.sensitivity_budget}")
         if not 0.0 <= self.sensitivity_target_kl < 1.0:
             raise QuantError(f"sensitivity_target_kl must be in [0, 1), got {self.sensitivity_target_kl}")
+        if self.requantize_target_kl is not None and not 0.0 <= self.requantize_target_kl < 1.0:
+            raise QuantError(
+                f"requantize_target_kl must be in [0, 1) or None, got {self.requantize_target_kl}"
+            )
         if self.sensitivity_max_parameters is not None and self.sensitivity_max_parameters < 1:
             raise QuantError(
                 f"sensitivity_max_parameters must be positive or None, got {self.sensitivity_max_parameters}"
@@ -242,6 +256,13 @@ class QuantOptions:
                 f"those at level 0 (fp32 compute){size} by whole layers and roles where int8 activations "
                 f"add the most measured error per byte, within {self.sensitivity_budget:.0%} of their bytes "
                 f"(until the KL left is at most {self.sensitivity_target_kl:g})"
+            )
+        if self.split_layer_blocks:
+            parts.append("5- and 6-bit layer blocks stored as 4 + 2 bits")
+        if self.requantize_target_kl is not None:
+            parts.append(
+                "8-bit layer matrices requantized to 4 bits where the measured KL of the mix stays "
+                f"at most {self.requantize_target_kl:g}"
             )
         if self.center_zero_points:
             parts.append("zero points centred on each block's mean code")

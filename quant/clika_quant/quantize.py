@@ -31,7 +31,7 @@ from clika_quant.choose import plan_matrix
 from clika_quant.gguf_transcode import TRANSCODABLE
 from clika_quant.graph_pass import Rewriter, check_gemm_is_plain
 from clika_quant.model_file import load_graph, save_graph
-from clika_quant.nibbles import NibbleSplit, split_nibbles
+from clika_quant.nibbles import NibbleSplit, layer_split_bytes, split_layer_blocks, split_nibbles
 from clika_quant.options import QuantError, QuantOptions, check_precision
 from clika_quant.rtn import quantize_rtn
 from clika_quant.twin_table import read_table_from_head
@@ -156,6 +156,7 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
     scan = _head_scan(plan, options) if rescore else None
     if isinstance(scan, NibbleSplit):
         rewriter.splits[base] = scan  # the table's rows (when tied) come from the same two parts
+    splits = _layer_splits(plan, roles, options)
     ops = []
     for node_name in info["nodes"]:
         node = rewriter.node(node_name)
@@ -173,15 +174,28 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
             raise QuantError(
                 f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
             )
-        if rewriter.matmul(node, plan.groups, base, levels, rescore, scan):
+        if rewriter.matmul(node, plan.groups, base, levels, rescore, scan, splits):
             entry["rescore_top_k"] = rescore
             if scan is not None:
                 entry["scan"] = _scan_record(scan)
         ops.append("MatMulNBits")
     rewriter.removed_initializers.add(name)
     groups = [{**g.record(), "accuracy_level": level} for g, level in zip(plan.groups, levels, strict=True)]
+    for group, split in zip(groups, splits or [], strict=False):
+        if split is not None:
+            group.update(
+                stored=f"split: high 4 bits + low {split.low.bits} bits", bytes=layer_split_bytes(split)
+            )
     entry.update(ops=ops, groups=groups)
     return entry
+
+
+def _layer_splits(plan, roles: list[str], options: QuantOptions) -> list[NibbleSplit | None] | None:
+    """Per group of a layer matrix, its 4 + 2-bit split where ``split_layer_blocks`` allows it."""
+    if not options.split_layer_blocks or set(roles) & {EMBED, HEAD}:
+        return None
+    splits = [split_layer_blocks(g.matrix) for g in plan.groups]
+    return splits if any(s is not None for s in splits) else None
 
 
 def _head_scan(plan, options: QuantOptions) -> BlockQuantized | NibbleSplit | None:

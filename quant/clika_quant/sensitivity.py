@@ -120,10 +120,14 @@ class Probe:
     on_run: Callable[[], None] | None = None  # told after each variant ran (a progress bar)
 
     def logits(self, levels: dict[str, int]) -> np.ndarray:
+        return self.logits_of(set_levels(self.model, levels))
+
+    def logits_of(self, model: onnx.ModelProto) -> np.ndarray:
+        """The calibration logits of a variant of the folder's graph (its weights in the folder)."""
         from clika_runtime.model_folder import open_session, session_options
 
         path = self.folder / PROBE_FILE
-        onnx.save(set_levels(self.model, levels), str(path))
+        onnx.save(model, str(path))
         try:
             options = session_options(self.threads, allow_spinning=False)
             session = open_session(path, options, self.runner.model.manifest.rope_tables)
