@@ -24,9 +24,12 @@ from vision_helpers import (
 )
 
 from clika_export.api import export
+from clika_export.media.vision_export import export_vision
 from clika_runtime import modelverse
 from clika_runtime.manifest import Manifest
 from clika_runtime.media.arguments import VideoInput, video_clips
+from clika_runtime.media.mrope_positions import mrope_span
+from clika_runtime.media.processor_config import ProcessorConfigError
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl_video
 from clika_runtime.media.qwen2_vl_video import VIDEO_PROCESSOR_FILE, read_video_settings
 from clika_runtime.media.video import sample_frames
@@ -186,3 +189,59 @@ def test_prompt_positions_and_greedy_reply_equal_transformers(qwen2_vl_video, wi
         max_new_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True,
     )  # fmt: skip
     assert [token for piece in pieces for token in piece] == out[0, len(ids) :].tolist()
+
+
+def test_a_session_reuses_its_video_prefix_next_turn(qwen2_vl_video):
+    hf_model, hf, _, model = qwen2_vl_video
+    frames, times = clip(11, 10.0, seed=11, height=84, width=56)
+    greedy = {"max_new_tokens": NEW_TOKENS, "temperature": 0.0, "ignore_eos": True}
+    session = model.chat_session()
+    first = session.send(QUESTION, videos=[(frames, times)], **greedy)
+    prompt = session.report.prompt_tokens
+    second = session.send("And then?", **greedy)
+    assert session.report.cached_tokens >= prompt  # the clip's KV (and the first reply's) reused
+    history = [
+        {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": QUESTION}]},
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "And then?"},
+    ]
+    pixels, grid = reference_video(frames[::5])
+    inputs, types = expected_prompt(hf, model.render(history), grid)
+    with torch.no_grad():
+        out = hf_model.generate(
+            **inputs, mm_token_type_ids=types, pixel_values_videos=pixels, video_grid_thw=grid,
+            max_new_tokens=NEW_TOKENS, do_sample=False,
+        )  # fmt: skip
+    assert second == model.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :].tolist())
+
+
+def test_text_after_a_long_clip_continues_past_its_last_temporal_position():
+    """Eight temporal patches of a 2 x 2 grid: the next text position is p + 8, one past the
+    clip's largest (temporal) position, as Qwen2-VL's reference get_rope_index counts."""
+    prompt = [0, 0, *([1] * 32), 0, 0]
+    span = mrope_span(len(prompt), np.flatnonzero(np.array(prompt)), [(8, 2, 2)])
+    table = np.repeat(np.arange(len(prompt))[:, None], 3, axis=1)
+    table[span.rows] = span.positions
+    assert table[2:34, 0].max() == 2 + 7 and table[2:34, 1:].max() == 2 + 1
+    assert (table[34:] == (2 + 8 + np.arange(2))[:, None]).all()
+    assert span.delta == 2 + 8 - 34
+
+
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ({"fps": 0}, "video_preprocessor_config.json: fps must be a positive number"),
+        ({"max_frames": "all"}, "video_preprocessor_config.json: max_frames must be a positive integer"),
+        ({"temporal_patch_size": 3}, "video_preprocessor_config.json: its patch sizes disagree"),
+        ({"size": {"shortest_edge": 10, "longest_edge": 5}}, "video_preprocessor_config.json: need 0 < min"),
+    ],
+)
+def test_a_bad_video_processor_config_is_refused_naming_the_file(qwen2_vl_video, tmp_path, config, message):
+    _, hf, _, _ = qwen2_vl_video
+    for name in ("config.json", "preprocessor_config.json", "model.safetensors"):
+        (tmp_path / name).symlink_to(hf / name)
+    (tmp_path / VIDEO_PROCESSOR_FILE).write_text(json.dumps({**VIDEO_PROCESSOR, **config}))
+    with pytest.raises(ProcessorConfigError, match=message):
+        read_video_settings(tmp_path)
+    with pytest.raises(ProcessorConfigError, match=message):
+        export_vision(tmp_path, tmp_path / "out")
