@@ -26,6 +26,13 @@ from vision_helpers import (
 from clika_export.api import export
 from clika_export.media.vision_export import export_vision
 from clika_runtime import modelverse
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.core import EngineCore
+from clika_runtime.engine.executor import Executor
+from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.options import EngineOptions
+from clika_runtime.engine.paged_cache import PagedKVCache
+from clika_runtime.engine.sequence import Request, Sequence
 from clika_runtime.manifest import Manifest
 from clika_runtime.media.arguments import VideoInput, video_clips
 from clika_runtime.media.mrope_positions import mrope_span
@@ -34,6 +41,7 @@ from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl_video
 from clika_runtime.media.qwen2_vl_video import VIDEO_PROCESSOR_FILE, read_video_settings
 from clika_runtime.media.video import sample_frames
 from clika_runtime.media.vision_tower import VisionTower, media_support
+from clika_runtime.model_folder import open_model_folder
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -245,3 +253,68 @@ def test_a_bad_video_processor_config_is_refused_naming_the_file(qwen2_vl_video,
         read_video_settings(tmp_path)
     with pytest.raises(ProcessorConfigError, match=message):
         export_vision(tmp_path, tmp_path / "out")
+
+
+def engine_core(folder, mode: str) -> EngineCore:
+    """A synchronous engine core on the folder's ``mode`` graph taking 16-token steps (chunked prefill)."""
+    opened = open_model_folder(folder, kv_mode=mode, threads=1)
+    arch, window = opened.manifest.architecture, opened.manifest.context_window
+    shape = CacheShape(arch.num_layers, arch.num_kv_heads, arch.head_dim, opened.graph.kv.dtype)
+    if mode == "paged":
+        block = opened.graph.kv.block_size
+        cache = PagedKVCache(shape, block_size=block, max_bytes=1 << 26, num_slots=4, max_seq=window)
+    else:
+        cache = ContinuousKVCache(shape, num_slots=4, max_seq=window, slack=16)
+    executor = Executor(
+        opened.session, opened.graph, cache, num_layers=arch.num_layers, vocab_size=arch.vocab_size,
+        context_window=window,
+    )  # fmt: skip
+    options = EngineOptions(max_active=4, max_step_tokens=16)
+    return EngineCore(
+        executor, cache, opened.tokenizer, max_seq=window, vocab_size=arch.vocab_size, options=options
+    )
+
+
+class Collected:
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+
+    def put(self, delta) -> None:
+        self.tokens.extend(delta.token_ids)
+
+    def end(self, report) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["continuous", "paged"])
+def test_a_clip_prompt_in_chunks_beside_a_text_request_replies_as_transformers(qwen2_vl_video, mode):
+    hf_model, hf, folder, model = qwen2_vl_video
+    frames, times = clip(16, 10.0, seed=5)
+    text = model.render(messages([{"type": "video"}]))
+    ids, media = model.encode_with_images(text, [VideoInput((frames, times))])
+    pixels, grid = reference_video(frames[::5])
+    inputs, types = expected_prompt(hf, text, grid)
+    text_ids = model.tokenizer.encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n")
+    with torch.no_grad():
+        video_reply = hf_model.generate(
+            **inputs, mm_token_type_ids=types, pixel_values_videos=pixels, video_grid_thw=grid,
+            max_new_tokens=NEW_TOKENS, do_sample=False,
+        )[0, len(ids) :].tolist()  # fmt: skip
+        text_reply = hf_model.generate(
+            input_ids=torch.tensor([text_ids]), max_new_tokens=NEW_TOKENS, do_sample=False
+        )[0, len(text_ids) :].tolist()
+    core = engine_core(folder, mode)
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
+    sinks = []
+    for request_id, (prompt_ids, prompt_media) in enumerate([(text_ids, None), (ids, media)], start=1):
+        prompt = core.check_request(prompt_ids, config, prompt_media)
+        sinks.append(Collected())
+        core.add(Sequence(Request(request_id, prompt, config, media=prompt_media)), sinks[-1])
+    plans = []
+    while core.has_work:
+        plans.append(core.step())
+    chunks = [
+        r for p in plans if p is not None for r in p.rows if r.seq.request_id == 2 and r.start < len(ids)
+    ]
+    assert len(chunks) > 2 and any(p is not None and len(p.rows) == 2 for p in plans)
+    assert sinks[1].tokens == video_reply and sinks[0].tokens == text_reply
