@@ -15,15 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from clika_runtime.manifest import VisionSpec
+from clika_runtime.media.processor_config import PROCESSOR_FILE, ProcessorConfigError, read_processor_settings
+from clika_runtime.media.qwen2_vl import Qwen2VLSettings
 from clika_runtime.media.qwen2_vl_video import VIDEO_PROCESSOR_FILE, read_video_settings
 
 
-def with_video(spec: VisionSpec, source: Path, out: Path, config: dict[str, Any]) -> VisionSpec:
-    """``spec`` naming the checkpoint's video token, its video processor config copied into ``out``."""
-    token = config.get("video_token_id")
+def video_token_of(source: Path, config: dict[str, Any]) -> int | None:
+    """The checkpoint's video token id (None: it reads images only), its video config checked first."""
     if (source / VIDEO_PROCESSOR_FILE).is_file():
-        read_video_settings(source)  # refuse a video config the runtime could not follow, now
+        image = read_processor_settings(source)
+        if not isinstance(image, Qwen2VLSettings):
+            raise ProcessorConfigError(f"{PROCESSOR_FILE} names another model's processor than Qwen2-VL's")
+        read_video_settings(source, image)  # refuse a video config the runtime could not follow, now
+    token = config.get("video_token_id")
+    return token if isinstance(token, int) and not isinstance(token, bool) else None
+
+
+def with_video(spec: VisionSpec, source: Path, out: Path, token: int | None) -> VisionSpec:
+    """``spec`` naming the video token, the checkpoint's video processor config copied into ``out``."""
+    if (source / VIDEO_PROCESSOR_FILE).is_file():
         shutil.copyfile(source / VIDEO_PROCESSOR_FILE, out / VIDEO_PROCESSOR_FILE)
-    if not isinstance(token, int) or isinstance(token, bool):
-        return spec  # a checkpoint without a video token reads images only
-    return dataclasses.replace(spec, video_token_id=token)
+    return spec if token is None else dataclasses.replace(spec, video_token_id=token)

@@ -253,6 +253,7 @@ def test_a_bad_video_processor_config_is_refused_naming_the_file(qwen2_vl_video,
         read_video_settings(tmp_path)
     with pytest.raises(ProcessorConfigError, match=message):
         export_vision(tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # refused before any graph is written
 
 
 def engine_core(folder, mode: str) -> EngineCore:
