@@ -143,6 +143,7 @@ class VisionSpec:
     embeds_output: str = "image_embeds"
     image_token_id: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    video_token_id: int | None = None  # Qwen2-VL's <|video_pad|>: a clip's merged patches
 
 
 @dataclass(frozen=True)

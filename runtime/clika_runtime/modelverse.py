@@ -63,7 +63,6 @@ from clika_runtime.manifest import OPTIMUM_BUILDER
 from clika_runtime.media.arguments import VideoInput
 from clika_runtime.media.audio_prompts import AudioPrompts
 from clika_runtime.media.image_prompts import ImagePrompts
-from clika_runtime.media.placeholders import VIDEO_MARKER
 from clika_runtime.model_folder import ModelFolder, kv_identity, open_model_folder
 from clika_runtime.paged_step_graph import PAGED_LAYOUT
 from clika_runtime.step_graph import takes_media
@@ -616,8 +615,9 @@ class GenerativeModel:
         if self._handle.template is None:  # raw text: the markers lead, unless the prompt places them
             assert self._images is not None
             marker = self._images.marker
-            if clips and VIDEO_MARKER not in prompt:
-                prompt = VIDEO_MARKER * len(clips) + prompt
+            video_marker = self._images.video_marker
+            if clips and video_marker not in prompt:
+                prompt = video_marker * len(clips) + prompt
             return (prompt if marker in prompt else marker * len(stills) + prompt), images
         turn = attach_images({"role": "user", "content": prompt}, stills, clips)
         rendered, images = split_images([turn])

@@ -21,6 +21,7 @@ import numpy as np
 from clika_export.checkpoint import CheckpointError
 from clika_export.graph.builder import ExternalData, GraphBuilder, save_model
 from clika_export.media.idefics3_vision import build_idefics3_vision, idefics3_vision_config
+from clika_export.media.qwen2_vl_video import video_token_of, with_video
 from clika_export.media.qwen2_vl_vision import build_qwen2_vl_vision, qwen2_vl_vision_config
 from clika_export.media.vision_ops import Weights
 from clika_export.readers.safetensors_file import tensor_loaders
@@ -95,13 +96,15 @@ def export_vision(source: str | Path, out: str | Path) -> VisionSpec:
     config = read_json(source / "config.json")
     family = vision_family(config)
     read_processor_settings(source)  # refuse a processor config the runtime could not follow, now
+    video_token = video_token_of(source, config) if family == "qwen2_vl" else None
     weights = tower_reader(tensor_loaders_of(source), _PREFIXES[family])
     token = config.get("image_token_id", config.get("image_token_index"))
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source / PROCESSOR_FILE, out / PROCESSOR_FILE)
-    return write_vision_graph(
+    spec = write_vision_graph(
         family, config, weights, out, image_token_id=token if isinstance(token, int) else None
     )
+    return with_video(spec, source, out, video_token) if family == "qwen2_vl" else spec
 
 
 def write_vision_graph(

@@ -28,6 +28,7 @@ from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.placeholders import (
     IDEFICS3_IMAGE,
     QWEN2_VL_IMAGE,
+    QWEN2_VL_VIDEO,
     VIDEO_MARKER,
     expand_kinds,
     expand_markers,
@@ -37,6 +38,8 @@ from clika_runtime.text.tokenizer import Tokenizer
 
 # The marker a family's chat template emits for one image.
 _MARKERS = {"idefics3": IDEFICS3_IMAGE, "qwen2_vl": QWEN2_VL_IMAGE}
+# The marker a family's chat template emits for one video (SmolVLM2's <video>, Qwen2-VL's pad).
+_VIDEO_MARKERS = {"idefics3": VIDEO_MARKER, "qwen2_vl": QWEN2_VL_VIDEO}
 # Images one request may carry (each is at least one tile of the vision graph).
 MAX_IMAGES = 16
 # Videos one request may carry (each is its sampled frames, at most the checkpoint's max_frames).
@@ -63,6 +66,7 @@ class ImagePrompts:
         self.spec = spec
         self.tokenizer = tokenizer
         self.marker = _MARKERS[spec.family]
+        self.video_marker = _VIDEO_MARKERS[spec.family]
         self._threads = threads
         self._observer = observer
         self._tower: VisionTower | None = None
@@ -71,7 +75,7 @@ class ImagePrompts:
 
     @property
     def reads_video(self) -> bool:
-        """True when the checkpoint reads videos through this graph (SmolVLM2's video_sampling)."""
+        """True when the checkpoint reads videos through this graph (``vision_tower.reads_video``)."""
         if self._reads_video is None:
             self._reads_video = reads_video(self.folder, self.spec)
         return self._reads_video
@@ -98,7 +102,7 @@ class ImagePrompts:
         by_marker = {self.marker: embeddings}
         if clips:  # a video's tokens count against what the images left
             left = token_budget - sum(e.num_tokens for e in embeddings)
-            by_marker[VIDEO_MARKER] = tower.embed_videos(clips, max_count=MAX_VIDEOS, token_budget=left)
+            by_marker[self.video_marker] = tower.embed_videos(clips, max_count=MAX_VIDEOS, token_budget=left)
         seconds = time.perf_counter() - began
         observer = self._observer()
         if observer is not None:
@@ -110,13 +114,13 @@ class ImagePrompts:
             observer(StageEvent("vision", request_id, seconds, tokens, detail=detail))
         if self.reads_video:
             texts = {m: [e.prompt_text for e in found] for m, found in by_marker.items()}
-            expanded, order = expand_kinds(text, {VIDEO_MARKER: [], **texts})
+            expanded, order = expand_kinds(text, {self.video_marker: [], **texts})
             embeddings = [by_marker[marker][k] for marker, k in order]  # rows in prompt order
         else:
             expanded = expand_markers(text, self.marker, [e.prompt_text for e in embeddings])
         ids = self.tokenizer.encode(expanded)
         image_id = int(self.spec.image_token_id)  # type: ignore[arg-type]
-        media = prompt_media(ids, image_id, [(e.embeds, e.digest) for e in embeddings])
+        media = prompt_media(self._one_media_id(ids), image_id, [(e.embeds, e.digest) for e in embeddings])
         # Qwen2-VL (one <|image_pad|> per merged patch) rotates by M-RoPE: the prompt's positions.
         if media is not None and self.spec.family == "qwen2_vl":
             grids = [e.grid for e in embeddings if e.grid is not None]
@@ -127,3 +131,10 @@ class ImagePrompts:
                 f"window leaves ({token_budget + 1}); pass fewer or smaller images"
             )
         return ids, media
+
+    def _one_media_id(self, ids: list[int]) -> list[int]:
+        """``ids`` with Qwen2-VL's video pads read as image pads: one run of media rows in prompt order."""
+        if self.spec.family != "qwen2_vl" or not self.reads_video:
+            return ids
+        video_id, image_id = self.spec.video_token_id, self.spec.image_token_id
+        return [image_id if token == video_id else token for token in ids]  # type: ignore[misc]

@@ -4,7 +4,9 @@
 Text tokens count on from the previous token's position in all three rows. An
 image of ``t x h x w`` merged patches (in the prompt as ``t * h * w`` consecutive
 image tokens, row-major) starting at position ``p`` puts its token ``(i, j, k)``
-at ``(p + i, p + j, p + k)``; the text after it continues at ``p + max(h, w)``.
+at ``(p + i, p + j, p + k)``; the text after it continues one past the largest,
+at ``p + max(t, h, w)``. A video is the same with ``t`` its temporal patches
+(Qwen2-VL counts them directly; Qwen2.5-VL's seconds-based steps are not this).
 So after an image a token's position is its KV index plus a per-sequence
 ``delta`` (usually negative), which the tokens generated after the prompt keep:
 the ``RopeSpan`` the step graph's ``mrope_*`` inputs are packed from.
@@ -42,7 +44,7 @@ def mrope_span(
         position += first - done
         grid = np.stack(np.meshgrid(np.arange(t), np.arange(h), np.arange(w), indexing="ij"), axis=-1)
         table[first : first + count] = grid.reshape(-1, 3) + position
-        position += max(h, w)
+        position += max(t, h, w)  # one past the media's largest position in any row
         done, offset = first + count, offset + count
     table[done:] = (position + np.arange(prompt_len - done))[:, None]
     delta = position - done

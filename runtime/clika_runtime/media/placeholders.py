@@ -73,7 +73,7 @@ def expand_kinds(text: str, kinds: Mapping[str, Sequence[str]]) -> tuple[str, li
     counts = {m: pieces[1::2].count(m) for m in markers}
     for marker in markers:
         if counts[marker] != len(kinds[marker]):
-            what = "videos" if marker == VIDEO_MARKER else "images"
+            what = "videos" if marker in (VIDEO_MARKER, QWEN2_VL_VIDEO) else "images"
             raise ValueError(
                 f"{what}: {len(kinds[marker])} given but the prompt has {counts[marker]} {marker} markers "
                 "(attached media ride the chat template's parts; a marker typed into the text counts as another)"

@@ -32,6 +32,7 @@ from clika_runtime.media.qwen2_vl import (
     preprocess_qwen2_vl_video,
 )
 from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
+from clika_runtime.media.qwen2_vl_video import Qwen2VLVideoSettings, read_video_settings
 from clika_runtime.media.smolvlm_video import clip_duration, preprocess_smolvlm_frames, smolvlm_video_text
 from clika_runtime.media.video import sample_frames
 from clika_runtime.model_folder import open_session, session_options
@@ -42,8 +43,6 @@ _SETTINGS = {"idefics3": Idefics3Settings, "qwen2_vl": Qwen2VLSettings}
 # every turn, and the tower is by far the costliest stage (seconds per tile on a CPU).
 EMBEDDING_CACHE_SIZE = 32
 _VIDEO_FAMILIES = ("qwen2_vl",)
-# Qwen2-VL's video processor samples 2 frames per second.
-DEFAULT_VIDEO_FPS = 2.0
 
 
 @dataclass(frozen=True)
@@ -90,10 +89,11 @@ def check_token_budget(
 
 def reads_video(folder: str | Path, spec: VisionSpec | None) -> bool:
     """True when ``videos=`` ride a user turn of this folder's model: an Idefics3 tower whose
-    processor config has SmolVLM2's ``video_sampling``. The one answer ``supports_video`` and
-    :func:`media_support` give. A Qwen2-VL tower embeds clips (``embed_videos``), but its prompts
-    expand image markers only, so its model reads none. An unreadable processor config reads
-    False: the first image's request names its problem."""
+    processor config has SmolVLM2's ``video_sampling``, or a Qwen2-VL tower whose manifest names
+    its ``<|video_pad|>`` token. The one answer ``supports_video`` and :func:`media_support` give.
+    An unreadable processor config reads False: the first image's request names its problem."""
+    if spec is not None and spec.family == "qwen2_vl":
+        return spec.video_token_id is not None
     if spec is None or spec.family != "idefics3":
         return False
     try:
@@ -122,7 +122,14 @@ def media_support(folder: str | Path, manifest: Manifest | None = None) -> dict[
 class VisionTower:
     """A folder's vision graph with its processor (one ORT session)."""
 
-    def __init__(self, folder: Path, spec: VisionSpec, settings: Any, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        spec: VisionSpec,
+        settings: Any,
+        threads: int | None = None,
+        video: Qwen2VLVideoSettings | None = None,
+    ) -> None:
         if spec.family not in _SETTINGS:
             raise ManifestError(
                 f"vision family {spec.family!r} is not supported (supported: {sorted(_SETTINGS)})"
@@ -133,6 +140,10 @@ class VisionTower:
             )
         self.spec = spec
         self.settings = settings
+        # Qwen2-VL: how clips are sampled and resized (the video processor's own bounds).
+        self.video = (
+            video if video is not None or spec.family != "qwen2_vl" else read_video_settings(folder, settings)
+        )
         # The tower computes its own positions inside its graph: no manifest table is supplied.
         self.session = open_session(folder / spec.file, session_options(threads), ())
         self._embedded: OrderedDict[str, MediaEmbedding] = OrderedDict()
@@ -166,21 +177,26 @@ class VisionTower:
         self,
         videos: Any,
         *,
-        fps: float = DEFAULT_VIDEO_FPS,
-        max_frames: int = 768,
+        fps: float | None = None,
+        max_frames: int | None = None,
         max_count: int | None = None,
         token_budget: int | None = None,
     ) -> list[MediaEmbedding]:
-        """One embedding per (frames, timestamps) clip, its frames sampled at ``fps`` (an Idefics3
-        tower: at the rate and count its checkpoint's ``video_sampling`` names, SmolVLM2's)."""
+        """One embedding per (frames, timestamps) clip, its frames sampled at ``fps`` (at most
+        ``max_frames``; by default the checkpoint's video processor's, Qwen2-VL's 2 a second; an
+        Idefics3 tower: at the rate and count its ``video_sampling`` names, SmolVLM2's)."""
         if self.spec.family == "idefics3" and self.settings.video is not None:
             clips = video_clips(videos, max_count=max_count)
             return check_token_budget([self._smolvlm_clip(c) for c in clips], token_budget, "videos")
         if self.spec.family not in _VIDEO_FAMILIES:
             raise ValueError(f"videos: the {self.spec.family} vision tower takes images only")
-        clips = video_clips(videos, max_count=max_count)
-        embeddings = [self._qwen2_vl_clip(sample_frames(c, fps=fps, max_frames=max_frames)) for c in clips]
-        return check_token_budget(embeddings, token_budget, "videos")
+        assert self.video is not None
+        fps = self.video.fps if fps is None else fps
+        max_frames = self.video.max_frames if max_frames is None else max_frames
+        clips = [
+            sample_frames(c, fps=fps, max_frames=max_frames) for c in video_clips(videos, max_count=max_count)
+        ]
+        return check_token_budget([self._cached_qwen2_vl_clip(c) for c in clips], token_budget, "videos")
 
     def _smolvlm_clip(self, clip: VideoClip) -> MediaEmbedding:
         sampling = self.settings.video
@@ -199,14 +215,27 @@ class VisionTower:
         self._remember(digest, embedding)
         return embedding
 
-    def _qwen2_vl_clip(self, clip: VideoClip) -> MediaEmbedding:
-        patches = preprocess_qwen2_vl_video(clip.frames, self.settings)
+    def _cached_qwen2_vl_clip(self, clip: VideoClip) -> MediaEmbedding:
+        digest = image_digest(clip.frames, clip.timestamps)
+        with self._embedded_lock:  # a conversation renders its videos on every turn
+            found = self._embedded.get(digest)
+        if found is not None:
+            return dataclasses.replace(found, cached=True)
+        embedding = self._qwen2_vl_clip(clip, digest)
+        self._remember(digest, embedding)
+        return embedding
+
+    def _qwen2_vl_clip(self, clip: VideoClip, digest: str) -> MediaEmbedding:
+        """A sampled clip's frames paired into temporal patches, embedded in one graph run."""
+        assert self.video is not None
+        patches = preprocess_qwen2_vl_video(clip.frames, self.video.pixels)
         (out,) = self.session.run([self.spec.embeds_output], self._qwen2_vl_feeds([patches]))
-        starts = clip.timestamps[:: self.settings.temporal_patch_size]
+        starts = clip.timestamps[:: self.video.pixels.temporal_patch_size]
+        merge = self.video.pixels.merge_size
+        t, h, w = patches.grid_thw
         text = QWEN2_VL_VIDEO * int(out.shape[0])
-        return MediaEmbedding(
-            out, text, image_digest(clip.frames, clip.timestamps), tuple(float(t) for t in starts)
-        )
+        times = tuple(float(s) for s in starts)
+        return MediaEmbedding(out, text, digest, times, grid=(int(t), int(h) // merge, int(w) // merge))
 
     def _qwen2_vl_feeds(self, patches: list[Qwen2VLPatches]) -> dict[str, np.ndarray]:
         grids = [p.grid_thw for p in patches]

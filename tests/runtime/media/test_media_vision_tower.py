@@ -28,6 +28,7 @@ from clika_runtime.media.arguments import video_clips
 from clika_runtime.media.placeholders import expand_markers
 from clika_runtime.media.processor_config import processor_settings
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl_video
+from clika_runtime.media.qwen2_vl_video import read_video_settings
 from clika_runtime.media.video import sample_frames
 from clika_runtime.media.vision_tower import VisionTower, media_support, reads_video
 
@@ -128,7 +129,9 @@ def test_a_text_only_folder_and_too_many_images_are_refused(tiny_llama_model, qw
 
 
 def test_qwen2_vl_video_clip_embeds_as_transformers_does(qwen2_vl):
-    """A 2 s clip at 10 fps, sampled at 2 fps: five frames, three temporal patches (the last repeats)."""
+    """A 2 s clip at 10 fps, sampled at 2 fps: five frames, three temporal patches (the last repeats),
+    each frame resized within the video processor's default bounds (no video config: the image
+    processor's layout)."""
 
     model, folder = qwen2_vl
     frames = np.stack([random_image(60, 90, seed) for seed in range(21)])
@@ -137,7 +140,8 @@ def test_qwen2_vl_video_clip_embeds_as_transformers_does(qwen2_vl):
     assert ours.timestamps == (0.0, 1.0, 2.0)
     (clip,) = video_clips([(frames, times)])
     patches = preprocess_qwen2_vl_video(
-        sample_frames(clip, fps=2, max_frames=768).frames, processor_settings(QWEN2_VL_PROCESSOR)
+        sample_frames(clip, fps=2, max_frames=768).frames,
+        read_video_settings(folder, processor_settings(QWEN2_VL_PROCESSOR)).pixels,
     )
     assert patches.grid_thw[0] == 3
     with torch.no_grad():
