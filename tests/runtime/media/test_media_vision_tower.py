@@ -7,6 +7,7 @@ its Pillow processor; we preprocess in NumPy and run our exported graph).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -165,8 +166,10 @@ def test_idefics3_tower_refuses_videos_and_support_is_read_from_the_folder(
     # These folders' text graphs (a tiny llama's) take no media embeddings: their model reads none.
     assert media_support(idefics3_folder) == {"vision": False, "video": False, "audio": False}
     assert media_support(tiny_llama_model) == {"vision": False, "video": False, "audio": False}
-    # Qwen2-VL's tower embeds clips, but its prompts expand image markers only: it reads no videos.
-    assert not reads_video(qwen2_vl[1], Manifest.read(qwen2_vl[1]).vision)
+    # A Qwen2-VL folder reads videos when its manifest names the video pad token, as exports now do.
+    vision = Manifest.read(qwen2_vl[1]).vision
+    assert reads_video(qwen2_vl[1], vision) == (vision.video_token_id is not None)
+    assert not reads_video(qwen2_vl[1], dataclasses.replace(vision, video_token_id=None))
 
 
 def test_media_beyond_the_context_budget_are_refused_naming_the_item(qwen2_vl):

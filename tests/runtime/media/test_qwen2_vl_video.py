@@ -142,7 +142,7 @@ def test_export_records_the_video_token_and_the_video_processor(qwen2_vl_video):
     manifest = Manifest.read(folder)
     video_id = json.loads((hf / "config.json").read_text())["video_token_id"]
     assert manifest.vision.video_token_id == video_id == model.tokenizer.token_to_id("<|video_pad|>")
-    assert media_support(manifest)["video"] and model.supports_video
+    assert media_support(folder, manifest)["video"] and model.supports_video
     settings = read_video_settings(folder)
     assert (settings.fps, settings.max_frames) == (2.0, 8)
     assert (settings.pixels.min_pixels, settings.pixels.max_pixels) == (28 * 28 * 8, 28 * 28 * 16)
