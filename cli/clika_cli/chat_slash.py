@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 HELP = """\
 /clear              forget the conversation (the system prompt stays; also /reset)
 /set KEY VALUE      change a setting: system, max_tokens, temperature, top_p, top_k, min_p,
-                    repetition_penalty, presence_penalty, frequency_penalty, seed
+                    repetition_penalty, presence_penalty, frequency_penalty, seed,
+                    ignore_eos (on/off: replies run to max_tokens, as llama.cpp's --ignore-eos)
                     (/set system TEXT replaces the system prompt and keeps the conversation)
 /show               the model, the settings, the context used and the conversation's id
 /save [ID]          save the conversation (and every later reply) under ID (default: a new id)
@@ -42,7 +43,10 @@ _NUMBERS: dict[str, type] = {
     "frequency_penalty": float,
     "seed": int,
 }
-SETTINGS = ("system", "max_tokens", *_NUMBERS)
+# /set KEY on|off: switches of the decode.
+_SWITCHES = ("ignore_eos",)
+_ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
+SETTINGS = ("system", "max_tokens", *_NUMBERS, *_SWITCHES)
 
 
 def run_command(repl: ChatRepl, line: str) -> bool:
@@ -95,9 +99,18 @@ def _set(repl: ChatRepl, argument: str) -> None:
         raise ValueError(f"/set {key} needs a value")
     if key == "max_tokens":
         repl.budget = _read_number(key, value, int, minimum=1)
+    elif key in _SWITCHES:
+        repl.overrides[key] = _read_switch(key, value)
     else:
         repl.overrides[key] = checked_decode_option(key, _read_number(key, value, _NUMBERS[key]))
     say(dim(f"({key} = {value})"))
+
+
+def _read_switch(key: str, value: str) -> bool:
+    word = value.lower()
+    if word not in _ON + _OFF:
+        raise ValueError(f"/set {key}: {value!r} is not on or off")
+    return word in _ON
 
 
 def _read_number(key: str, value: str, kind: type, minimum: int | None = None) -> Any:

@@ -86,6 +86,8 @@ def test_set_show_save_clear_and_load(monkeypatch, capsys, tiny_llama_model, tmp
         "/set top_p 2",
         "/set top_k many",
         "/set warmth 1",
+        "/set ignore_eos maybe",
+        "/set ignore_eos on",
         "/set system Be brief.",
         "/set temperature 0",
         "/show",
@@ -105,6 +107,7 @@ def test_set_show_save_clear_and_load(monkeypatch, capsys, tiny_llama_model, tmp
     err = capsys.readouterr().err
     assert "Error: /set top_p:" in err and "Error: /set top_k: 'many' is not an integer" in err
     assert "Error: /set: unknown setting 'warmth'" in err
+    assert "Error: /set ignore_eos: 'maybe' is not on or off" in err and '"ignore_eos": true' in err
     assert "max_tokens:     3" in err and "system prompt:  'Be brief.'" in err and '"temperature": 0.0' in err
     assert "resume with: clika chat --resume first" in err
     assert "saved conversations: first" in err and "no saved conversation 'nothing-saved-here'" in err
@@ -235,8 +238,11 @@ def test_a_person_chats_saves_resets_interrupts_leaves_and_resumes(smollm2_gguf,
         chat.expect_exact(PROMPT)
         assert "Ada" not in turn("What is my name?")[0]
 
-        # A budget far beyond what the interrupt needs: the reply is still running when the
-        # Ctrl-C lands however long this test process is held up (it decodes ~40 tokens/s).
+        # The reply cannot end before the Ctrl-C lands: the end of sequence is ignored and the
+        # budget is the whole context, however long this test process is held up.
+        chat.sendline("/set ignore_eos on")
+        chat.expect_exact("(ignore_eos = on)")
+        chat.expect_exact(PROMPT)
         chat.sendline("/set max_tokens 4000")
         chat.expect_exact("(max_tokens = 4000)")
         chat.expect_exact(PROMPT)
@@ -250,6 +256,9 @@ def test_a_person_chats_saves_resets_interrupts_leaves_and_resumes(smollm2_gguf,
         chat.expect_exact(PROMPT)
         chat.sendline("/set max_tokens 200")
         chat.expect_exact("(max_tokens = 200)")
+        chat.expect_exact(PROMPT)
+        chat.sendline("/set ignore_eos off")
+        chat.expect_exact("(ignore_eos = off)")
         chat.expect_exact(PROMPT)
 
         # The chat goes on. What it answers is not asserted: the stopped reply stays in the
