@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import gguf
 import numpy as np
-from vision_helpers import IDEFICS3_PROCESSOR
+from vision_helpers import (
+    IDEFICS3_PROCESSOR,
+    IDEFICS3_TEMPLATE,
+    QWEN2_VL_TEMPLATE,
+    build_idefics3_chat,
+    build_qwen2_vl_chat,
+    idefics3_tokenizer,
+    qwen2_vl_tokenizer,
+)
 
 from clika_export.media import mmproj_idefics3, mmproj_qwen2_vl
 
@@ -190,3 +198,26 @@ def write_text_gguf(model, path, tokenizer, *, arch: str, template: str, eos: st
         writer.add_tensor(_text_name(relative), np.ascontiguousarray(values, dtype=np.float32))
     _finish(writer)
     return path
+
+
+# -- both files of a tiny model --------------------------------------------------------
+
+
+def write_idefics3_pair(root):
+    """A tiny SmolVLM (``build_idefics3_chat``) and its pair: (model, HF folder, text GGUF, mmproj)."""
+    model, hf = build_idefics3_chat(root / "hf")
+    text = write_text_gguf(
+        model, root / "SmolVLM-tiny-F32.gguf", idefics3_tokenizer(), arch="llama",
+        template=IDEFICS3_TEMPLATE, eos="<end_of_utterance>", bos="<|im_start|>",
+    )  # fmt: skip
+    return model, hf, text, write_idefics3_mmproj(model, root / "mmproj-SmolVLM-tiny-F32.gguf")
+
+
+def write_qwen2_vl_pair(root):
+    """A tiny Qwen2-VL (``build_qwen2_vl_chat``) and its pair: (model, HF folder, text GGUF, mmproj)."""
+    model, hf = build_qwen2_vl_chat(root / "hf")
+    text = write_text_gguf(
+        model, root / "Qwen2-VL-tiny-F32.gguf", qwen2_vl_tokenizer(), arch="qwen2vl",
+        template=QWEN2_VL_TEMPLATE, eos="<|im_end|>",
+    )  # fmt: skip
+    return model, hf, text, write_qwen2_vl_mmproj(model, root / "mmproj-Qwen2-VL-tiny-F32.gguf")

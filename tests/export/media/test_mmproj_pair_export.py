@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mmproj_files import write_idefics3_mmproj, write_qwen2_vl_mmproj, write_text_gguf
+from mmproj_files import write_idefics3_mmproj, write_idefics3_pair, write_qwen2_vl_pair
 from vision_helpers import (
     IDEFICS3_IMAGE_TOKEN,
     IDEFICS3_PROCESSOR,
-    IDEFICS3_TEMPLATE,
     QWEN2_VL_IMAGE_TOKEN,
-    QWEN2_VL_TEMPLATE,
     build_idefics3,
-    build_idefics3_chat,
-    build_qwen2_vl_chat,
     idefics3_tokenizer,
     qwen2_vl_processor,
-    qwen2_vl_tokenizer,
     random_image,
 )
 
@@ -41,26 +36,12 @@ QUESTION = "What is this?"
 
 @pytest.fixture(scope="module")
 def idefics3_pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("idefics3-pair")
-    hf_model, hf = build_idefics3_chat(root / "hf")
-    text = write_text_gguf(
-        hf_model, root / "SmolVLM-tiny-F32.gguf", idefics3_tokenizer(), arch="llama",
-        template=IDEFICS3_TEMPLATE, eos="<end_of_utterance>", bos="<|im_start|>",
-    )  # fmt: skip
-    mmproj = write_idefics3_mmproj(hf_model, root / "mmproj-SmolVLM-tiny-F32.gguf")
-    return hf_model, hf, text, mmproj
+    return write_idefics3_pair(tmp_path_factory.mktemp("idefics3-pair"))
 
 
 @pytest.fixture(scope="module")
 def qwen2_vl_pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("qwen2-vl-pair")
-    hf_model, hf = build_qwen2_vl_chat(root / "hf")
-    text = write_text_gguf(
-        hf_model, root / "Qwen2-VL-tiny-F32.gguf", qwen2_vl_tokenizer(), arch="qwen2vl",
-        template=QWEN2_VL_TEMPLATE, eos="<|im_end|>",
-    )  # fmt: skip
-    mmproj = write_qwen2_vl_mmproj(hf_model, root / "mmproj-Qwen2-VL-tiny-F32.gguf")
-    return hf_model, hf, text, mmproj
+    return write_qwen2_vl_pair(tmp_path_factory.mktemp("qwen2-vl-pair"))
 
 
 def greedy_ids(model, image: np.ndarray) -> list[int]:
@@ -188,3 +169,25 @@ def test_a_text_model_passed_as_the_mmproj_is_refused(idefics3_pair, tmp_path):
     _, _, text, _ = idefics3_pair
     with pytest.raises(CheckpointError, match="not an mmproj file"):
         export(text, tmp_path / "out", progress=False, mmproj=text)
+
+
+def test_a_qwen2_vl_text_gguf_alone_exports_a_text_model(qwen2_vl_pair, tmp_path):
+    hf_model, _, text, _ = qwen2_vl_pair
+    folder = export(text, tmp_path / "model", context_window=512, progress=False)
+    manifest = Manifest.read(folder)
+    assert manifest.vision is None and set(MROPE_INPUTS) <= set(manifest.graphs["continuous"].inputs)
+    model = modelverse.load(folder, threads=1)
+    try:
+        assert not model.supports_vision
+        ids = model.tokenizer.encode(model.render([{"role": "user", "content": "hello there"}]))
+        batches = model.stream_generate(
+            prompt="hello there", decode=False, max_new_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True
+        )
+        ours = [token for batch in batches for token in batch]
+        assert model.report.prompt_tokens == len(ids)
+    finally:
+        model.close()
+    input_ids = torch.tensor([ids])
+    with torch.no_grad():
+        expected = hf_model.generate(input_ids=input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+    assert ours == expected[0, len(ids) :].tolist()  # M-RoPE of text alone: the plain positions
