@@ -32,8 +32,10 @@ IMAGE_TOKENS = {"idefics3": "<image>", "qwen2_vl": "<|image_pad|>"}
 
 def check_pair(text: Path, mmproj: Path) -> str:
     """The vision family of ``mmproj``, refused by name unless it fits the text GGUF ``text``."""
+    if not mmproj.exists():
+        raise CheckpointError(f"the mmproj file {mmproj} does not exist")
     if mmproj.suffix.lower() != ".gguf" or not mmproj.is_file():
-        raise CheckpointError(f"--mmproj {mmproj.name}: not a .gguf file")
+        raise CheckpointError(f"the mmproj file {mmproj.name} is not a .gguf file")
     if text.suffix.lower() != ".gguf" or not text.is_file():
         raise CheckpointError(
             f"an mmproj file goes with a GGUF text model (llama.cpp's pair); {text.name} is not a .gguf file"
@@ -50,6 +52,11 @@ def check_pair(text: Path, mmproj: Path) -> str:
         raise CheckpointError(f"{mmproj.name}: not an mmproj file (general.architecture is not 'clip')")
     projector = vision_meta.string("clip.projector_type", "")
     family = SUPPORTED_PROJECTORS.get(projector)
+    if family is None:
+        raise CheckpointError(
+            f"{mmproj.name}: projector type {projector!r} is not supported "
+            f"(supported: {', '.join(SUPPORTED_PROJECTORS)})"
+        )
     if family != fed[arch]:
         raise CheckpointError(
             f"{mmproj.name}: projector type {projector!r} does not feed a {arch!r} text model "

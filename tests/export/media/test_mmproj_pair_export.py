@@ -142,6 +142,19 @@ def test_an_mmproj_of_another_family_is_refused_by_name(idefics3_pair, qwen2_vl_
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_an_unsupported_projector_or_a_missing_mmproj_is_refused_by_name(
+    idefics3_pair, qwen2_vl_pair, tmp_path
+):
+    smol, _, _, _ = idefics3_pair
+    _, _, qwen_text, _ = qwen2_vl_pair
+    # llama.cpp writes Qwen2.5-VL's text model as qwen2vl too; its tower is another projector type.
+    other = write_idefics3_mmproj(smol, tmp_path / "mmproj-other.gguf", projector="qwen2.5vl_merger")
+    with pytest.raises(CheckpointError, match="projector type 'qwen2.5vl_merger' is not supported"):
+        export(qwen_text, tmp_path / "a", progress=False, mmproj=other)
+    with pytest.raises(CheckpointError, match="mmproj file .*absent.gguf does not exist"):
+        export(qwen_text, tmp_path / "b", progress=False, mmproj=tmp_path / "absent.gguf")
+
+
 def test_an_mmproj_of_another_width_is_refused_by_name(idefics3_pair, tmp_path):
     _, _, text, _ = idefics3_pair
     narrow, _ = build_idefics3(tmp_path / "narrow")  # a 48-wide text model's tower
