@@ -154,8 +154,11 @@ def _vocabulary(tokenizer) -> tuple[list[str], list[int], list[str]]:
     return tokens, types, [f"{_NUL} {_NUL}"]
 
 
-def write_text_gguf(model, path, tokenizer, *, arch: str, template: str, eos: str, bos: str | None = None):
-    """The text half of ``model`` (a transformers Idefics3 / Qwen2-VL) as llama.cpp's ``arch`` GGUF."""
+def write_text_gguf(
+    model, path, tokenizer, *, arch: str, template: str, eos: str, bos: str | None = None, sections=None
+):
+    """The text half of ``model`` (a transformers Idefics3 / Qwen2-VL) as llama.cpp's ``arch`` GGUF
+    (``sections``: other M-RoPE sections to write than the checkpoint's, a broken file)."""
     cfg = model.config.text_config
     head_dim = cfg.hidden_size // cfg.num_attention_heads
     writer = gguf.GGUFWriter(str(path), arch)
@@ -170,7 +173,7 @@ def write_text_gguf(model, path, tokenizer, *, arch: str, template: str, eos: st
     writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))))
     writer.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
     if arch == "qwen2vl":
-        writer.add_rope_dimension_sections([*rope["mrope_section"], 0])
+        writer.add_rope_dimension_sections(sections or [*rope["mrope_section"], 0])
     tokens, types, merges = _vocabulary(tokenizer)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("smollm")

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mmproj_files import write_idefics3_mmproj, write_idefics3_pair, write_qwen2_vl_pair
+from mmproj_files import write_idefics3_mmproj, write_idefics3_pair, write_qwen2_vl_pair, write_text_gguf
 from vision_helpers import (
     IDEFICS3_IMAGE_TOKEN,
     IDEFICS3_PROCESSOR,
     QWEN2_VL_IMAGE_TOKEN,
+    QWEN2_VL_TEMPLATE,
     build_idefics3,
     idefics3_tokenizer,
     qwen2_vl_processor,
+    qwen2_vl_tokenizer,
     random_image,
 )
 
@@ -204,3 +206,22 @@ def test_a_qwen2_vl_text_gguf_alone_exports_a_text_model(qwen2_vl_pair, tmp_path
     with torch.no_grad():
         expected = hf_model.generate(input_ids=input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)
     assert ours == expected[0, len(ids) :].tolist()  # M-RoPE of text alone: the plain positions
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ([2, 3, 3, 5], r"qwen2vl\.rope\.dimension_sections must list 3 positive sections"),
+        ([2, 0, 6, 0], r"qwen2vl\.rope\.dimension_sections must list 3 positive sections"),
+        ([2, 3, 2, 0], r"mrope_section \[2, 3, 2\] covers 7"),
+    ],
+)
+def test_bad_mrope_sections_in_the_text_gguf_are_refused_by_name(qwen2_vl_pair, tmp_path, sections, message):
+    hf_model, _, _, mmproj = qwen2_vl_pair
+    text = write_text_gguf(
+        hf_model, tmp_path / "bad.gguf", qwen2_vl_tokenizer(), arch="qwen2vl", template=QWEN2_VL_TEMPLATE,
+        eos="<|im_end|>", sections=sections,
+    )  # fmt: skip
+    with pytest.raises(CheckpointError, match=message):
+        export(text, tmp_path / "out", progress=False, mmproj=mmproj)
+    assert not (tmp_path / "out").exists()
