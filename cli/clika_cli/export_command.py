@@ -47,6 +47,12 @@ from clika_cli.common import at_most_max_threads
         "(Hugging Face folders; a slower runtime path, continuous KV only); or name one."
     ),
 )
+@click.option(
+    "--mmproj",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="llama.cpp's mmproj GGUF for a GGUF SOURCE: the folder also gets its vision tower.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--no-verify", is_flag=True, help="Skip the check against the float reference.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -57,6 +63,7 @@ def export_command(
     context: int | None,
     threads: int | None,
     builder: str,
+    mmproj: Path | None,
     overwrite: bool,
     no_verify: bool,
     quiet: bool,
@@ -77,6 +84,7 @@ def export_command(
             verify=not no_verify,
             threads=threads,
             builder=builder,
+            mmproj=mmproj,
         )
     except (ExportError, CheckpointError, QuantError) as exc:
         raise click.ClickException(str(exc)) from None

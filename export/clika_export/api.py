@@ -2,12 +2,13 @@
 
 ``export(source, out)`` turns a Hugging Face folder or a ``.gguf`` file into a
 model folder (``model.onnx`` + ``model.onnx.data``, ``tokenizer.json``,
-``chat_template.jinja``, ``manifest.json``). Everything is written into a
+``chat_template.jinja``, ``manifest.json``); a GGUF text model with llama.cpp's
+``mmproj`` file beside it (``mmproj=``) also gets the vision tower. Everything is written into a
 temporary folder beside ``out`` and renamed into place at the end, so a failed
 export leaves nothing half-written.
 
 ``cached_export`` keeps exports in ``$CLIKA_CACHE/exports/<key>``, the key
-made of the source's sha256, the export options and the exporter's version.
+made of the source's (and mmproj's) sha256, the export options and the exporter's version.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from clika_export.manifest_parts import (
     tokenizer_spec,
     write_text_files,
 )
+from clika_export.media.mmproj_pair import attach_mmproj, check_pair
 from clika_export.media.towers import attach_towers
 from clika_export.media.vision_export import read_json
 from clika_export.progress import Progress
@@ -94,8 +96,12 @@ def export(
     answers: int = 0,
     quant_options: dict[str, Any] | None = None,
     builder: str = "auto",
+    mmproj: str | Path | None = None,
 ) -> Path:
     """Export ``source`` (a Hugging Face folder or a ``.gguf`` file) into the model folder ``out``.
+
+    ``mmproj``: llama.cpp's vision half of a GGUF ``source`` (``clika_export.media.mmproj_pair``):
+    the step graphs then take image embeddings and the folder gets the vision tower.
 
     ``builder``: "native" (the families of ``clika_export.families``), "optimum" (optimum's ONNX
     exporter, Hugging Face folders only; ``clika_export.fallback``) or "auto": native when a
@@ -109,6 +115,7 @@ def export(
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists (pass overwrite=True to replace it)")
     quantizer = _quantizer(precision)
+    vision_family = check_pair(source, Path(mmproj)) if mmproj is not None else None
     if choose_builder(source, builder) == OPTIMUM_BUILDER:
         return _export_with_optimum(
             source, out, precision, context_window, progress, overwrite, quant_options
@@ -119,7 +126,7 @@ def export(
         checkpoint = read_source(source)
         check_chat_template(checkpoint)
     sensitive = sensitivity_planned(precision, quant_options, checkpoint.architecture)
-    media = has_media_tower(source)
+    media = vision_family is not None or has_media_tower(source)
     family = family_for(checkpoint)
     context = resolve_context_window(checkpoint, context_window)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +196,9 @@ def export(
                     manifest = add_int8_kv_graph(work, threads=threads)  # its twin with an int8 cache
                 except KVQuantError as exc:  # e.g. weights that make the keys non-finite
                     raise ExportError(f"the int8 KV cache could not be calibrated: {exc}") from None
-                if media:
+                if vision_family is not None:
+                    attach_mmproj(Path(mmproj), vision_family, checkpoint, work)
+                elif media:
                     attach_towers(source, work)
                 Manifest.read(work)  # the folder must read back as a complete model
             _publish(work, out, overwrite)
@@ -373,7 +382,13 @@ def resolve_context_window(checkpoint: Checkpoint, requested: int | None) -> int
 # -- the cache ---------------------------------------------------------------------
 
 
-def cache_key(sha256: str, precision: str, context_window: int | None, builder: str = "auto") -> str:
+def cache_key(
+    sha256: str,
+    precision: str,
+    context_window: int | None,
+    builder: str = "auto",
+    mmproj_sha256: str | None = None,
+) -> str:
     """What makes two exports the same: source bytes, options and the exporter's version."""
     parts = {
         "source_sha256": sha256,
@@ -384,6 +399,8 @@ def cache_key(sha256: str, precision: str, context_window: int | None, builder: 
     }
     if builder != "auto":  # only a builder asked for by name: earlier keys stay valid
         parts["builder"] = builder
+    if mmproj_sha256 is not None:  # likewise only with a vision half
+        parts["mmproj_sha256"] = mmproj_sha256
     if precision != "fp32":  # a new default quantization scheme must not reuse older exports
         try:
             from clika_quant.options import QuantOptions
@@ -403,14 +420,17 @@ def cached_export(
     cache: Path | None = None,
     sha256: str | None = None,
     builder: str = "auto",
+    mmproj: str | Path | None = None,
 ) -> Path:
     """The model folder exported from ``source`` with these options, exported once and cached.
 
     ``sha256`` may be passed when already known (a fetched file) to skip hashing the source.
+    ``mmproj``: as ``export``'s; the key holds its sha256 too.
     """
     from clika_export.fetch import cache_root
 
-    key = cache_key(sha256 or source_sha256(source), precision, context_window, builder)
+    vision = file_sha256(Path(mmproj)) if mmproj is not None else None
+    key = cache_key(sha256 or source_sha256(source), precision, context_window, builder, vision)
     folder = (cache or cache_root()) / "exports" / key
     try:
         if Manifest.read(folder).graphs["continuous"].builder == OPTIMUM_BUILDER:
@@ -421,7 +441,9 @@ def cached_export(
         return folder
     except (ManifestError, KeyError):
         pass  # absent or broken: export (again)
-    return export(source, folder, precision, context_window, progress, overwrite=True, builder=builder)
+    return export(
+        source, folder, precision, context_window, progress, overwrite=True, builder=builder, mmproj=mmproj
+    )
 
 
 # -- writing -----------------------------------------------------------------------

@@ -32,6 +32,7 @@ from clika_export.checkpoint import (
     check_layers_exist,
 )
 from clika_export.readers.gguf_families import (
+    BUILT_AS,
     PERMUTED_FAMILIES,
     ROPE_FACTOR_TENSORS,
     SUPPORTED_FAMILIES,
@@ -151,7 +152,7 @@ def _architecture(
         )
     head_dim = _head_dim(meta, key, hidden, heads, partial_rotary=family == "phi3")
     return Architecture(
-        family=family,
+        family=BUILT_AS.get(family, family),
         num_layers=meta.integer(key + "block_count", low=1, high=1 << 10),
         hidden_size=hidden,
         num_heads=heads,

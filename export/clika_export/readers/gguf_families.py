@@ -11,6 +11,10 @@ list or a period: 2 for Gemma 2, 6 for Gemma 3; Gemma 2's window 4096 when
 the file names none, Gemma 3 none without one), Gemma 3's local rope base
 (``rope.freq_base_swa``, 10000), SmolLM3's NoPE layer every fourth, Gemma's
 attention scale ``1/sqrt(head_dim)`` (27B: ``1/sqrt(hidden / heads)``).
+Qwen2-VL's text model (``qwen2vl``) is qwen2 with M-RoPE: its
+``rope.dimension_sections`` (llama.cpp pads the three sections with a fourth, 0)
+becomes the config's ``mrope_section``, as ``readers.multimodal`` makes it from
+a Hugging Face config.
 """
 
 from __future__ import annotations
@@ -21,7 +25,11 @@ from clika_export.checkpoint import CheckpointError
 from clika_export.readers.gguf_file import GGUFMetadata
 from clika_runtime.manifest import Architecture
 
-SUPPORTED_FAMILIES = ("gemma2", "gemma3", "granite", "llama", "olmo2", "phi3", "qwen2", "qwen3", "smollm3")
+SUPPORTED_FAMILIES = (
+    "gemma2", "gemma3", "granite", "llama", "olmo2", "phi3", "qwen2", "qwen2vl", "qwen3", "smollm3",
+)  # fmt: skip
+# GGUF architectures built by another family's graph (the file's own keys still name them).
+BUILT_AS = {"qwen2vl": "qwen2"}
 # Families whose Q/K rows llama.cpp's converter permutes (its LlamaModel and subclasses).
 PERMUTED_FAMILIES = ("granite", "llama", "smollm3")
 GEMMA = ("gemma2", "gemma3")
@@ -141,7 +149,19 @@ def family_config(meta: GGUFMetadata, family: str, arch: Architecture, rotary_di
         config["partial_rotary_factor"] = rotary_dim / arch.head_dim
     if family == "smollm3":
         config["no_rope_layer_interval"] = 4
+    if family == "qwen2vl":
+        config["mrope_section"] = _mrope_sections(meta, key + "rope.dimension_sections")
     return config
+
+
+def _mrope_sections(meta: GGUFMetadata, key: str) -> list[int]:
+    """Qwen2-VL's three M-RoPE sections (temporal, height, width); a fourth entry must be 0."""
+    sections = meta.integers(key, max_items=4)
+    if len(sections) not in (3, 4) or any(s <= 0 for s in sections[:3]) or any(sections[3:]):
+        raise CheckpointError(
+            f"{meta.source}: {key} must list 3 positive sections (and an optional 0), not {sections}"
+        )
+    return sections[:3]
 
 
 def _gemma_layers(meta: GGUFMetadata, family: str, layers: int, window: int | None) -> dict[str, Any]:

@@ -138,7 +138,7 @@ def test_missing_tensor(tiny_gguf):
 def test_unsupported_family_names_itself_and_the_supported_ones(tiny_gguf):
     metadata = {"general.architecture": ("falcon", GGUFValueType.STRING)}
     path = tiny_gguf(metadata=metadata).path
-    supported = "gemma2, gemma3, granite, llama, olmo2, phi3, qwen2, qwen3, smollm3"
+    supported = "gemma2, gemma3, granite, llama, olmo2, phi3, qwen2, qwen2vl, qwen3, smollm3"
     with pytest.raises(
         CheckpointError, match=f"family 'falcon' is not supported; supported families: {supported}"
     ):
