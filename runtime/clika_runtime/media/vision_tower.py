@@ -25,6 +25,7 @@ from clika_runtime.media.arguments import VideoClip, image_arrays, video_clips
 from clika_runtime.media.idefics3 import Idefics3Settings, preprocess_idefics3
 from clika_runtime.media.placeholders import QWEN2_VL_VIDEO, idefics3_image_text, qwen2_vl_image_text
 from clika_runtime.media.processor_config import read_processor_settings
+from clika_runtime.media.qwen2_5_vl_windows import window_inputs
 from clika_runtime.media.qwen2_vl import (
     Qwen2VLPatches,
     Qwen2VLSettings,
@@ -87,12 +88,17 @@ def check_token_budget(
     return embeddings
 
 
+def is_windowed(spec: VisionSpec) -> bool:
+    """A Qwen2.5-VL tower (window attention): its videos' positions count seconds, not built yet."""
+    return "window_bias" in spec.inputs
+
+
 def media_support(manifest: Manifest) -> dict[str, bool]:
     """What a folder's graphs read: ``vision``, ``video`` and ``audio``."""
     family = manifest.vision.family if manifest.vision is not None else None
     return {
         "vision": family is not None,
-        "video": family in _VIDEO_FAMILIES,
+        "video": family in _VIDEO_FAMILIES and not is_windowed(manifest.vision),
         "audio": manifest.audio is not None,
     }
 
@@ -154,7 +160,7 @@ class VisionTower:
         if self.spec.family == "idefics3" and self.settings.video is not None:
             clips = video_clips(videos, max_count=max_count)
             return check_token_budget([self._smolvlm_clip(c) for c in clips], token_budget, "videos")
-        if self.spec.family not in _VIDEO_FAMILIES:
+        if self.spec.family not in _VIDEO_FAMILIES or is_windowed(self.spec):
             raise ValueError(f"videos: the {self.spec.family} vision tower takes images only")
         clips = video_clips(videos, max_count=max_count)
         embeddings = [self._qwen2_vl_clip(sample_frames(c, fps=fps, max_frames=max_frames)) for c in clips]
@@ -190,12 +196,15 @@ class VisionTower:
         grids = [p.grid_thw for p in patches]
         d = self.spec.details
         cos, sin = rotary_tables(grids, head_dim=d["head_dim"], merge=d["merge_size"], theta=d["rope_theta"])
-        return {
+        feeds = {
             "pixel_values": np.concatenate([p.pixel_values for p in patches]),
             "rotary_cos": cos,
             "rotary_sin": sin,
             "attention_bias": frame_attention_bias(grids),
         }
+        if is_windowed(self.spec):  # Qwen2.5-VL: its blocks attend in windows of merged patches
+            feeds.update(window_inputs(grids, merge=d["merge_size"], window=d["window_size"]).feeds())
+        return feeds
 
     def _cached_idefics3(self, image: np.ndarray) -> MediaEmbedding:
         digest = image_digest(image)
