@@ -7,6 +7,8 @@ beside a text request, and with the image's prefix reused on the next turn.
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 
 import numpy as np
 import onnxruntime as ort
@@ -206,3 +208,36 @@ def test_videos_are_refused_by_name(qwen2_5_vl):
     clip = (np.zeros((2, 56, 56, 3), np.uint8), np.array([0.0, 0.5]))
     with pytest.raises(ValueError, match="video"):
         model.generate(QUESTION, videos=[clip], max_new_tokens=2)
+
+
+def test_a_hub_layout_checkpoint_exports_the_same_model(qwen2_5_vl, tmp_path):
+    """The hub's Qwen2.5-VL folders: text settings at the config's top level (rope_scaling's mrope),
+    weights under ``model.layers.*`` / ``visual.*`` / ``lm_head``."""
+    from safetensors.numpy import load_file, save_file
+
+    _, hf, _, model = qwen2_5_vl
+    flat = tmp_path / "hub-hf"
+    shutil.copytree(hf, flat)
+    config = json.loads((flat / "config.json").read_text())
+    text = config.pop("text_config")
+    text["rope_scaling"] = {"type": "mrope", "mrope_section": text.pop("rope_parameters")["mrope_section"]}
+    text.pop("model_type")
+    (flat / "config.json").write_text(json.dumps({**config, **text, "rope_theta": 1e6}))
+    (weights,) = flat.glob("*.safetensors")
+    renamed = {
+        name.replace("model.language_model.", "model.").replace("model.visual.", "visual."): tensor
+        for name, tensor in load_file(weights).items()
+    }
+    assert any(n.startswith("visual.blocks.") for n in renamed) and any(
+        n.startswith("model.layers.") for n in renamed
+    )
+    save_file(renamed, weights)
+    folder = export(flat, tmp_path / "model", context_window=512, progress=False)
+    image = random_image(56, 84, 19)
+    other = modelverse.load(folder, threads=1)
+    try:
+        assert other.generate(QUESTION, images=[image], max_new_tokens=6, temperature=0.0) == model.generate(
+            QUESTION, images=[image], max_new_tokens=6, temperature=0.0
+        )
+    finally:
+        other.close()
