@@ -115,6 +115,9 @@ class VisionTower:
             raise ManifestError(
                 f"{spec.processor_file} names another model's processor than the {spec.family} graph"
             )
+        window = spec.details.get("window_size")
+        if is_windowed(spec) and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+            raise ManifestError(f"{spec.file}: the manifest's window_size must be a positive integer")
         self.spec = spec
         self.settings = settings
         # The tower computes its own positions inside its graph: no manifest table is supplied.

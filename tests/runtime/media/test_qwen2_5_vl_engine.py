@@ -18,9 +18,10 @@ from qwen2_5_vl_helpers import build_qwen2_5_vl_chat, qwen2_5_vl_processor
 from vision_helpers import QWEN2_VL_IMAGE_TOKEN, assert_close_in_scale, random_image
 
 from clika_export.api import export
+from clika_export.checkpoint import CheckpointError
 from clika_runtime import Tensor, modelverse
 from clika_runtime.engine.prompt_media import prompt_media
-from clika_runtime.manifest import Manifest
+from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.qwen2_5_vl_windows import window_inputs
 from clika_runtime.media.vision_tower import VisionTower
@@ -151,9 +152,12 @@ def test_the_image_prefix_is_reused_next_turn_and_the_replies_equal_transformers
     inputs, _, first_reply = reference(hf_model, hf, text, [image])
     core = engine_core(folder, mode, max_step_tokens=16)  # the prompt comes in chunks
     text_ids = model.tokenizer.encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n")
-    _, text_sink = submit(core, text_ids, None, NEW_TOKENS)
-    _, sink = submit(core, ids, media, NEW_TOKENS)
-    run(core)
+    text_seq, text_sink = submit(core, text_ids, None, NEW_TOKENS)
+    image_seq, sink = submit(core, ids, media, NEW_TOKENS)
+    plans = run(core)
+    pair = {text_seq.request_id, image_seq.request_id}
+    assert any({r.seq.request_id for r in p.rows} == pair for p in plans)  # batched beside the text
+    assert len([r for p in plans for r in p.rows if r.seq is image_seq and r.start < len(ids)]) > 2
     assert sink.tokens == first_reply
     with torch.no_grad():
         alone = hf_model.generate(
@@ -241,3 +245,29 @@ def test_a_hub_layout_checkpoint_exports_the_same_model(qwen2_5_vl, tmp_path):
         )
     finally:
         other.close()
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"window_size": 20}, "window_size 20 is smaller than one merged patch"),
+        ({"fullatt_block_indexes": [1, 3]}, r"fullatt_block_indexes \[1, 3\] name blocks outside the 3"),
+    ],
+)
+def test_a_malformed_window_config_is_refused_naming_it(qwen2_5_vl, tmp_path, change, message):
+    _, hf, _, _ = qwen2_5_vl
+    bad = tmp_path / "bad-hf"
+    shutil.copytree(hf, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["vision_config"].update(change)
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=message):
+        export(bad, tmp_path / "model", progress=False)
+
+
+def test_a_manifest_without_its_window_size_is_refused(qwen2_5_vl):
+    _, _, folder, _ = qwen2_5_vl
+    spec = Manifest.read(folder).vision
+    broken = dataclasses.replace(spec, details={k: v for k, v in spec.details.items() if k != "window_size"})
+    with pytest.raises(ManifestError, match="window_size must be a positive integer"):
+        VisionTower(folder, broken, VisionTower.open(folder).settings)
