@@ -24,6 +24,7 @@ from clika_runtime.engine.prompt_media import prompt_media
 from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.qwen2_5_vl_windows import window_inputs
+from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS, MediaSpan, pack_media, pack_mrope, pack_step
 
@@ -99,6 +100,10 @@ def test_vision_embeddings_match_transformers_across_windows(qwen2_5_vl):
     inputs = qwen2_5_vl_processor(hf).image_processor(images=images, return_tensors="pt")
     grids = [tuple(g) for g in inputs["image_grid_thw"].tolist()]
     assert grids == [(1, 10, 8), (1, 4, 6)]
+    ours_pixels = np.concatenate(
+        [preprocess_qwen2_vl(image, tower.settings).pixel_values for image in images]
+    )
+    assert np.abs(ours_pixels - inputs["pixel_values"].numpy()).max() <= 1e-5
     windows = window_inputs(grids, merge=2, window=2)
     assert len(np.unique(windows.bias, axis=0)) > 2  # several windows per image
     with torch.no_grad():
