@@ -69,7 +69,7 @@ def qwen2_vl_vision_config(config: dict[str, Any]) -> Qwen2VLVision:
     return spec
 
 
-def _rotate(g: GraphBuilder, x: str, cos: str, sin: str, half: int, label: str) -> str:
+def rotate(g: GraphBuilder, x: str, cos: str, sin: str, half: int, label: str) -> str:
     """``x * cos + rotate_half(x) * sin`` over [1, heads, L, head_dim]."""
     with g.scope(label):
         sizes = g.constant(g.node_name("halves"), [half, half])
@@ -102,7 +102,7 @@ def _layer(
             g.op("Squeeze", [t, g.constant(g.node_name(f"{n}_axis"), [0])], label=f"{n}/Squeeze")
             for t, n in ((q, "q"), (k, "k"), (v, "v"))
         )
-        q, k = _rotate(g, q, cos, sin, hd // 2, "rope_q"), _rotate(g, k, cos, sin, hd // 2, "rope_k")
+        q, k = rotate(g, q, cos, sin, hd // 2, "rope_q"), rotate(g, k, cos, sin, hd // 2, "rope_k")
         x = g.op(
             "Add",
             [x, linear(g, attention(g, q, k, v, hd, bias, "attn"), w, f"{p}.attn.proj")],
@@ -113,7 +113,7 @@ def _layer(
         return g.op("Add", [x, linear(g, h, w, f"{p}.mlp.fc2")], label="mlp_residual")
 
 
-def _patch_embed(g: GraphBuilder, pixels: str, spec: Qwen2VLVision, w: Weights) -> str:
+def patch_embed(g: GraphBuilder, pixels: str, spec: Qwen2VLVision, w: Weights) -> str:
     """The Conv3d whose kernel equals its stride is a MatMul over the flattened patch."""
     kernel = w("patch_embed.proj.weight")
     if kernel.shape != (spec.hidden, 3, spec.temporal, spec.patch, spec.patch):
@@ -142,7 +142,7 @@ def build_qwen2_vl_vision(g: GraphBuilder, spec: Qwen2VLVision, w: Weights) -> t
     sin = g.input("rotary_sin", np.float32, ["patches", spec.head_dim])
     bias = g.input("attention_bias", np.float32, ["patches", "patches"])
     with g.scope("vision"):
-        x = _patch_embed(g, pixels, spec, w)
+        x = patch_embed(g, pixels, spec, w)
         for i in range(spec.layers):
             x = _layer(g, x, i, spec, w, (cos, sin, bias))
         x = _merger(g, x, spec, w)

@@ -21,6 +21,11 @@ import numpy as np
 from clika_export.checkpoint import CheckpointError
 from clika_export.graph.builder import ExternalData, GraphBuilder, save_model
 from clika_export.media.idefics3_vision import build_idefics3_vision, idefics3_vision_config
+from clika_export.media.qwen2_5_vl_vision import (
+    build_qwen2_5_vl_vision,
+    qwen2_5_vl_details,
+    qwen2_5_vl_vision_config,
+)
 from clika_export.media.qwen2_vl_video import video_token_of, with_video
 from clika_export.media.qwen2_vl_vision import build_qwen2_vl_vision, qwen2_vl_vision_config
 from clika_export.media.vision_ops import Weights
@@ -34,7 +39,8 @@ _PREFIXES = {
     "idefics3": ("model.vision_model.", "vision_model.", "model.", ""),
     "qwen2_vl": ("model.visual.", "visual."),
 }
-_FAMILIES = {"idefics3": "idefics3", "smolvlm": "idefics3", "qwen2_vl": "qwen2_vl"}
+# Qwen2.5-VL is a qwen2_vl family (its processor, prompts and positions) with a windowed tower.
+_FAMILIES = {"idefics3": "idefics3", "smolvlm": "idefics3", "qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_vl"}
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -111,14 +117,21 @@ def write_vision_graph(
     family: str, config: dict[str, Any], weights: Weights, out: Path, *, image_token_id: int | None
 ) -> VisionSpec:
     """Build ``family``'s graph from an HF-shaped ``config`` and tower-relative ``weights`` into ``out``."""
+    windowed = config.get("model_type") == "qwen2_5_vl"
     try:
-        spec = idefics3_vision_config(config) if family == "idefics3" else qwen2_vl_vision_config(config)
+        if windowed:
+            spec = qwen2_5_vl_vision_config(config)
+        else:
+            spec = idefics3_vision_config(config) if family == "idefics3" else qwen2_vl_vision_config(config)
     except (TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
         raise CheckpointError(f"the {family} vision config is malformed: {exc}") from None
     data = ExternalData(out / f"{VISION_FILE}.data")
     graph = GraphBuilder("vision", data)
     try:
-        if family == "idefics3":
+        if windowed:
+            inputs, output = build_qwen2_5_vl_vision(graph, spec, weights)
+            details, text_hidden = qwen2_5_vl_details(spec), spec.base.out_hidden
+        elif family == "idefics3":
             inputs, output = build_idefics3_vision(graph, spec, weights)
             details = {
                 "patch_size": spec.patch,

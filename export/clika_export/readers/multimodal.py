@@ -11,8 +11,8 @@ positions) under ``model.*`` (``model.language_model.*`` in newer saves, the
 tower under ``visual.*`` / ``model.visual.*``; its settings in ``text_config``,
 or at the config's top level in the first releases): its rope's ``mrope_section``
 becomes the config's top-level ``mrope_section`` (``clika_export.families.qwen2``
-reads it) and the rope itself the default one. Qwen2.5-VL (a windowed vision
-tower) is refused by name.
+reads it) and the rope itself the default one. Qwen2.5-VL's text model is
+read as Qwen2-VL's (its windowed vision tower is the difference).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ TEXT_MODELS = {
     "idefics3": ("model.text_model.", "llama"),
     "smolvlm": ("model.text_model.", "llama"),
     "qwen2_vl": ("model.language_model.", "qwen2"),
+    "qwen2_5_vl": ("model.language_model.", "qwen2"),
     "qwen2_audio": ("language_model.model.", "qwen2"),
 }
 # Other places a family's text weights are found (the layout newer transformers save).
@@ -46,13 +47,12 @@ _TEXT_DEFAULTS = {
     }
 }
 # Text configs that name their own model type for the text family's.
-_TEXT_TYPES = {"qwen2_vl_text": "qwen2"}
+_TEXT_TYPES = {"qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2"}
 # Checkpoints that keep the text model at the text layout's own names (older Qwen2-VL saves):
 # every ``model.*`` weight but the vision tower's is the text model's.
-_BARE_TEXT = {"qwen2_vl": ("model.visual.", "visual.")}
-_REFUSED = {
-    "qwen2_5_vl": "its vision tower attends in windows, which the vision graph does not build yet",
-}
+_BARE_TEXT = {"qwen2_vl": ("model.visual.", "visual."), "qwen2_5_vl": ("model.visual.", "visual.")}
+# Multimodal families refused by name (model_type -> why); none at present.
+_REFUSED: dict[str, str] = {}
 
 
 def is_multimodal(config: dict[str, Any]) -> bool:

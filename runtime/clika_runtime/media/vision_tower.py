@@ -25,6 +25,7 @@ from clika_runtime.media.arguments import VideoClip, image_arrays, video_clips
 from clika_runtime.media.idefics3 import Idefics3Settings, preprocess_idefics3
 from clika_runtime.media.placeholders import QWEN2_VL_VIDEO, idefics3_image_text, qwen2_vl_image_text
 from clika_runtime.media.processor_config import read_processor_settings
+from clika_runtime.media.qwen2_5_vl_windows import window_inputs
 from clika_runtime.media.qwen2_vl import (
     Qwen2VLPatches,
     Qwen2VLSettings,
@@ -87,13 +88,19 @@ def check_token_budget(
     return embeddings
 
 
+def is_windowed(spec: VisionSpec) -> bool:
+    """A Qwen2.5-VL tower (window attention): its videos' positions count seconds, not built yet."""
+    return "window_bias" in spec.inputs
+
+
 def reads_video(folder: str | Path, spec: VisionSpec | None) -> bool:
     """True when ``videos=`` ride a user turn of this folder's model: an Idefics3 tower whose
     processor config has SmolVLM2's ``video_sampling``, or a Qwen2-VL tower whose manifest names
-    its ``<|video_pad|>`` token. The one answer ``supports_video`` and :func:`media_support` give.
-    An unreadable processor config reads False: the first image's request names its problem."""
+    its ``<|video_pad|>`` token (not Qwen2.5-VL's windowed one: its video positions count
+    seconds). The one answer ``supports_video`` and :func:`media_support` give. An unreadable
+    processor config reads False: the first image's request names its problem."""
     if spec is not None and spec.family == "qwen2_vl":
-        return spec.video_token_id is not None
+        return spec.video_token_id is not None and not is_windowed(spec)
     if spec is None or spec.family != "idefics3":
         return False
     try:
@@ -138,6 +145,9 @@ class VisionTower:
             raise ManifestError(
                 f"{spec.processor_file} names another model's processor than the {spec.family} graph"
             )
+        window = spec.details.get("window_size")
+        if is_windowed(spec) and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+            raise ManifestError(f"{spec.file}: the manifest's window_size must be a positive integer")
         self.spec = spec
         self.settings = settings
         # Qwen2-VL: how clips are sampled and resized (the video processor's own bounds).
@@ -188,7 +198,7 @@ class VisionTower:
         if self.spec.family == "idefics3" and self.settings.video is not None:
             clips = video_clips(videos, max_count=max_count)
             return check_token_budget([self._smolvlm_clip(c) for c in clips], token_budget, "videos")
-        if self.spec.family not in _VIDEO_FAMILIES:
+        if self.spec.family not in _VIDEO_FAMILIES or is_windowed(self.spec):
             raise ValueError(f"videos: the {self.spec.family} vision tower takes images only")
         assert self.video is not None
         fps = self.video.fps if fps is None else fps
@@ -241,12 +251,15 @@ class VisionTower:
         grids = [p.grid_thw for p in patches]
         d = self.spec.details
         cos, sin = rotary_tables(grids, head_dim=d["head_dim"], merge=d["merge_size"], theta=d["rope_theta"])
-        return {
+        feeds = {
             "pixel_values": np.concatenate([p.pixel_values for p in patches]),
             "rotary_cos": cos,
             "rotary_sin": sin,
             "attention_bias": frame_attention_bias(grids),
         }
+        if is_windowed(self.spec):  # Qwen2.5-VL: its blocks attend in windows of merged patches
+            feeds.update(window_inputs(grids, merge=d["merge_size"], window=d["window_size"]).feeds())
+        return feeds
 
     def _cached_idefics3(self, image: np.ndarray) -> MediaEmbedding:
         digest = image_digest(image)

@@ -8,7 +8,6 @@ vision tower as its own graph, the step graph taking ``media_embeds`` / ``media_
 from __future__ import annotations
 
 import itertools
-import json
 
 import numpy as np
 import onnxruntime as ort
@@ -17,12 +16,10 @@ from vision_helpers import (
     IDEFICS3_IMAGE_TOKEN,
     assert_close_in_scale,
     build_idefics3_chat,
-    build_qwen2_vl,
     random_image,
 )
 
 from clika_export.api import export
-from clika_export.checkpoint import CheckpointError
 from clika_runtime import modelverse
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
@@ -227,11 +224,3 @@ def test_the_same_image_is_reused_next_turn_and_a_different_one_is_not(idefics3,
     assert third_sink.report.cached_tokens <= int(other_media.positions[0])  # nothing from the image on
     _, expected = reference(hf_model, other_ids, other, tower.settings)
     assert third_sink.tokens == expected
-
-
-def test_a_qwen2_5_vl_checkpoint_is_refused_by_name(tmp_path):
-    _, folder = build_qwen2_vl(tmp_path / "qwen2.5-vl")
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "model_type": "qwen2_5_vl"}))
-    with pytest.raises(CheckpointError, match="qwen2_5_vl checkpoints are not exported: .*window"):
-        export(folder, tmp_path / "out", progress=False)
