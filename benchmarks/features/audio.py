@@ -21,15 +21,12 @@ bins, 1500 positions; the projector maps into the 4096-wide Qwen-7B text model.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+from stage_timing import median_ms, ort_session, print_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
@@ -51,23 +48,6 @@ QWEN2_AUDIO_7B_TEXT_HIDDEN = 4096
 POSITIONS = 1500
 
 
-def _session(path: Path, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _median_ms(run, rounds: int) -> float:
-    run()  # warm-up: first-run allocations and kernel selection
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def _feeds(wave: np.ndarray, settings: AudioSettings) -> dict:
     return {
         "input_features": log_mel_features(wave, settings)[None],
@@ -79,13 +59,13 @@ def tiny_qwen2_audio(work: Path, wave: np.ndarray, rounds: int, threads: int) ->
     build_qwen2_audio_chat(work / "qwen2-audio-hf")
     spec = export_audio(work / "qwen2-audio-hf", work / "qwen2-audio")
     settings = AudioSettings(**spec.details)
-    session = _session(work / "qwen2-audio" / spec.file, threads)
+    session = ort_session(work / "qwen2-audio" / spec.file, threads)
     feeds = _feeds(wave, settings)
     return {
         "model": "tiny qwen2-audio (d_model 32, 2 layers, 80 mels)",
         "clip_s": len(wave) / settings.sampling_rate,
-        "features_ms": _median_ms(lambda: _feeds(wave, settings), rounds),
-        "graph_ms": _median_ms(lambda: session.run(None, feeds), rounds),
+        "features_ms": median_ms(lambda: _feeds(wave, settings), rounds),
+        "graph_ms": median_ms(lambda: session.run(None, feeds), rounds),
     }
 
 
@@ -111,7 +91,8 @@ def qwen2_audio_7b_estimate(work: Path, wave: np.ndarray, rounds: int, threads: 
     settings = AudioSettings(n_mels=QWEN2_AUDIO_7B["num_mel_bins"])
     feeds = _feeds(wave, settings)
     one, two = (
-        _median_ms(lambda s=_session(_encoder(work, n), threads): s.run(None, feeds), rounds) for n in (1, 2)
+        median_ms(lambda s=ort_session(_encoder(work, n), threads): s.run(None, feeds), rounds)
+        for n in (1, 2)
     )
     layer = two - one
     d, f = QWEN2_AUDIO_7B["d_model"], QWEN2_AUDIO_7B["encoder_ffn_dim"]
@@ -127,7 +108,7 @@ def qwen2_audio_7b_estimate(work: Path, wave: np.ndarray, rounds: int, threads: 
         "layer_gflop": layer_gflop,
         "achieved_gflop_per_s": layer_gflop / (layer / 1e3),
         "clip_ms": clip_ms,
-        "features_ms": _median_ms(lambda: _feeds(wave, settings), rounds),
+        "features_ms": median_ms(lambda: _feeds(wave, settings), rounds),
     }
 
 
@@ -143,9 +124,7 @@ def main() -> None:
             tiny_qwen2_audio(work, wave, args.rounds, args.threads),
             qwen2_audio_7b_estimate(work, wave, args.rounds, args.threads),
         ]
-    print(f"audio stage, {args.threads} threads, median of {args.rounds} runs (ms); a 10 s clip")
-    for row in rows:
-        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}))
+    print_rows(f"audio stage, {args.threads} threads, median of {args.rounds} runs (ms); a 10 s clip", rows)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+from stage_timing import median_ms, ort_session, print_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
@@ -46,23 +46,6 @@ QWEN2_5_VL_3B = dict(
     temporal_patch_size=2, window_size=112, out_hidden_size=2048,
 )  # fmt: skip
 BLOCKS, FULL_BLOCKS = 32, 4
-
-
-def _session(path: Path, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _median_ms(run, rounds: int) -> float:
-    run()  # warm-up: first-run allocations and kernel selection
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def _alternating_ms(runs: dict, rounds: int) -> dict[str, float]:
@@ -98,14 +81,14 @@ def tiny(work: Path, rounds: int, threads: int) -> dict:
     build_qwen2_5_vl_chat(work / "tiny-hf")
     spec = export_vision(work / "tiny-hf", work / "tiny")
     settings = processor_settings(QWEN2_5_VL_PROCESSOR)
-    session = _session(work / "tiny" / spec.file, threads)
+    session = ort_session(work / "tiny" / spec.file, threads)
     image = random_image(384, 512, 0)
     feeds = _feeds(image, settings, spec.details)
     return {
         "model": "tiny qwen2.5-vl (hidden 32, 3 blocks), 512x384 image",
         "patches": int(feeds["pixel_values"].shape[0]),
-        "preprocess_ms": _median_ms(lambda: _feeds(image, settings, spec.details), rounds),
-        "graph_ms": _median_ms(lambda: session.run(None, feeds), rounds),
+        "preprocess_ms": median_ms(lambda: _feeds(image, settings, spec.details), rounds),
+        "graph_ms": median_ms(lambda: session.run(None, feeds), rounds),
     }
 
 
@@ -134,7 +117,7 @@ def estimate(work: Path, rounds: int, threads: int) -> dict:
     for name, depth, full in (("w1", 1, []), ("w2", 2, []), ("w1f1", 2, [1])):
         path, details = _tower(work, name, depth, full)
         feeds = _feeds(image, settings, details)
-        runs[name] = lambda s=_session(path, threads), f=feeds: s.run(None, f)
+        runs[name] = lambda s=ort_session(path, threads), f=feeds: s.run(None, f)
     times = _alternating_ms(runs, rounds)
     windowed = times["w2"] - times["w1"]
     full = times["w1f1"] - times["w1"]
@@ -169,9 +152,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         rows = [tiny(work, args.rounds, args.threads), estimate(work, args.rounds, args.threads)]
-    print(f"qwen2.5-vl vision stage, {args.threads} threads, median of {args.rounds} runs (ms)")
-    for row in rows:
-        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}))
+    print_rows(f"qwen2.5-vl vision stage, {args.threads} threads, median of {args.rounds} runs (ms)", rows)
 
 
 if __name__ == "__main__":

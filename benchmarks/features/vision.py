@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+from stage_timing import median_ms, ort_session, print_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
@@ -63,34 +61,17 @@ SMOLVLM_PROCESSOR = {
 }
 
 
-def _session(path: Path, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _median_ms(run, rounds: int) -> float:
-    run()  # warm-up: first-run allocations and kernel selection
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def tiny_idefics3(work: Path, image: np.ndarray, rounds: int, threads: int) -> dict:
     build_idefics3(work / "idefics3-hf")
     spec = export_vision(work / "idefics3-hf", work / "idefics3")
     settings = processor_settings(IDEFICS3_PROCESSOR)
-    session = _session(work / "idefics3" / spec.file, threads)
+    session = ort_session(work / "idefics3" / spec.file, threads)
     pixels = preprocess_idefics3(image, settings).pixel_values
     return {
         "model": "tiny idefics3 (hidden 32, 2 layers, 64 px tiles)",
         "tiles": int(pixels.shape[0]),
-        "preprocess_ms": _median_ms(lambda: preprocess_idefics3(image, settings), rounds),
-        "graph_ms": _median_ms(lambda: session.run(None, {"pixel_values": pixels}), rounds),
+        "preprocess_ms": median_ms(lambda: preprocess_idefics3(image, settings), rounds),
+        "graph_ms": median_ms(lambda: session.run(None, {"pixel_values": pixels}), rounds),
     }
 
 
@@ -98,7 +79,7 @@ def tiny_qwen2_vl(work: Path, image: np.ndarray, rounds: int, threads: int) -> d
     build_qwen2_vl(work / "qwen2-vl-hf")
     spec = export_vision(work / "qwen2-vl-hf", work / "qwen2-vl")
     settings = processor_settings(QWEN2_VL_PROCESSOR)
-    session = _session(work / "qwen2-vl" / spec.file, threads)
+    session = ort_session(work / "qwen2-vl" / spec.file, threads)
     d = spec.details
 
     def prepare() -> dict:
@@ -118,8 +99,8 @@ def tiny_qwen2_vl(work: Path, image: np.ndarray, rounds: int, threads: int) -> d
     return {
         "model": "tiny qwen2-vl (embed 32, 2 layers)",
         "patches": int(feeds["pixel_values"].shape[0]),
-        "preprocess_ms": _median_ms(prepare, rounds),
-        "graph_ms": _median_ms(lambda: session.run(None, feeds), rounds),
+        "preprocess_ms": median_ms(prepare, rounds),
+        "graph_ms": median_ms(lambda: session.run(None, feeds), rounds),
     }
 
 
@@ -147,8 +128,9 @@ def _smolvlm_tower(work: Path, layers: int) -> Path:
 def smolvlm_estimate(work: Path, rounds: int, threads: int) -> dict:
     tile = np.random.default_rng(0).standard_normal((1, 3, 512, 512)).astype(np.float32)
     one, two = (
-        _median_ms(
-            lambda s=_session(_smolvlm_tower(work, n), threads): s.run(None, {"pixel_values": tile}), rounds
+        median_ms(
+            lambda s=ort_session(_smolvlm_tower(work, n), threads): s.run(None, {"pixel_values": tile}),
+            rounds,
         )
         for n in (1, 2)
     )
@@ -174,7 +156,7 @@ def smolvlm_estimate(work: Path, rounds: int, threads: int) -> dict:
         "tile_ms": per_tile,
         "tiles_per_4x3_photo": int(tiles),
         "photo_ms": per_tile * tiles,
-        "preprocess_photo_ms": _median_ms(
+        "preprocess_photo_ms": median_ms(
             lambda: preprocess_idefics3(photo, processor_settings(SMOLVLM_PROCESSOR)), max(1, rounds // 2)
         ),
     }
@@ -193,11 +175,10 @@ def main() -> None:
             tiny_qwen2_vl(work, image, args.rounds, args.threads),
             smolvlm_estimate(work, args.rounds, args.threads),
         ]
-    print(
-        f"vision stage, {args.threads} threads, median of {args.rounds} runs (ms); tiny models on a 512x384 image"
+    print_rows(
+        f"vision stage, {args.threads} threads, median of {args.rounds} runs (ms); tiny models on a 512x384 image",
+        rows,
     )
-    for row in rows:
-        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from clika_cli.saved_parts import map_parts
 from clika_runtime.media.wav import WavError, read_wav
 
 _DATA = "audio_f32"  # a saved audio part's key: its float32 little-endian samples, base64
@@ -46,19 +47,12 @@ def read_audio_attachment(path: str, supports_audio: bool, sampling_rate: int | 
 
 def storable_audio(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``messages`` with each audio part's samples as base64 float32 (what a store keeps)."""
-    return [_map_parts(message, _encoded) for message in messages]
+    return map_parts(messages, _encoded)
 
 
 def restored_audio(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Saved ``messages`` with each stored audio part back as samples."""
-    return [_map_parts(message, _decoded) for message in messages]
-
-
-def _map_parts(message: dict[str, Any], change: Any) -> dict[str, Any]:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    return {**message, "content": [change(part) if isinstance(part, dict) else part for part in content]}
+    return map_parts(messages, _decoded)
 
 
 def _encoded(part: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from clika_cli.saved_parts import map_parts
 from clika_runtime.media.image_files import ImageFileError, read_image_file, read_image_url
 
 _DATA = "image_data"  # an older saved image part's key: its PNG as a data: URL
@@ -28,14 +29,7 @@ def read_attachment(path: str, supports_vision: bool) -> np.ndarray:
 
 def restored(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Saved ``messages`` with each image part kept as a PNG data URL (older saves) as pixels."""
-    return [_map_parts(message, _decoded) for message in messages]
-
-
-def _map_parts(message: dict[str, Any], change: Any) -> dict[str, Any]:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    return {**message, "content": [change(part) if isinstance(part, dict) else part for part in content]}
+    return map_parts(messages, _decoded)
 
 
 def _decoded(part: dict[str, Any]) -> dict[str, Any]:

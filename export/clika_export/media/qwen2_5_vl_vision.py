@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from clika_export.graph.builder import GraphBuilder
-from clika_export.media.qwen2_vl_vision import Qwen2VLVision, patch_embed, rotate
-from clika_export.media.vision_ops import Weights, activation, attention, linear
+from clika_export.media.qwen2_vl_vision import Qwen2VLVision, merger, patch_embed, rotary_attention
+from clika_export.media.vision_ops import Weights, activation, linear
 
 _EPS = 1e-6  # Qwen2.5-VL's vision RMSNorms
 
@@ -104,27 +104,8 @@ def _layer(g: GraphBuilder, x: str, i: int, spec: Qwen2_5_VLVision, w: Weights, 
     base, p = spec.base, f"blocks.{i}"
     cos, sin, frame_bias, window_bias = rope
     bias = frame_bias if i in spec.full_attention_blocks else window_bias
-    hd = base.head_dim
     with g.scope(p):
-        h = _rms_norm(g, x, w, f"{p}.norm1")
-        qkv = linear(g, h, w, f"{p}.attn.qkv")  # [1, L, 3 * hidden]
-        shaped = g.op(
-            "Reshape",
-            [qkv, g.constant(g.node_name("qkv_shape"), [0, 0, 3, base.heads, hd])],
-            label="qkv/Reshape",
-        )
-        heads = g.op("Transpose", [shaped], label="qkv/Transpose", perm=[2, 0, 3, 1, 4])  # [3, 1, H, L, hd]
-        q, k, v = g.op("Split", [heads], label="qkv/Split", outputs=3, axis=0, num_outputs=3)
-        q, k, v = (
-            g.op("Squeeze", [t, g.constant(g.node_name(f"{n}_axis"), [0])], label=f"{n}/Squeeze")
-            for t, n in ((q, "q"), (k, "k"), (v, "v"))
-        )
-        q, k = rotate(g, q, cos, sin, hd // 2, "rope_q"), rotate(g, k, cos, sin, hd // 2, "rope_k")
-        x = g.op(
-            "Add",
-            [x, linear(g, attention(g, q, k, v, hd, bias, "attn"), w, f"{p}.attn.proj")],
-            label="attn_residual",
-        )
+        x = rotary_attention(g, x, _rms_norm(g, x, w, f"{p}.norm1"), p, base, w, (cos, sin, bias))
         h = _rms_norm(g, x, w, f"{p}.norm2")
         gate = _gate_activation(g, linear(g, h, w, f"{p}.mlp.gate_proj"), base.act, "mlp")
         up = linear(g, h, w, f"{p}.mlp.up_proj")
@@ -137,18 +118,6 @@ def _gate_activation(g: GraphBuilder, x: str, kind: str, label: str) -> str:
     if kind == "silu":
         return g.op("Mul", [x, g.op("Sigmoid", [x], label=f"{label}/Sigmoid")], label=f"{label}/Silu")
     return activation(g, x, kind, label)
-
-
-def _merger(g: GraphBuilder, x: str, base: Qwen2VLVision, w: Weights) -> str:
-    with g.scope("merger"):
-        x = _rms_norm(g, x, w, "merger.ln_q")
-        x = g.op(
-            "Reshape",
-            [x, g.constant(g.node_name("merge_shape"), [-1, base.hidden * base.merge**2])],
-            label="Merge",
-        )
-        x = activation(g, linear(g, x, w, "merger.mlp.0"), "gelu", "mlp")
-        return linear(g, x, w, "merger.mlp.2")
 
 
 def build_qwen2_5_vl_vision(
@@ -171,7 +140,7 @@ def build_qwen2_5_vl_vision(
         x = patch_embed(g, windowed, base, w)
         for i in range(base.layers):
             x = _layer(g, x, i, spec, w, (wcos, wsin, frame_bias, window_bias))
-        x = _merger(g, x, base, w)
+        x = merger(g, x, base, w, _rms_norm)
         x = g.op("Gather", [x, restore], label="window_restore", axis=0)
     out = g.op("Identity", [x], label="image_embeds", outputs=["image_embeds"])
     g.output(out, np.float32, ["tokens", base.out_hidden])

@@ -15,6 +15,7 @@ block of patches becomes one image token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,9 @@ from clika_export.graph.builder import GraphBuilder
 from clika_export.media.vision_ops import Weights, activation, attention, layer_norm, linear
 
 _EPS = 1e-6  # Qwen2-VL's vision LayerNorms
+
+# (graph, input, weights, weight prefix) -> the normed input
+Norm = Callable[[GraphBuilder, str, Weights, str], str]
 
 
 @dataclass(frozen=True)
@@ -82,32 +86,39 @@ def rotate(g: GraphBuilder, x: str, cos: str, sin: str, half: int, label: str) -
         )
 
 
+def rotary_attention(
+    g: GraphBuilder, x: str, h: str, prefix: str, spec: Qwen2VLVision, w: Weights, rope: tuple[str, str, str]
+) -> str:
+    """``x`` plus the self-attention over ``h`` (``x`` normed), q and k rotated by ``rope``'s
+    (cos, sin); its bias keeps apart the patches that must not see each other."""
+    cos, sin, bias = rope
+    hd = spec.head_dim
+    qkv = linear(g, h, w, f"{prefix}.attn.qkv")  # [1, L, 3 * hidden]
+    shaped = g.op(
+        "Reshape",
+        [qkv, g.constant(g.node_name("qkv_shape"), [0, 0, 3, spec.heads, hd])],
+        label="qkv/Reshape",
+    )
+    heads = g.op("Transpose", [shaped], label="qkv/Transpose", perm=[2, 0, 3, 1, 4])  # [3, 1, H, L, hd]
+    q, k, v = g.op("Split", [heads], label="qkv/Split", outputs=3, axis=0, num_outputs=3)
+    q, k, v = (
+        g.op("Squeeze", [t, g.constant(g.node_name(f"{n}_axis"), [0])], label=f"{n}/Squeeze")
+        for t, n in ((q, "q"), (k, "k"), (v, "v"))
+    )
+    q, k = rotate(g, q, cos, sin, hd // 2, "rope_q"), rotate(g, k, cos, sin, hd // 2, "rope_k")
+    return g.op(
+        "Add",
+        [x, linear(g, attention(g, q, k, v, hd, bias, "attn"), w, f"{prefix}.attn.proj")],
+        label="attn_residual",
+    )
+
+
 def _layer(
     g: GraphBuilder, x: str, i: int, spec: Qwen2VLVision, w: Weights, rope: tuple[str, str, str]
 ) -> str:
     p = f"blocks.{i}"
-    cos, sin, bias = rope
-    hd = spec.head_dim
-    with g.scope(f"blocks.{i}"):
-        h = layer_norm(g, x, w, f"{p}.norm1", _EPS)
-        qkv = linear(g, h, w, f"{p}.attn.qkv")  # [1, L, 3 * hidden]
-        shaped = g.op(
-            "Reshape",
-            [qkv, g.constant(g.node_name("qkv_shape"), [0, 0, 3, spec.heads, hd])],
-            label="qkv/Reshape",
-        )
-        heads = g.op("Transpose", [shaped], label="qkv/Transpose", perm=[2, 0, 3, 1, 4])  # [3, 1, H, L, hd]
-        q, k, v = g.op("Split", [heads], label="qkv/Split", outputs=3, axis=0, num_outputs=3)
-        q, k, v = (
-            g.op("Squeeze", [t, g.constant(g.node_name(f"{n}_axis"), [0])], label=f"{n}/Squeeze")
-            for t, n in ((q, "q"), (k, "k"), (v, "v"))
-        )
-        q, k = rotate(g, q, cos, sin, hd // 2, "rope_q"), rotate(g, k, cos, sin, hd // 2, "rope_k")
-        x = g.op(
-            "Add",
-            [x, linear(g, attention(g, q, k, v, hd, bias, "attn"), w, f"{p}.attn.proj")],
-            label="attn_residual",
-        )
+    with g.scope(p):
+        x = rotary_attention(g, x, layer_norm(g, x, w, f"{p}.norm1", _EPS), p, spec, w, rope)
         h = layer_norm(g, x, w, f"{p}.norm2", _EPS)
         h = activation(g, linear(g, h, w, f"{p}.mlp.fc1"), spec.act, "mlp")
         return g.op("Add", [x, linear(g, h, w, f"{p}.mlp.fc2")], label="mlp_residual")
@@ -123,9 +134,10 @@ def patch_embed(g: GraphBuilder, pixels: str, spec: Qwen2VLVision, w: Weights) -
     return g.op("Unsqueeze", [out, g.constant("batch_axis", [0])], label="patch_embed/Unsqueeze")  # [1, L, D]
 
 
-def _merger(g: GraphBuilder, x: str, spec: Qwen2VLVision, w: Weights) -> str:
+def merger(g: GraphBuilder, x: str, spec: Qwen2VLVision, w: Weights, norm: Norm) -> str:
+    """Each 2x2 block of normed patches folded into one token, then the MLP into the text width."""
     with g.scope("merger"):
-        x = layer_norm(g, x, w, "merger.ln_q", _EPS)
+        x = norm(g, x, w, "merger.ln_q")
         x = g.op(
             "Reshape",
             [x, g.constant(g.node_name("merge_shape"), [-1, spec.hidden * spec.merge**2])],
@@ -133,6 +145,10 @@ def _merger(g: GraphBuilder, x: str, spec: Qwen2VLVision, w: Weights) -> str:
         )
         x = activation(g, linear(g, x, w, "merger.mlp.0"), "gelu", "mlp")
         return linear(g, x, w, "merger.mlp.2")
+
+
+def _layer_norm(g: GraphBuilder, x: str, w: Weights, name: str) -> str:
+    return layer_norm(g, x, w, name, _EPS)
 
 
 def build_qwen2_vl_vision(g: GraphBuilder, spec: Qwen2VLVision, w: Weights) -> tuple[tuple[str, ...], str]:
@@ -145,7 +161,7 @@ def build_qwen2_vl_vision(g: GraphBuilder, spec: Qwen2VLVision, w: Weights) -> t
         x = patch_embed(g, pixels, spec, w)
         for i in range(spec.layers):
             x = _layer(g, x, i, spec, w, (cos, sin, bias))
-        x = _merger(g, x, spec, w)
+        x = merger(g, x, spec, w, _layer_norm)
     out = g.op("Identity", [x], label="image_embeds", outputs=["image_embeds"])
     g.output(out, np.float32, ["tokens", spec.out_hidden])
     return (pixels, cos, sin, bias), out

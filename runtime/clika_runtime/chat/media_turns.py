@@ -15,7 +15,7 @@ templates test for the ``audio`` key, not the type).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from clika_runtime.media.arguments import VideoInput
@@ -58,18 +58,11 @@ def attach_images(
     before its content."""
     if not images and not videos:
         return dict(message)
-    content = message.get("content")
-    if isinstance(content, str):
-        parts: list[Any] = [{"type": "text", "text": content}]
-    elif isinstance(content, list):
-        parts = list(content)
-    else:
-        parts = []
     media = [
         *({"type": IMAGE_PART, IMAGE_PART: image} for image in images),
         *({"type": VIDEO_PART, VIDEO_PART: video} for video in videos),
     ]
-    return {**message, "content": [*media, *parts]}
+    return _with_parts_first(message, media)
 
 
 def with_images_on_last_user_turn(
@@ -77,36 +70,24 @@ def with_images_on_last_user_turn(
 ) -> list[Any]:
     """``messages`` with ``images`` (and ``videos``) riding the last user turn (ValueError when
     there is none)."""
-    out = list(messages)
     if not images and not videos:
-        return out
-    for index in range(len(out) - 1, -1, -1):
-        if isinstance(out[index], Mapping) and out[index].get("role") == "user":
-            out[index] = attach_images(out[index], images, videos)
-            return out
-    raise ValueError("images and videos ride a user turn: the messages have none")
+        return list(messages)
+    return _on_last_user_turn(
+        messages,
+        lambda turn: attach_images(turn, images, videos),
+        "images and videos ride a user turn: the messages have none",
+    )
 
 
 def split_images(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Any]]:
     """The messages as the template reads them (image and video parts without their pixels) and
     the media they held, in prompt order (each video as a ``VideoInput``)."""
-    images: list[Any] = []
-    rendered: list[Mapping[str, Any]] = []
-    for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list) or not any(_holds_media(part) for part in content):
-            rendered.append(message)
-            continue
-        parts = []
-        for part in content:
-            if _holds_media(part):
-                kind = part["type"]
-                images.append(part[IMAGE_PART] if kind == IMAGE_PART else VideoInput(part[VIDEO_PART]))
-                parts.append({"type": kind})
-            else:
-                parts.append(part)
-        rendered.append({**message, "content": parts})
-    return rendered, images
+    return _split_parts(messages, _holds_media, _rendered_media)
+
+
+def _rendered_media(part: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    kind = part["type"]
+    return (part[IMAGE_PART] if kind == IMAGE_PART else VideoInput(part[VIDEO_PART])), {"type": kind}
 
 
 def _holds_media(part: Any) -> bool:
@@ -125,47 +106,26 @@ def attach_audio(message: Mapping[str, Any], audio: Sequence[Any]) -> dict[str, 
     """``message`` (a user turn) with ``audio`` clips as audio parts before its content."""
     if not audio:
         return dict(message)
-    content = message.get("content")
-    if isinstance(content, str):
-        parts: list[Any] = [{"type": "text", "text": content}]
-    elif isinstance(content, list):
-        parts = list(content)
-    else:
-        parts = []
-    return {**message, "content": [*({"type": AUDIO_PART, AUDIO_PART: clip} for clip in audio), *parts]}
+    return _with_parts_first(message, [{"type": AUDIO_PART, AUDIO_PART: clip} for clip in audio])
 
 
 def with_audio_on_last_user_turn(messages: Sequence[Mapping[str, Any]], audio: Sequence[Any]) -> list[Any]:
     """``messages`` with ``audio`` riding the last user turn (ValueError when there is none)."""
-    out = list(messages)
     if not audio:
-        return out
-    for index in range(len(out) - 1, -1, -1):
-        if isinstance(out[index], Mapping) and out[index].get("role") == "user":
-            out[index] = attach_audio(out[index], audio)
-            return out
-    raise ValueError("audio ride a user turn: the messages have none")
+        return list(messages)
+    return _on_last_user_turn(
+        messages, lambda turn: attach_audio(turn, audio), "audio ride a user turn: the messages have none"
+    )
 
 
 def split_audio(messages: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Any]]:
     """The messages as the template reads them (audio parts with ``True`` for their samples) and
     the clips they held, in prompt order."""
-    clips: list[Any] = []
-    rendered: list[Mapping[str, Any]] = []
-    for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list) or not any(_holds_audio(part) for part in content):
-            rendered.append(message)
-            continue
-        parts = []
-        for part in content:
-            if _holds_audio(part):
-                clips.append(part[AUDIO_PART])
-                parts.append({"type": AUDIO_PART, AUDIO_PART: _RENDERED})
-            else:
-                parts.append(part)
-        rendered.append({**message, "content": parts})
-    return rendered, clips
+    return _split_parts(messages, _holds_audio, _rendered_audio)
+
+
+def _rendered_audio(part: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    return part[AUDIO_PART], {"type": AUDIO_PART, AUDIO_PART: _RENDERED}
 
 
 def _holds_audio(part: Any) -> bool:
@@ -176,3 +136,54 @@ def _holds_audio(part: Any) -> bool:
         and AUDIO_PART in part
         and part[AUDIO_PART] is not _RENDERED
     )
+
+
+def _with_parts_first(message: Mapping[str, Any], media: list[dict[str, Any]]) -> dict[str, Any]:
+    """``message`` with the ``media`` parts before its content (a string becomes a text part)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        parts: list[Any] = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        parts = list(content)
+    else:
+        parts = []
+    return {**message, "content": [*media, *parts]}
+
+
+def _on_last_user_turn(
+    messages: Sequence[Mapping[str, Any]], attach: Callable[[Mapping[str, Any]], Any], none: str
+) -> list[Any]:
+    """``messages`` with the last user turn passed through ``attach`` (ValueError ``none`` when
+    there is no user turn)."""
+    out = list(messages)
+    for index in range(len(out) - 1, -1, -1):
+        if isinstance(out[index], Mapping) and out[index].get("role") == "user":
+            out[index] = attach(out[index])
+            return out
+    raise ValueError(none)
+
+
+def _split_parts(
+    messages: Sequence[Mapping[str, Any]],
+    holds: Callable[[Any], bool],
+    take: Callable[[Mapping[str, Any]], tuple[Any, dict[str, Any]]],
+) -> tuple[list[Mapping[str, Any]], list[Any]]:
+    """The messages with each part ``holds`` accepts replaced by what ``take`` renders for it, and
+    what ``take`` took from those parts, in prompt order; turns without such parts stay as they are."""
+    taken: list[Any] = []
+    rendered: list[Mapping[str, Any]] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if not isinstance(content, list) or not any(holds(part) for part in content):
+            rendered.append(message)
+            continue
+        parts = []
+        for part in content:
+            if holds(part):
+                media, shown = take(part)
+                taken.append(media)
+                parts.append(shown)
+            else:
+                parts.append(part)
+        rendered.append({**message, "content": parts})
+    return rendered, taken

@@ -16,6 +16,7 @@ from typing import Any
 
 from clika_runtime.chat.media_turns import split_audio
 from clika_runtime.media.wav import WavError, read_wav
+from clika_runtime.server.content_parts import read_parts
 from clika_runtime.server.errors import bad_request
 
 AUDIO_FORMATS = ("wav",)
@@ -53,19 +54,10 @@ def request_audio(
     """The messages as the template reads them and their clips in prompt order (none: unchanged)."""
     if not any(isinstance(m.get("content"), list) for m in messages):
         return messages, []
-    resolved = []
-    for message in messages:
-        content = message.get("content")
-        if not isinstance(content, list):
-            resolved.append(message)
-            continue
-        parts = []
-        for part in content:
-            if part.get("type") != "input_audio":
-                parts.append(part)
-                continue
-            if not supports_audio:
-                raise bad_request(f"{part['param']}: this model takes no audio", part["param"])
-            parts.append({"type": "audio", "audio": _samples(part, sampling_rate or 16000)})
-        resolved.append({**message, "content": parts})
-    return split_audio(resolved)
+
+    def read(part: dict[str, Any]) -> dict[str, Any]:
+        if not supports_audio:
+            raise bad_request(f"{part['param']}: this model takes no audio", part["param"])
+        return {"type": "audio", "audio": _samples(part, sampling_rate or 16000)}
+
+    return split_audio(read_parts(messages, "input_audio", read))

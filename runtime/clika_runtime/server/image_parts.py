@@ -12,6 +12,7 @@ from typing import Any
 
 from clika_runtime.chat.media_turns import split_images
 from clika_runtime.media.image_files import ImageFileError, read_image_url
+from clika_runtime.server.content_parts import read_parts
 from clika_runtime.server.errors import bad_request
 
 
@@ -21,24 +22,15 @@ def request_images(
     """The messages as the template reads them and their images in prompt order (none: unchanged)."""
     if not any(isinstance(m.get("content"), list) for m in messages):
         return messages, []
-    resolved = []
-    for message in messages:
-        content = message.get("content")
-        if not isinstance(content, list):
-            resolved.append(message)
-            continue
-        parts = []
-        for part in content:
-            if part["type"] != "image_url":
-                parts.append(part)
-                continue
-            where = part["param"]
-            if not supports_vision:
-                raise bad_request(f"{where}: this model reads text only; it takes no images", where)
-            try:
-                pixels = read_image_url(part["url"], where, allow_files=image_files)
-            except ImageFileError as exc:
-                raise bad_request(str(exc), where) from None
-            parts.append({"type": "image", "image": pixels})
-        resolved.append({**message, "content": parts})
-    return split_images(resolved)
+
+    def read(part: dict[str, Any]) -> dict[str, Any]:
+        where = part["param"]
+        if not supports_vision:
+            raise bad_request(f"{where}: this model reads text only; it takes no images", where)
+        try:
+            pixels = read_image_url(part["url"], where, allow_files=image_files)
+        except ImageFileError as exc:
+            raise bad_request(str(exc), where) from None
+        return {"type": "image", "image": pixels}
+
+    return split_images(read_parts(messages, "image_url", read))
