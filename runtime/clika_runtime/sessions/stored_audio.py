@@ -28,8 +28,8 @@ from clika_runtime.media.audio_tower import audio_digest
 from clika_runtime.sessions.stored_media import StoredImageError
 from clika_runtime.sessions.stored_parts import (
     checked_array,
+    detached_parts,
     held,
-    is_message_list,
     named_digests,
     replaced_parts,
 )
@@ -49,11 +49,9 @@ def detach_audio(
     """``messages`` with each audio part's samples replaced by their digest, and the float32
     samples by digest. A part that holds no clip, or one over ``max_bytes``, raises
     StoredAudioError naming the part."""
-    clips: dict[str, np.ndarray] = {}
-    if not is_message_list(messages):
-        return messages, clips  # type: ignore[return-value]  # the transcript check names it
-    out = replaced_parts(messages, _has_samples, lambda part, where: _detached(part, where, max_bytes, clips))
-    return out, clips
+    return detached_parts(
+        messages, _has_samples, lambda part, where, clips: _detached(part, where, max_bytes, clips)
+    )
 
 
 def audio_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -31,8 +31,8 @@ from clika_runtime.media.arguments import image_arrays, video_clips
 from clika_runtime.media.vision_tower import image_digest
 from clika_runtime.sessions.stored_parts import (
     checked_array,
+    detached_parts,
     held,
-    is_message_list,
     named_digests,
     replaced_parts,
 )
@@ -55,11 +55,9 @@ def detach_images(
     by theirs, its timestamps kept as numbers), and the pixels by digest (uint8 ``[H, W, 3]``).
     Media that are no pixel arrays, or an image or frame over ``max_bytes``, raise
     StoredImageError naming the part."""
-    images: dict[str, np.ndarray] = {}
-    if not is_message_list(messages):
-        return messages, images  # type: ignore[return-value]  # the transcript check names it
-    out = replaced_parts(messages, _has_pixels, lambda part, where: _detached(part, where, max_bytes, images))
-    return out, images
+    return detached_parts(
+        messages, _has_pixels, lambda part, where, images: _detached(part, where, max_bytes, images)
+    )
 
 
 def image_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -15,9 +15,18 @@ from typing import Any
 import numpy as np
 
 
-def is_message_list(messages: Any) -> bool:
-    """A sequence of messages (else a store leaves it to the transcript check, which names it)."""
-    return not isinstance(messages, (str, bytes, Mapping)) and isinstance(messages, Sequence)
+def detached_parts(
+    messages: Any,
+    holds_data: Callable[[Any], bool],
+    detach: Callable[[Mapping[str, Any], str, dict[str, np.ndarray]], dict],
+) -> tuple[Any, dict[str, np.ndarray]]:
+    """``messages`` with each part ``holds_data`` picks replaced by ``detach(part, where, data)``,
+    which names it and adds its arrays to ``data`` by digest; and that ``data``. What is no list of
+    messages comes back as it is (the transcript check names it)."""
+    data: dict[str, np.ndarray] = {}
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        return messages, data
+    return replaced_parts(messages, holds_data, lambda part, where: detach(part, where, data)), data
 
 
 def replaced_parts(
