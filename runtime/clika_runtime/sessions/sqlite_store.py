@@ -18,7 +18,7 @@ Images a transcript's turns carry are kept once each, by their sha256, in the
 table says which conversations use which, and an image no conversation uses
 any more is deleted in the transaction that dropped its last use. Audio clips
 are kept the same way in tables of their own (``sessions.stored_audio``,
-schema 3). A file of an older schema (1: no media tables, 2: no audio tables)
+schema 3); ``sessions.sqlite_kept_media`` keeps both kinds. A file of an older schema (1: no media tables, 2: no audio tables)
 is migrated in place when opened: the tables are added in one transaction,
 after the file was inspected read-only.
 """
@@ -34,8 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from clika_runtime.sessions.sqlite_audio import AUDIO_TABLES, link_audio, read_audio, unlink_audio
-from clika_runtime.sessions.sqlite_media import MEDIA_TABLES, link_images, read_images, unlink_images
+from clika_runtime.sessions.sqlite_audio import AUDIO, AUDIO_TABLES
+from clika_runtime.sessions.sqlite_kept_media import link, read, unlink
+from clika_runtime.sessions.sqlite_media import IMAGES, MEDIA_TABLES
 from clika_runtime.sessions.store import StoreError, checked_id, decode_messages, encode_messages
 from clika_runtime.sessions.stored_audio import (
     MAX_STORED_AUDIO_BYTES,
@@ -157,8 +158,8 @@ class SQLiteStore:
                 (key, text, now, now),
             )
             # Parts may name a stored image by digest alone (a transcript read back and saved).
-            link_images(conn, key, image_digests(stored), images, now)
-            link_audio(conn, key, audio_digests(stored), clips, now)
+            link(conn, IMAGES, key, image_digests(stored), images, now)
+            link(conn, AUDIO, key, audio_digests(stored), clips, now)
             return cursor
 
         self._transaction(write)
@@ -173,8 +174,8 @@ class SQLiteStore:
         key = checked_id(conversation_id)
 
         def forget(conn: sqlite3.Connection) -> sqlite3.Cursor:
-            unlink_images(conn, key)
-            unlink_audio(conn, key)
+            unlink(conn, IMAGES, key)
+            unlink(conn, AUDIO, key)
             return conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
 
         cursor = self._transaction(forget)
@@ -234,10 +235,10 @@ class SQLiteStore:
         digests, clip_digests = image_digests(messages), audio_digests(messages)
         try:
             if digests:
-                pixels = read_images(conn, digests, self.max_image_bytes)
+                pixels = read(conn, IMAGES, digests, self.max_image_bytes)
                 messages = attach_images(messages, pixels.get)
             if clip_digests:
-                samples = read_audio(conn, clip_digests, self.max_audio_bytes)
+                samples = read(conn, AUDIO, clip_digests, self.max_audio_bytes)
                 messages = attach_audio(messages, samples.get)
             return messages
         except StoredImageError as exc:

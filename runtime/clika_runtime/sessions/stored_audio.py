@@ -26,6 +26,13 @@ from clika_runtime.chat.media_turns import AUDIO_PART
 from clika_runtime.media.arguments import audio_arrays
 from clika_runtime.media.audio_tower import audio_digest
 from clika_runtime.sessions.stored_media import StoredImageError
+from clika_runtime.sessions.stored_parts import (
+    checked_array,
+    detached_parts,
+    held,
+    named_digests,
+    replaced_parts,
+)
 
 AUDIO_DIGEST_KEY = "audio_sha256"
 # 60 s of float32 samples at 16 kHz: twice the 30 s the audio encoder reads per clip.
@@ -42,33 +49,14 @@ def detach_audio(
     """``messages`` with each audio part's samples replaced by their digest, and the float32
     samples by digest. A part that holds no clip, or one over ``max_bytes``, raises
     StoredAudioError naming the part."""
-    clips: dict[str, np.ndarray] = {}
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        return messages, clips  # type: ignore[return-value]  # the transcript check names it
-    out = []
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list) or not any(_has_samples(part) for part in content):
-            out.append(message)  # type: ignore[arg-type]
-            continue
-        parts = [
-            _detached(part, f"messages[{i}].content[{j}]", max_bytes, clips) if _has_samples(part) else part
-            for j, part in enumerate(content)
-        ]
-        out.append({**message, "content": parts})
-    return out, clips
+    return detached_parts(
+        messages, _has_samples, lambda part, where, clips: _detached(part, where, max_bytes, clips)
+    )
 
 
 def audio_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """The digests a stored transcript's audio parts name, in order, each once."""
-    seen: dict[str, None] = {}
-    for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
-        for part in content if isinstance(content, list) else ():
-            digest = _named_digest(part)
-            if digest is not None:
-                seen.setdefault(digest, None)
-    return list(seen)
+    return named_digests(messages, _named_digests)
 
 
 def attach_audio(
@@ -76,28 +64,13 @@ def attach_audio(
 ) -> list[dict[str, Any]]:
     """A stored transcript with each audio part's samples back (``samples_of(digest)``); a digest
     the store lacks raises StoredAudioError naming the part."""
-    out = []
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        if not isinstance(content, list) or all(_named_digest(part) is None for part in content):
-            out.append(message)
-            continue
-        parts = []
-        for j, part in enumerate(content):
-            digest = _named_digest(part)
-            if digest is None:
-                parts.append(part)
-                continue
-            found = samples_of(digest)
-            if found is None:
-                raise StoredAudioError(
-                    f"messages[{i}].content[{j}] names audio clip {digest[:16]}..., which the store "
-                    "does not hold (a damaged store?)"
-                )
-            rest = {k: v for k, v in part.items() if k != AUDIO_DIGEST_KEY}
-            parts.append({**rest, AUDIO_PART: found})
-        out.append({**message, "content": parts})
-    return out
+
+    def attached(part: Mapping[str, Any], where: str) -> dict:
+        found = held(samples_of, part[AUDIO_DIGEST_KEY], where, "audio clip", StoredAudioError)
+        rest = {k: v for k, v in part.items() if k != AUDIO_DIGEST_KEY}
+        return {**rest, AUDIO_PART: found}
+
+    return replaced_parts(messages, lambda part: bool(_named_digests(part)), attached)
 
 
 def samples_record(samples: np.ndarray) -> tuple[int, bytes]:
@@ -125,10 +98,7 @@ def samples_from_record(
 
 
 def _detached(part: Mapping[str, Any], where: str, max_bytes: int, clips: dict[str, np.ndarray]) -> dict:
-    try:
-        [samples] = audio_arrays([part[AUDIO_PART]], argument=where)
-    except (TypeError, ValueError) as exc:
-        raise StoredAudioError(str(exc).replace(f"{where}[0]", where)) from None
+    samples = checked_array(audio_arrays, part[AUDIO_PART], where, StoredAudioError)
     if samples.nbytes > max_bytes:
         raise StoredAudioError(
             f"{where}: the clip is {len(samples)} samples ({samples.nbytes} bytes), more than the "
@@ -145,9 +115,9 @@ def _has_samples(part: Any) -> bool:
     return isinstance(part, Mapping) and part.get("type") == AUDIO_PART and AUDIO_PART in part
 
 
-def _named_digest(part: Any) -> str | None:
-    """The digest a stored audio part names (None: not a stored audio part)."""
+def _named_digests(part: Any) -> list[str]:
+    """The digest a stored audio part names (none: not a stored audio part)."""
     if not isinstance(part, Mapping) or part.get("type") != AUDIO_PART or AUDIO_PART in part:
-        return None
+        return []
     digest = part.get(AUDIO_DIGEST_KEY)
-    return digest if isinstance(digest, str) else None
+    return [digest] if isinstance(digest, str) else []

@@ -29,6 +29,13 @@ import numpy as np
 from clika_runtime.chat.media_turns import IMAGE_PART, VIDEO_PART
 from clika_runtime.media.arguments import image_arrays, video_clips
 from clika_runtime.media.vision_tower import image_digest
+from clika_runtime.sessions.stored_parts import (
+    checked_array,
+    detached_parts,
+    held,
+    named_digests,
+    replaced_parts,
+)
 
 DIGEST_KEY = "image_sha256"
 FRAMES_KEY = "frames_sha256"  # a stored video part's frames, each kept as an image
@@ -48,32 +55,14 @@ def detach_images(
     by theirs, its timestamps kept as numbers), and the pixels by digest (uint8 ``[H, W, 3]``).
     Media that are no pixel arrays, or an image or frame over ``max_bytes``, raise
     StoredImageError naming the part."""
-    images: dict[str, np.ndarray] = {}
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        return messages, images  # type: ignore[return-value]  # the transcript check names it
-    out = []
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list) or not any(_has_pixels(part) for part in content):
-            out.append(message)  # type: ignore[arg-type]
-            continue
-        parts = [
-            _detached(part, f"messages[{i}].content[{j}]", max_bytes, images) if _has_pixels(part) else part
-            for j, part in enumerate(content)
-        ]
-        out.append({**message, "content": parts})
-    return out, images
+    return detached_parts(
+        messages, _has_pixels, lambda part, where, images: _detached(part, where, max_bytes, images)
+    )
 
 
 def image_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """The digests a stored transcript's image parts (and video frames) name, in order, each once."""
-    seen: dict[str, None] = {}
-    for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
-        for part in content if isinstance(content, list) else ():
-            for digest in _named_digests(part):
-                seen.setdefault(digest, None)
-    return list(seen)
+    return named_digests(messages, _named_digests)
 
 
 def attach_images(
@@ -81,18 +70,11 @@ def attach_images(
 ) -> list[dict[str, Any]]:
     """A stored transcript with each image part's (and video part's) pixels back
     (``pixels_of(digest)``); a digest the store lacks raises StoredImageError naming the part."""
-    out = []
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        if not isinstance(content, list) or not any(_named_digests(part) for part in content):
-            out.append(message)
-            continue
-        parts = [
-            _attached(part, pixels_of, f"messages[{i}].content[{j}]") if _named_digests(part) else part
-            for j, part in enumerate(content)
-        ]
-        out.append({**message, "content": parts})
-    return out
+    return replaced_parts(
+        messages,
+        lambda part: bool(_named_digests(part)),
+        lambda part, where: _attached(part, pixels_of, where),
+    )
 
 
 def _detached(part: Mapping[str, Any], where: str, max_bytes: int, images: dict[str, np.ndarray]) -> dict:
@@ -102,10 +84,7 @@ def _detached(part: Mapping[str, Any], where: str, max_bytes: int, images: dict[
         digest = image_digest(pixels)
         images.setdefault(digest, pixels)
         return {**rest, DIGEST_KEY: digest}
-    try:
-        [clip] = video_clips([part[VIDEO_PART]], argument=where)
-    except (TypeError, ValueError) as exc:
-        raise StoredImageError(str(exc).replace(f"{where}[0]", where)) from None
+    clip = checked_array(video_clips, part[VIDEO_PART], where, StoredImageError)
     digests = []
     for k, frame in enumerate(clip.frames):
         pixels = _checked_pixels(frame, f"{where} frame {k}", max_bytes)
@@ -117,12 +96,7 @@ def _detached(part: Mapping[str, Any], where: str, max_bytes: int, images: dict[
 
 def _attached(part: Mapping[str, Any], pixels_of: Callable[[str], np.ndarray | None], where: str) -> dict:
     def pixels(digest: str) -> np.ndarray:
-        found = pixels_of(digest)
-        if found is None:
-            raise StoredImageError(
-                f"{where} names image {digest[:16]}..., which the store does not hold (a damaged store?)"
-            )
-        return found
+        return held(pixels_of, digest, where, "image", StoredImageError)
 
     if part["type"] == IMAGE_PART:
         rest = {k: v for k, v in part.items() if k != DIGEST_KEY}
@@ -171,10 +145,7 @@ def pixels_from_record(
 
 
 def _checked_pixels(value: Any, where: str, max_bytes: int) -> np.ndarray:
-    try:
-        [pixels] = image_arrays([value], argument=where)
-    except (TypeError, ValueError) as exc:
-        raise StoredImageError(str(exc).replace(f"{where}[0]", where)) from None
+    pixels = checked_array(image_arrays, value, where, StoredImageError)
     if pixels.nbytes > max_bytes:
         height, width = pixels.shape[:2]
         raise StoredImageError(

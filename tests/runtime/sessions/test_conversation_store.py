@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+from stored_media_helpers import STORE_KINDS, opened_store
 
-from clika_runtime.sessions import SCHEMA_VERSION, ConversationStore, InMemoryStore, SQLiteStore, StoreError
+from clika_runtime.sessions import SCHEMA_VERSION, ConversationStore, SQLiteStore, StoreError
 
 TRANSCRIPT = [
     {"role": "system", "content": "You are terse."},
@@ -32,13 +33,10 @@ def run(coro):
     return asyncio.run(coro)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=STORE_KINDS)
 def store(request, tmp_path):
-    if request.param == "memory":
-        yield InMemoryStore()
-    else:
-        with SQLiteStore(tmp_path / "conversations.db") as opened:
-            yield opened
+    with opened_store(request.param, tmp_path) as opened:
+        yield opened
 
 
 def test_both_stores_follow_the_protocol(store):

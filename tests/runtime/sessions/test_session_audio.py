@@ -9,11 +9,12 @@ import asyncio
 
 import numpy as np
 import pytest
+import resumed_sessions
 from audio_helpers import AUDIO_TOKEN, build_qwen2_audio_chat
 from audio_signals import speech_like
+from resumed_sessions import loaded, second_process
 
 from clika_export.api import export
-from clika_runtime import modelverse
 from clika_runtime.media.vision_tower import media_support
 from clika_runtime.sessions import AsyncChat, SQLiteStore
 
@@ -30,53 +31,19 @@ def folder(tmp_path_factory):
     )
 
 
-def transcript(model, messages) -> list[int]:
-    """The tokens a conversation's next turn starts with (AUDIO_TOKEN: a clip's positions)."""
-    return model.chat_session(messages=messages).transcript_tokens()
-
-
 def first_process(folder, path, wave, *, with_kv: bool):
     """Send a clip, save (with or without KV), and the unbroken session's next reply."""
-
-    async def run():
-        model = modelverse.load(folder, threads=1)
-        try:
-            with SQLiteStore(path) as store:
-                chat = AsyncChat(model, store=store)
-                session = chat.create_session(session_id="talk")
-                await session.send(QUESTION, audio=[wave], **GREEDY)
-                await session.save(with_kv=with_kv)
-                unbroken = await session.fork().send(FOLLOW_UP, **GREEDY)  # saved under its own id
-                return unbroken.result, store.audio_count()
-        finally:
-            model.close()
-
-    return asyncio.run(run())
-
-
-def second_process(folder, path, *, with_kv: bool):
-    """Reopen the conversation from the store in a fresh model and run its next turn."""
-
-    async def run():
-        model = modelverse.load(folder, threads=1)
-        try:
-            with SQLiteStore(path) as store:
-                chat = AsyncChat(model, store=store)
-                session = await chat.open("talk", with_kv=with_kv)
-                history = session.messages
-                result = await session.send(FOLLOW_UP, **GREEDY)
-                return history, result, transcript(model, history)
-        finally:
-            model.close()
-
-    return asyncio.run(run())
+    turns, media = (QUESTION, FOLLOW_UP), {"audio": [wave]}
+    return resumed_sessions.first_process(
+        folder, path, "talk", turns, media, GREEDY, with_kv=with_kv, count=SQLiteStore.audio_count
+    )
 
 
 def test_an_async_session_with_audio_resumes_from_the_store_and_its_kv(folder, tmp_path):
     wave = speech_like(2.0, seed=21)
     path = tmp_path / "conversations.db"
     unbroken, stored_clips = first_process(folder, path, wave, with_kv=True)
-    history, resumed, saved = second_process(folder, path, with_kv=True)
+    history, resumed, _, saved = second_process(folder, path, "talk", FOLLOW_UP, GREEDY, with_kv=True)
     assert stored_clips == 1  # the fork's copy of the clip is the same row
     assert history[0]["content"][0]["type"] == "audio"
     assert np.array_equal(history[0]["content"][0]["audio"], wave)
@@ -90,17 +57,15 @@ def test_an_audio_conversation_without_saved_kv_reads_its_clip_again(folder, tmp
     wave = speech_like(1.5, seed=22)
     path = tmp_path / "conversations.db"
     unbroken, _ = first_process(folder, path, wave, with_kv=False)
-    _, resumed, _ = second_process(folder, path, with_kv=True)  # no KV file: logged, read again
+    # No KV file: logged, and the clip read again.
+    _, resumed, _, _ = second_process(folder, path, "talk", FOLLOW_UP, GREEDY, with_kv=True)
     assert resumed.result == unbroken
     assert resumed.usage["cache_read_input_tokens"] == 0
 
 
 def test_the_folder_reads_audio_as_its_model_says(folder):
-    model = modelverse.load(folder, threads=1)
-    try:
+    with loaded(folder) as model:
         assert model.supports_audio and not model.supports_vision and not model.supports_video
-    finally:
-        model.close()
     assert media_support(folder) == {"vision": False, "video": False, "audio": True}
 
 
@@ -119,8 +84,7 @@ def test_audio_on_a_session_of_a_model_without_an_audio_graph_is_refused(tiny_mo
 
 def test_a_streamed_turn_with_audio_equals_a_chat_session_and_is_kept_in_memory(folder):
     wave = speech_like(1.0, seed=23)
-    model = modelverse.load(folder, threads=1)
-    try:
+    with loaded(folder) as model:
         expected = model.chat_session().send(QUESTION, audio=[wave], **GREEDY)
 
         async def run():
@@ -132,7 +96,5 @@ def test_a_streamed_turn_with_audio_equals_a_chat_session_and_is_kept_in_memory(
                 return text, await chat.store.get("mem")
 
         text, stored = asyncio.run(run())
-    finally:
-        model.close()
     assert text == expected
     assert np.array_equal(stored[0]["content"][0]["audio"], wave)

@@ -5,15 +5,14 @@ in the test."""
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
+import resumed_sessions
+from resumed_sessions import loaded, second_process
 from vision_helpers import build_idefics3_chat, random_image
 
 from clika_export.api import export
-from clika_runtime import modelverse
-from clika_runtime.sessions import AsyncChat, SQLiteStore
+from clika_runtime.sessions import SQLiteStore
 
 QUESTION = "What is this?"
 FOLLOW_UP = "And the colours?"
@@ -42,38 +41,28 @@ def computed_during(model, work):
     return value, model.engine.stats.tokens - before
 
 
+def chat_and_save(folder, store, image, *, with_kv: bool) -> tuple[str, int, int]:
+    """A ChatSession's first turn on ``image`` saved as "pic" (with its KV file, or without), and the
+    unbroken session's reply to the follow-up, the saved KV's tokens (0 without) and the transcript's."""
+    with loaded(folder) as model:
+        chat = model.chat_session()
+        chat.send(QUESTION, images=[image], **GREEDY)
+        store.save_now("pic", chat.messages)
+        saved = chat.save_kv(store.kv_path("pic")) if with_kv else 0
+        transcript = len(chat.transcript_tokens())
+        return chat.send(FOLLOW_UP, **GREEDY), saved, transcript
+
+
 def test_an_async_session_with_an_image_resumes_from_the_store(folder, tmp_path):
     image = random_image(80, 120, 31)
     path = tmp_path / "conversations.db"
-
-    async def first_process():
-        model = modelverse.load(folder, threads=1)
-        try:
-            with SQLiteStore(path) as store:
-                chat = AsyncChat(model, store=store)
-                session = chat.create_session(session_id="pic")
-                await session.send(QUESTION, images=[image], **GREEDY)
-                await session.save(with_kv=True)
-                unbroken = await session.fork().send(FOLLOW_UP, **GREEDY)  # saved under its own id
-                return unbroken.result, store.image_count()
-        finally:
-            model.close()
-
-    async def second_process():
-        model = modelverse.load(folder, threads=1)
-        try:
-            with SQLiteStore(path) as store:
-                chat = AsyncChat(model, store=store)
-                session = await chat.open("pic", with_kv=True)
-                history = session.messages
-                result = await session.send(FOLLOW_UP, **GREEDY)
-                again = await chat.ask("And the shapes?", id="pic", **GREEDY)  # reopened from the store
-                return history, result, again, transcript(model, history)
-        finally:
-            model.close()
-
-    unbroken, stored_images = asyncio.run(first_process())
-    history, resumed, again, saved = asyncio.run(second_process())
+    turns, media = (QUESTION, FOLLOW_UP), {"images": [image]}
+    unbroken, stored_images = resumed_sessions.first_process(
+        folder, path, "pic", turns, media, GREEDY, with_kv=True, count=SQLiteStore.image_count
+    )
+    history, resumed, again, saved = second_process(
+        folder, path, "pic", FOLLOW_UP, GREEDY, with_kv=True, then="And the shapes?"
+    )
     assert stored_images == 1  # the fork's copy of the image is the same row
     assert np.array_equal(history[0]["content"][0]["image"], image)
     assert resumed.result == unbroken
@@ -85,26 +74,13 @@ def test_an_async_session_with_an_image_resumes_from_the_store(folder, tmp_path)
 
 def test_a_chat_session_with_an_image_restores_its_history_and_kv(folder, tmp_path):
     image = random_image(64, 96, 32)
-    store = SQLiteStore(tmp_path / "conversations.db")
-    model = modelverse.load(folder, threads=1)
-    try:
-        chat = model.chat_session()
-        chat.send(QUESTION, images=[image], **GREEDY)
-        store.save_now("pic", chat.messages)
-        saved = chat.save_kv(store.kv_path("pic"))
-        transcript = len(chat.transcript_tokens())
-        unbroken = chat.send(FOLLOW_UP, **GREEDY)
-    finally:
-        model.close()
-    model = modelverse.load(folder, threads=1)
-    try:
-        chat = model.chat_session(messages=store.get_now("pic"))
-        restored = chat.restore_kv(store.kv_path("pic"))
-        reply, computed = computed_during(model, lambda: chat.send(FOLLOW_UP, **GREEDY))
-        in_image = image_tokens(model, chat.messages[:2])
-    finally:
-        model.close()
-        store.close()
+    with SQLiteStore(tmp_path / "conversations.db") as store:
+        unbroken, saved, transcript = chat_and_save(folder, store, image, with_kv=True)
+        with loaded(folder) as model:
+            chat = model.chat_session(messages=store.get_now("pic"))
+            restored = chat.restore_kv(store.kv_path("pic"))
+            reply, computed = computed_during(model, lambda: chat.send(FOLLOW_UP, **GREEDY))
+            in_image = image_tokens(model, chat.messages[:2])
     assert restored == saved == transcript > in_image >= 16
     assert reply == unbroken
     assert chat.report.cached_tokens >= restored
@@ -114,21 +90,10 @@ def test_a_chat_session_with_an_image_restores_its_history_and_kv(folder, tmp_pa
 
 def test_an_image_conversation_without_saved_kv_reads_its_image_again(folder, tmp_path):
     image = random_image(64, 64, 33)
-    store = SQLiteStore(tmp_path / "conversations.db")
-    model = modelverse.load(folder, threads=1)
-    try:
-        chat = model.chat_session()
-        chat.send(QUESTION, images=[image], **GREEDY)
-        store.save_now("pic", chat.messages)
-        unbroken = chat.send(FOLLOW_UP, **GREEDY)
-    finally:
-        model.close()
-    model = modelverse.load(folder, threads=1)
-    try:
-        chat = model.chat_session(messages=store.get_now("pic"))
-        assert chat.restore_kv(store.kv_path("pic")) == 0  # no file: logged, read again
-        assert chat.send(FOLLOW_UP, **GREEDY) == unbroken
-        assert chat.report.cached_tokens == 0
-    finally:
-        model.close()
-        store.close()
+    with SQLiteStore(tmp_path / "conversations.db") as store:
+        unbroken, _, _ = chat_and_save(folder, store, image, with_kv=False)
+        with loaded(folder) as model:
+            chat = model.chat_session(messages=store.get_now("pic"))
+            assert chat.restore_kv(store.kv_path("pic")) == 0  # no file: logged, read again
+            assert chat.send(FOLLOW_UP, **GREEDY) == unbroken
+            assert chat.report.cached_tokens == 0

@@ -1,0 +1,89 @@
+"""The walk over a transcript's content parts that storing media shares, whatever the kind.
+
+``stored_media`` (images, video frames) and ``stored_audio`` (clips) both
+replace the media parts of a transcript (by their digests before a save, by
+their data after a read) and collect the digests a stored transcript names;
+only what a part holds and how it is checked differ, and those stay in each
+kind's module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def detached_parts(
+    messages: Any,
+    holds_data: Callable[[Any], bool],
+    detach: Callable[[Mapping[str, Any], str, dict[str, np.ndarray]], dict],
+) -> tuple[Any, dict[str, np.ndarray]]:
+    """``messages`` with each part ``holds_data`` picks replaced by ``detach(part, where, data)``,
+    which names it and adds its arrays to ``data`` by digest; and that ``data``. What is no list of
+    messages comes back as it is (the transcript check names it)."""
+    data: dict[str, np.ndarray] = {}
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        return messages, data
+    return replaced_parts(messages, holds_data, lambda part, where: detach(part, where, data)), data
+
+
+def replaced_parts(
+    messages: Sequence[Any], wanted: Callable[[Any], bool], replace: Callable[[Mapping[str, Any], str], dict]
+) -> list[Any]:
+    """``messages`` with each content part ``wanted`` picks replaced by ``replace(part, where)``,
+    ``where`` naming it (``messages[i].content[j]``); a message with no such part is kept as it is."""
+    out = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if not isinstance(content, list) or not any(wanted(part) for part in content):
+            out.append(message)
+            continue
+        parts = [
+            replace(part, f"messages[{i}].content[{j}]") if wanted(part) else part
+            for j, part in enumerate(content)
+        ]
+        out.append({**message, "content": parts})
+    return out
+
+
+def named_digests(
+    messages: Sequence[Mapping[str, Any]], digests_of: Callable[[Any], Iterable[str]]
+) -> list[str]:
+    """The digests ``digests_of(part)`` finds in a stored transcript's parts, in order, each once."""
+    seen: dict[str, None] = {}
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        for part in content if isinstance(content, list) else ():
+            for digest in digests_of(part):
+                seen.setdefault(digest, None)
+    return list(seen)
+
+
+def checked_array(
+    check: Callable[..., list[Any]], value: Any, where: str, error: Callable[[str], Exception]
+) -> Any:
+    """The one value ``check([value], argument=where)`` gives back; its complaint raised as
+    ``error``, naming the part ``where`` (not ``where[0]``)."""
+    try:
+        [checked] = check([value], argument=where)
+    except (TypeError, ValueError) as exc:
+        raise error(str(exc).replace(f"{where}[0]", where)) from None
+    return checked
+
+
+def held(
+    data_of: Callable[[str], np.ndarray | None],
+    digest: str,
+    where: str,
+    noun: str,
+    error: Callable[[str], Exception],
+) -> np.ndarray:
+    """The data a store holds for ``digest``; one it lacks raises ``error`` naming the part."""
+    found = data_of(digest)
+    if found is None:
+        raise error(
+            f"{where} names {noun} {digest[:16]}..., which the store does not hold (a damaged store?)"
+        )
+    return found
