@@ -38,6 +38,7 @@ from clika_runtime.server.observe import Observe
 from clika_runtime.server.ollama_routes import ollama_routes
 from clika_runtime.server.openai_routes import openai_routes
 from clika_runtime.server.responses_routes import responses_routes
+from clika_runtime.server.router import ModelRouter, pinned_router
 from clika_runtime.server.served import Served
 from clika_runtime.server.streaming import Closing
 
@@ -45,22 +46,27 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_READ_TIMEOUT", "create_app"]
 
 
 def create_app(
-    backend: ModelBackend,
+    models: ModelRouter | ModelBackend,
     *,
     api_key: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     cors_origins: Sequence[str] = (),
     closing: Closing | None = None,
+    web: bool = True,
 ) -> Starlette:
-    """The ASGI app serving ``backend`` (``api_key``: required as ``Authorization: Bearer <key>``).
+    """The ASGI app serving ``models``: a router over the models it may load, or one loaded backend
+    (``api_key``: required as ``Authorization: Bearer <key>``).
 
     ``cors_origins``: origins a browser may call from (``*`` for any);
     ``closing``: the signal that ends open streams when the server stops.
+    The app holds no other state: building it again over the same router
+    (one per worker process or replica) serves the same models.
     """
-    served = Served(
-        backend, Intake(api_key, max_body_bytes, read_timeout), closing or Closing(), Metrics(backend)
-    )
+    router = models if isinstance(models, ModelRouter) else pinned_router(models)
+    metrics = Metrics(lambda: [model.backend for model in router.loaded()])
+    router.on_cancelled = metrics.record_cancelled
+    served = Served(router, Intake(api_key, max_body_bytes, read_timeout), closing or Closing(), metrics)
     routes = [
         Route("/health", _health(served), methods=["GET"]),
         Route("/metrics", _metrics(served), methods=["GET"]),
@@ -92,9 +98,16 @@ def create_app(
 
 def _health(served: Served):
     async def health(request: Request) -> Response:
-        backend = served.backend
         status = "shutting_down" if served.closing.closing else "ok"
-        return JSONResponse({"status": status, "model": backend.model_id, **backend.load()})
+        loaded = [model.backend for model in served.router.loaded()]
+        load = {"active": 0, "waiting": 0}
+        for backend in loaded:
+            for key, value in backend.load().items():
+                load[key] = load.get(key, 0) + value
+        model = served.router.default or (loaded[0].model_id if loaded else None)
+        return JSONResponse(
+            {"status": status, "model": model, "loaded": [b.model_id for b in loaded], **load}
+        )
 
     return health
 
