@@ -178,6 +178,7 @@ def serve(
     access_log: bool = True,
     image_files: bool = False,
     web: bool = True,
+    conversations: Path | None = None,
 ) -> None:
     """Serve ``model`` (a GenerativeModel, a ChatSession's engine, a model folder, or a
     :func:`build_router` over the store's models) until Ctrl-C.
@@ -187,7 +188,8 @@ def serve(
     ``read_timeout``: seconds a client has to send a whole request (default 30).
     ``access_log``: one line per request on stderr.
     ``image_files``: ``image_url`` parts may name local files (off: data: URLs only).
-    ``web``: the chat page at ``/``.
+    ``web``: the chat page at ``/`` (``conversations``: the SQLite file of its stored
+    conversations, default the one ``clika chat`` saves to).
     ``on_ready(url)`` is called once the socket listens.
     """
     router, server, sock = _listening(model, locals())  # first: locals() are the arguments
@@ -267,6 +269,7 @@ def start_server(
     access_log: bool = False,
     image_files: bool = False,
     web: bool = True,
+    conversations: Path | None = None,
 ) -> RunningServer:
     """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens.
 
@@ -326,6 +329,7 @@ def _uvicorn_server(router: ModelRouter, options: Mapping[str, Any]) -> tuple[An
         cors_origins=options["cors_origins"],
         closing=closing,
         web=options["web"],
+        conversations=options["conversations"],
     )
     configure_logging(options["log_level"], options["access_log"])
     # Bound here (not by uvicorn) so port 0 yields its real port before serving starts.
