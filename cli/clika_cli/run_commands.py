@@ -164,6 +164,7 @@ def serve(
     assistant: str | None,
     engine: EngineChoice,
 ) -> None:
+    from clika_cli.conversations import store_file
     from clika_cli.serve_store import parse_size, store_router
     from clika_runtime.server import require_server_stack
     from clika_runtime.server import serve as run_server
@@ -211,6 +212,7 @@ def serve(
             cors_origins=[origin.strip() for origin in cors_origins.split(",") if origin.strip()],
             image_files=allow_image_files,
             web=not no_web,
+            conversations=store_file(),
         )
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
         say("stopped")

@@ -71,3 +71,39 @@ def store_router(
             router.close()
             raise click.ClickException(exc.message) from None
     return router
+
+
+def chat_in_the_browser(local: LocalModel | None, engine: EngineChoice, resume: str | None) -> None:
+    """``clika chat --web``: serve the store on 127.0.0.1 (port 8000, else a free one) and open the page."""
+    import webbrowser
+
+    from clika_cli.conversations import store_file
+    from clika_runtime.server import require_server_stack, serve
+
+    try:
+        require_server_stack()
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+    router = store_router(local, engine, None)
+
+    def ready(url: str) -> None:
+        page = url.removesuffix("/v1") + "/" + (f"#{resume}" if resume else "")
+        say(f"chat page at {page} (Ctrl-C stops)")
+        webbrowser.open(page)
+
+    try:
+        serve(router, port=_free_port(8000), on_ready=ready, log_level="warning", conversations=store_file())
+    except KeyboardInterrupt:
+        say("stopped")
+
+
+def _free_port(preferred: int) -> int:
+    """``preferred`` when nothing listens on it at 127.0.0.1, else 0 (a free port)."""
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", preferred))
+        except OSError:
+            return 0
+    return preferred
