@@ -56,16 +56,23 @@ def _cached_model(smollm2_gguf_factory) -> tuple[str, Path, str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, request):
+def store(tmp_path_factory, request):
+    """The test's store (``$CLIKA_CACHE``) holding the chosen model; yields its name."""
     name, folder, sha = _cached_model(lambda: request.getfixturevalue("smollm2_gguf"))
     cache = tmp_path_factory.mktemp("page-store")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CLIKA_CACHE", str(cache))
         link_export(folder, name, sha, cache)
-        router = build_router(default=name, load_options={"threads": 2})
-        with start_server(router, conversations=cache / "conversations.db") as running:
-            running.model_name = name
-            yield running
+        yield name, cache
+
+
+@pytest.fixture(scope="module")
+def server(store):
+    name, cache = store
+    router = build_router(default=name, load_options={"threads": 2})
+    with start_server(router, conversations=cache / "conversations.db") as running:
+        running.model_name = name
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +221,23 @@ def test_the_page_loads_with_nothing_but_the_server_reachable_under_a_strict_pol
     assert browser.find_elements(By.CSS_SELECTOR, "#model option")
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+
+
+def test_a_server_with_an_api_key_is_asked_for_it_once_and_behind_cors(browser, store):
+    name, cache = store
+    router = build_router(load_options={"threads": 2})
+    options = {"api_key": "sesame", "cors_origins": ["https://elsewhere.example"]}
+    with start_server(router, conversations=cache / "keyed.db", **options) as keyed:
+        browser.get("about:blank")
+        browser.get(f"{keyed.base_url}/")  # a new origin (its own port): no key kept for it yet
+        prompt = WebDriverWait(browser, 60).until(lambda d: d.switch_to.alert)
+        prompt.send_keys("sesame")
+        prompt.accept()
+        WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#model option"))
+        assert browser.find_element(By.ID, "model").get_attribute("value") == name
+        assert browser.execute_script("return localStorage.getItem('clika.apiKey')") == "sesame"
+        open_page(browser, keyed)  # the kept key: no second question
+        with pytest.raises(NoAlertPresentException):
+            browser.switch_to.alert.text  # noqa: B018
+        assert httpx.get(f"{keyed.base_url}/v1/models").status_code == 401
+        browser.execute_script("localStorage.removeItem('clika.apiKey')")
