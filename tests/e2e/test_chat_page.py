@@ -159,6 +159,28 @@ def test_a_reload_shows_the_conversation_from_the_store(browser, server):
     assert [m["role"] for m in stored] == ["user", "assistant"] and "Paris" in stored[1]["content"]
 
 
+def test_regenerate_and_edit_and_resend_replace_what_follows(browser, server):
+    open_page(browser, server)
+    ask(browser, "What is the capital of France?")
+    first = replied(browser)
+    browser.find_element(By.XPATH, "//article[contains(@class,'assistant')]//button[.='Regenerate']").click()
+    assert replied(browser) == first  # greedy: the same reply again, in place of the first
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".message")) == 2
+    browser.find_element(By.XPATH, "//article[contains(@class,'user')]//button[.='Edit']").click()
+    box = browser.find_element(By.ID, "prompt")
+    box.clear()
+    box.send_keys("What is the capital of Italy?")
+    browser.find_element(By.ID, "send").click()
+    assert "Rome" in replied(browser)
+    assert [m.text.split("\n")[0] for m in browser.find_elements(By.CSS_SELECTOR, ".message h2")] == [
+        "YOU",
+        "ASSISTANT",
+    ]
+    conversation_id = browser.current_url.rsplit("#", 1)[-1]
+    stored = httpx.get(f"{server.base_url}/api/conversations/{conversation_id}").json()["messages"]
+    assert [m["content"] for m in stored][0] == "What is the capital of Italy?" and len(stored) == 2
+
+
 def test_stop_ends_a_long_reply_and_the_server_counts_it_cancelled(browser, server):
     before = cancelled(server)
     open_page(browser, server)
