@@ -188,7 +188,12 @@ class ModelRouter:
                 self.loads += 1
             loading.waiters += 1
         if loads_here:
-            self._load(entry, loading, keep_alive)
+            try:
+                self._load(entry, loading, keep_alive)
+            except ApiError:
+                raise
+            except Exception as exc:  # a folder that does not load: named, as its waiters see it
+                raise ApiError(500, f"{entry.name} could not be loaded: {exc}", code="load_failed") from exc
         elif not loading.done.wait(self.load_wait):
             with self._lock:
                 loading.waiters -= 1

@@ -202,3 +202,16 @@ def test_pull_streams_progress_for_a_catalog_model(tmp_cache, wheelhouse, tiny_g
         assert reply.done
         with pytest.raises(ollama.ResponseError, match="unknown model 'no-such-model'"):
             list(client.pull("no-such-model", stream=True))
+
+
+def test_a_model_that_does_not_load_is_named_and_tried_again(store):
+    def broken(entry):
+        raise ValueError("its graph is damaged")
+
+    with start_server(build_router(open_model=broken)) as server:
+        for attempt in (1, 2):
+            body = {"model": TINY, "messages": HELLO}
+            response = httpx.post(f"{server.url}/chat/completions", json=body, timeout=60)
+            assert response.status_code == 500
+            assert "tiny could not be loaded: its graph is damaged" in response.json()["error"]["message"]
+            assert server.router.loads == attempt and server.router.loaded() == []
