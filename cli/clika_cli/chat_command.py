@@ -43,6 +43,11 @@ if TYPE_CHECKING:
     metavar="ID",
     help="Continue the conversation saved under ID (/save in a chat; /load lists them).",
 )
+@click.option(
+    "--web",
+    is_flag=True,
+    help="Chat in the browser: serve every cached model (MODEL the default) and open the chat page.",
+)
 @reply_options(max_tokens=512)
 @engine_options
 def chat(
@@ -50,6 +55,7 @@ def chat(
     precision: str | None,
     system: str | None,
     resume: str | None,
+    web: bool,
     max_tokens: int,
     temperature: float | None,
     seed: int | None,
@@ -57,6 +63,11 @@ def chat(
     prompt_lookup: int,
     engine: EngineChoice,
 ) -> None:
+    if web:
+        from clika_cli.serve_store import chat_in_the_browser
+
+        local = local_model(model, precision, role="read as the model") if model else None
+        return chat_in_the_browser(local, engine, resume)
     if resume is not None and system is not None:
         raise click.UsageError(
             "--system and --resume exclude each other (a saved chat has its own system prompt)"

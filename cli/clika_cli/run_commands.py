@@ -22,7 +22,6 @@ from clika_cli.common import (
     reply_options,
     say,
 )
-from clika_export.catalog import default_model
 
 
 @click.command()
@@ -92,8 +91,10 @@ def generate(
 
 
 @click.command(
-    help=f"Serve MODEL (default: {default_model()}) over an OpenAI-compatible HTTP API "
-    "(/v1/chat/completions, /v1/completions, /v1/models)."
+    help="Serve every model in the store over OpenAI's and Ollama's HTTP APIs (/v1/chat/completions, "
+    "/api/chat, /v1/models, /api/tags, ...), each loaded when a request names it, and a chat page at /. "
+    "MODEL (pulled first when needed) is the default and is loaded at start; a model folder outside "
+    "the store, --model-id or --assistant serves MODEL alone."
 )
 @click.argument("model", required=False, default=None)
 @precision_option
@@ -125,6 +126,23 @@ def generate(
     is_flag=True,
     help="Let image_url parts name local files (data: URLs are always read; remote URLs never).",
 )
+@click.option(
+    "--keep-alive",
+    envvar="CLIKA_KEEP_ALIVE",
+    default=None,
+    help="How long an idle model stays loaded: 5m, 1h, seconds, 0 (unload at once), -1 (forever); "
+    "default 5m (also $CLIKA_KEEP_ALIVE). A request's keep_alive overrides it.",
+)
+@click.option(
+    "--max-loaded", type=click.IntRange(1), default=None, help="Models loaded at once (default: no limit)."
+)
+@click.option(
+    "--memory-budget",
+    default=None,
+    help="Bytes the loaded models may take, weights plus KV budget (e.g. 8GB); the least recently "
+    "used idle model is unloaded to make room.",
+)
+@click.option("--no-web", is_flag=True, help="No chat page at /.")
 @assistant_option
 @engine_options
 def serve(
@@ -139,9 +157,15 @@ def serve(
     model_id: str | None,
     cors_origins: str,
     allow_image_files: bool,
+    keep_alive: str | None,
+    max_loaded: int | None,
+    memory_budget: str | None,
+    no_web: bool,
     assistant: str | None,
     engine: EngineChoice,
 ) -> None:
+    from clika_cli.conversations import store_file
+    from clika_cli.serve_store import parse_size, store_router
     from clika_runtime.server import require_server_stack
     from clika_runtime.server import serve as run_server
 
@@ -150,19 +174,32 @@ def serve(
     except ImportError as exc:
         raise click.ClickException(str(exc)) from None
     role = "read as the model (serve takes a model only; clients send the prompts)"
-    local = local_model(model or default_model(), precision, role=role if model else "")
-    pulled_note(local)
+    local = local_model(model, precision, role=role) if model else None
+    if local is not None:
+        pulled_note(local)
     if api_key is None and not _is_loopback(host):
         say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
-    loaded = load_model(local, engine, assistant=assistant)
-    name = model_id or local.name
+    alone = local is not None and (local.in_place or model_id is not None or assistant is not None)
+    if alone:
+        assert local is not None
+        loaded = load_model(local, engine, assistant=assistant)
+        name = model_id or local.name
+        served: object = loaded
+    else:
+        budget = None if memory_budget is None else parse_size(memory_budget)
+        limits = {"max_loaded": max_loaded, "memory_budget": budget, "max_active": max_active}
+        limits |= {"max_queued": max_queued, "default_max_tokens": default_max_tokens}
+        limits["image_files"] = allow_image_files
+        served = loaded = store_router(local, engine, keep_alive, **limits)
+        name = loaded.default or "every model in the store"
 
     def ready(url: str) -> None:
-        say(f"serving {name} at {url} (model id {name!r}; Ctrl-C stops)")
+        page = "" if no_web else f"; chat page {url.removesuffix('/v1')}/"
+        say(f"serving {name} at {url} (Ctrl-C stops{page})")
 
     try:
         run_server(
-            loaded,
+            served,  # type: ignore[arg-type]
             host=host,
             port=port,
             api_key=api_key,
@@ -174,6 +211,8 @@ def serve(
             log_level="warning",
             cors_origins=[origin.strip() for origin in cors_origins.split(",") if origin.strip()],
             image_files=allow_image_files,
+            web=not no_web,
+            conversations=store_file(),
         )
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
         say("stopped")

@@ -80,6 +80,10 @@ def test_wheel_holds_every_module(wheel: Path) -> None:
         assert f"{as_path}.py" in names or f"{as_path}/__init__.py" in names, (
             f"{module} missing from the wheel"
         )
+    for page in ("index.html", "app.js", "chat.js", "markdown.js", "style.css", "icon.svg"):
+        assert f"clika_runtime/server/web/{page}" in names, (
+            f"the chat page's {page} is missing from the wheel"
+        )
     top_levels = {name.split("/")[0] for name in names if not name.startswith("clika_runtime-")}
     assert top_levels <= set(PACKAGE_ROOTS), f"unexpected top-level entries in the wheel: {top_levels}"
 
@@ -113,11 +117,17 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert len(blocks) >= 2, "README must open with the chat command and the test command"
     test_command = blocks[1].strip()
     ci_lines = [
-        line
+        line.strip()
         for line in (REPO / ".ci" / "run").read_text().splitlines()
         if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
     ]
-    assert ci_lines == [test_command]
+    assert ci_lines[-1] == test_command
+    # Before it, only the browser tests' Chromium, installed where CI runs as root with apt, as the README says.
+    apt = "apt-get install -y chromium chromium-driver"
+    assert f"`{apt}`" in readme
+    before = ci_lines[:-1]
+    assert before[0].startswith("if ") and before[-1] == "fi" and len(before) == 3
+    assert before[1].startswith(apt + " ||")
 
 
 def test_a_runtime_only_install_resolves_lists_runs_and_removes_pulled_models(

@@ -1,17 +1,18 @@
-"""An HTTP server over one model speaking OpenAI's and Ollama's APIs (Starlette + uvicorn, the ``server`` extra).
+"""An HTTP server speaking OpenAI's and Ollama's APIs (Starlette + uvicorn, the ``server`` extra).
 
 ::
 
     from clika_runtime import modelverse
-    from clika_runtime.server import serve
+    from clika_runtime.server import build_router, serve
 
-    serve(modelverse.load("path/to/model-folder"), port=8000)   # blocks; Ctrl-C stops
+    serve(modelverse.load("path/to/model-folder"), port=8000)   # one model; blocks; Ctrl-C stops
+    serve(build_router(max_loaded=2), port=8000)                # every model in the store, on demand
 
     # or in the background (tests, notebooks):
     with start_server(model, port=0) as server:
         print(server.url)  # http://127.0.0.1:<port>/v1
 
-Every request shares the model's ONE engine, so concurrent requests decode together.
+Every request to a model shares that model's ONE engine, so concurrent requests decode together.
 The server binds 127.0.0.1 unless told otherwise. Starlette and uvicorn are
 imported only when a server is built, so the runtime runs without them.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +31,11 @@ if TYPE_CHECKING:
     from clika_runtime.engine.engine import Engine
     from clika_runtime.modelverse import GenerativeModel
     from clika_runtime.server.backend import ModelBackend
+    from clika_runtime.server.model_entries import ModelEntry
+    from clika_runtime.server.router import ModelRouter
 
-__all__ = ["RunningServer", "build_backend", "require_server_stack", "serve", "start_server"]
+__all__ = ["RunningServer", "build_backend", "build_router", "require_server_stack", "serve", "start_server"]
+
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -82,8 +86,81 @@ def build_backend(
     )
 
 
+def build_router(
+    *,
+    default: str | None = None,
+    keep_alive: float | None = None,
+    max_loaded: int | None = None,
+    memory_budget: int | None = None,
+    max_active: int = 8,
+    max_queued: int = 64,
+    default_max_tokens: int = 1024,
+    image_files: bool = False,
+    load_options: Mapping[str, Any] | None = None,
+    open_model: Callable[[ModelEntry], GenerativeModel] | None = None,
+) -> ModelRouter:
+    """A router over every model in the store (``$CLIKA_CACHE``), each loaded when a request names it.
+
+    ``default``: the model named at start (loaded first by the CLI; listed
+    like the others). ``keep_alive``: seconds a model stays loaded after its
+    last request (None: ``$CLIKA_KEEP_ALIVE`` or 5 minutes; ``math.inf``:
+    until the server stops). ``max_loaded`` and ``memory_budget`` (bytes of
+    weights plus KV budget) bound what is loaded at once, the least recently
+    used idle model unloaded first. ``load_options``: ``modelverse.load``'s
+    keyword arguments (threads, kv_cache_mode, ...); ``open_model(entry)``
+    replaces how a model is loaded (it gets the store's entry).
+    """
+    import os
+
+    from clika_runtime import modelverse
+    from clika_runtime.server.backend import ModelBackend
+    from clika_runtime.server.footprint import footprint
+    from clika_runtime.server.keep_alive import DEFAULT_KEEP_ALIVE_S, KEEP_ALIVE_ENV, parse_keep_alive
+    from clika_runtime.server.model_entries import store_entries
+    from clika_runtime.server.router import ModelRouter
+
+    options = dict(load_options or {})
+    if keep_alive is None:
+        configured = os.environ.get(KEEP_ALIVE_ENV)
+        keep_alive = parse_keep_alive(configured) if configured else DEFAULT_KEEP_ALIVE_S
+
+    def load(entry: ModelEntry) -> GenerativeModel:
+        return modelverse.load(entry.folder, **options)
+
+    def open_backend(entry: ModelEntry) -> ModelBackend:
+        model = (open_model or load)(entry)
+        try:
+            return ModelBackend(
+                model,
+                entry.name,
+                max_active=max_active,
+                max_queued=max_queued,
+                owns_model=True,
+                default_max_tokens=default_max_tokens,
+                image_files=image_files,
+            )
+        except BaseException:
+            model.close()
+            raise
+
+    kv = {
+        "kv_mode": options.get("kv_cache_mode") or "continuous",
+        "kv_dtype": options.get("kv_cache_dtype") or "float32",
+        "kv_cache_bytes": options.get("kv_cache_bytes"),
+    }
+    return ModelRouter(
+        store_entries,
+        open_backend,
+        lambda entry: footprint(entry.folder, max_active, **kv),
+        default=default,
+        keep_alive=keep_alive,
+        max_loaded=max_loaded,
+        memory_budget=memory_budget,
+    )
+
+
 def serve(
-    model: GenerativeModel | ChatSession | str | Path,
+    model: GenerativeModel | ChatSession | str | Path | ModelRouter,
     *,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
@@ -100,30 +177,35 @@ def serve(
     read_timeout: float | None = None,
     access_log: bool = True,
     image_files: bool = False,
+    web: bool = True,
+    conversations: Path | None = None,
 ) -> None:
-    """Serve ``model`` (a GenerativeModel, a ChatSession's engine, or a model folder) until Ctrl-C.
+    """Serve ``model`` (a GenerativeModel, a ChatSession's engine, a model folder, or a
+    :func:`build_router` over the store's models) until Ctrl-C.
 
     ``api_key``: clients must send ``Authorization: Bearer <key>``.
     ``cors_origins``: the origins browsers may call from (``*``: any).
     ``read_timeout``: seconds a client has to send a whole request (default 30).
     ``access_log``: one line per request on stderr.
     ``image_files``: ``image_url`` parts may name local files (off: data: URLs only).
+    ``web``: the chat page at ``/`` (``conversations``: the SQLite file of its stored
+    conversations, default the one ``clika chat`` saves to).
     ``on_ready(url)`` is called once the socket listens.
     """
-    backend, server, sock = _listening(model, locals())  # first: locals() are the arguments
+    router, server, sock = _listening(model, locals())  # first: locals() are the arguments
     try:
         if on_ready is not None:
             on_ready(_url(sock))
         server.run(sockets=[sock])
     finally:
-        backend.close()
+        router.close()
 
 
 class RunningServer:
-    """A server on a background thread: ``url`` (ends in ``/v1``), ``backend``, ``stop()``."""
+    """A server on a background thread: ``url`` (ends in ``/v1``), ``router``, ``backend``, ``stop()``."""
 
-    def __init__(self, backend: ModelBackend, server: Any, sock: socket.socket) -> None:
-        self.backend = backend
+    def __init__(self, router: ModelRouter, server: Any, sock: socket.socket) -> None:
+        self.router = router
         self._server = server
         self._socket = sock
         self.host, self.port = sock.getsockname()[:2]
@@ -132,6 +214,14 @@ class RunningServer:
             target=server.run, kwargs={"sockets": [sock]}, name="clika-server", daemon=True
         )
         self._thread.start()
+
+    @property
+    def backend(self) -> ModelBackend:
+        """The served model's backend (a router's: its default model's, else the last used)."""
+        backend = self.router.backend_of(self.router.default or "") or self.router.any_backend()
+        if backend is None:
+            raise LookupError("no model is loaded")
+        return backend
 
     @property
     def base_url(self) -> str:
@@ -152,7 +242,7 @@ class RunningServer:
         """Stop accepting, end open streams, and release the engine (and a model the server loaded)."""
         self._server.should_exit = True
         self._thread.join(30)
-        self.backend.close()
+        self.router.close()
 
     def __enter__(self) -> RunningServer:
         return self
@@ -162,7 +252,7 @@ class RunningServer:
 
 
 def start_server(
-    model: GenerativeModel | ChatSession | str | Path,
+    model: GenerativeModel | ChatSession | str | Path | ModelRouter,
     *,
     host: str = DEFAULT_HOST,
     port: int = 0,
@@ -178,44 +268,53 @@ def start_server(
     read_timeout: float | None = None,
     access_log: bool = False,
     image_files: bool = False,
+    web: bool = True,
+    conversations: Path | None = None,
 ) -> RunningServer:
     """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens.
 
     The options are :func:`serve`'s; the access log is off unless asked for.
     """
-    backend, server, sock = _listening(model, locals())  # first: locals() are the arguments
+    router, server, sock = _listening(model, locals())  # first: locals() are the arguments
     try:
-        running = RunningServer(backend, server, sock)
+        running = RunningServer(router, server, sock)
         running.wait_started()
     except BaseException:
-        backend.close()
+        router.close()
         raise
     return running
 
 
 def _listening(
-    model: GenerativeModel | ChatSession | str | Path, options: Mapping[str, Any]
-) -> tuple[ModelBackend, Any, socket.socket]:
-    """The backend and a bound (not yet serving) uvicorn server for ``model`` under ``options``,
-    :func:`serve`'s keyword arguments; the backend is closed again when binding fails."""
+    model: GenerativeModel | ChatSession | str | Path | ModelRouter, options: Mapping[str, Any]
+) -> tuple[ModelRouter, Any, socket.socket]:
+    """The router and a bound (not yet serving) uvicorn server for ``model`` under ``options``,
+    :func:`serve`'s keyword arguments; the router is closed again when binding fails."""
     require_server_stack()
-    backend = build_backend(
-        model,
-        model_id=options["model_id"],
-        max_active=options["max_active"],
-        max_queued=options["max_queued"],
-        engine=options["engine"],
-        default_max_tokens=options["default_max_tokens"],
-        image_files=options["image_files"],
-    )
+    from clika_runtime.server.router import ModelRouter, pinned_router
+
+    if isinstance(model, ModelRouter):
+        router = model
+    else:
+        router = pinned_router(
+            build_backend(
+                model,
+                model_id=options["model_id"],
+                max_active=options["max_active"],
+                max_queued=options["max_queued"],
+                engine=options["engine"],
+                default_max_tokens=options["default_max_tokens"],
+                image_files=options["image_files"],
+            )
+        )
     try:
-        return (backend, *_uvicorn_server(backend, options))
+        return (router, *_uvicorn_server(router, options))
     except BaseException:
-        backend.close()
+        router.close()
         raise
 
 
-def _uvicorn_server(backend: ModelBackend, options: Mapping[str, Any]) -> tuple[Any, socket.socket]:
+def _uvicorn_server(router: ModelRouter, options: Mapping[str, Any]) -> tuple[Any, socket.socket]:
     from clika_runtime.server.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, create_app
     from clika_runtime.server.lifecycle import configure_logging, uvicorn_server
     from clika_runtime.server.streaming import Closing
@@ -223,12 +322,14 @@ def _uvicorn_server(backend: ModelBackend, options: Mapping[str, Any]) -> tuple[
     closing = Closing()
     timeout = options["read_timeout"] or DEFAULT_READ_TIMEOUT
     app = create_app(
-        backend,
+        router,
         api_key=options["api_key"],
         max_body_bytes=options["max_body_bytes"] or DEFAULT_MAX_BODY_BYTES,
         read_timeout=timeout,
         cors_origins=options["cors_origins"],
         closing=closing,
+        web=options["web"],
+        conversations=options["conversations"],
     )
     configure_logging(options["log_level"], options["access_log"])
     # Bound here (not by uvicorn) so port 0 yields its real port before serving starts.

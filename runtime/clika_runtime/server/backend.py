@@ -129,6 +129,10 @@ class ModelBackend:
         self._admits = max_active + max_queued
         self._in_flight = 0  # this server's requests submitted and not ended
         self._in_flight_lock = threading.Lock()
+        # Called (on the engine's thread, so it must return at once) when the last running request ends.
+        self.on_idle: Callable[[], None] | None = None
+        self.on_cancelled: Callable[[], None] | None = None  # a request stopped before it finished
+        self._card: dict[str, Any] | None = None
 
     # -- what is served ------------------------------------------------------------------------
 
@@ -136,20 +140,26 @@ class ModelBackend:
         """One token's text as a logprobs entry shows it."""
         return self.model.tokenizer.decode([token], skip_special_tokens=False)
 
-    def check_model(self, requested: str) -> None:
-        """404 unless ``requested`` names the served model."""
-        if requested != self.model_id:
-            raise ApiError(
-                404,
-                f"the model {requested!r} does not exist on this server; it serves {self.model_id!r}",
-                param="model",
-                code="model_not_found",
-            )
-
     @property
     def engine(self) -> Engine:
         """The engine the server's requests run on (the model's unless one was given)."""
         return self._engine if self._engine is not None else self.model.engine
+
+    @property
+    def busy(self) -> bool:
+        """Whether requests of this server's are running or waiting on the engine."""
+        return self._in_flight > 0
+
+    def card(self) -> dict[str, Any]:
+        """What the model can do (probed once: the probes render its chat template; call off the event loop)."""
+        if self._card is None:
+            model = self.model
+            self._card = {
+                "context_window": model.max_seq,
+                "supports_tools": model.supports_tools,
+                "reasoning_mode": model.reasoning_mode,
+            }
+        return self._card
 
     def load(self) -> dict[str, int]:
         """Requests decoding and waiting right now (read without stopping the engine)."""
@@ -287,7 +297,7 @@ class ModelBackend:
             except BaseException:
                 self._leave()
                 raise
-            stream.when_ended(self._leave)
+            stream.when_ended(partial(self._stream_ended, stream))
             return stream
         except QueueFullError as exc:
             raise ApiError(503, f"the server is busy: {exc}", code="queue_full") from None
@@ -321,9 +331,18 @@ class ModelBackend:
                 )
             self._in_flight += 1
 
+    def _stream_ended(self, stream: RequestStream) -> None:
+        report = stream.report
+        if report is not None and report.finish_reason == "cancelled" and self.on_cancelled is not None:
+            self.on_cancelled()
+        self._leave()
+
     def _leave(self) -> None:
         with self._in_flight_lock:
             self._in_flight -= 1
+            idle = self._in_flight == 0
+        if idle and self.on_idle is not None:
+            self.on_idle()
 
 
 def start_all(starts: Iterable[Callable[[], ReplyRun]]) -> list[ReplyRun]:

@@ -26,6 +26,7 @@ from clika_runtime.embedding.embedder import (
     Embeddings,
     EmbeddingUnavailable,
 )
+from clika_runtime.server.backend import ModelBackend
 from clika_runtime.server.embeddings_protocol import (
     EmbeddingRequest,
     parse_ollama_embed,
@@ -37,7 +38,6 @@ from clika_runtime.server.served import Served
 from clika_runtime.server.streaming import SHUTDOWN_MESSAGE
 
 MAX_EMBEDDING_CALLS = 2
-OLLAMA_TAG = ":latest"
 
 
 def embeddings_routes(served: Served) -> list[Route]:
@@ -52,27 +52,27 @@ def embeddings_routes(served: Served) -> list[Route]:
 class _Embeddings:
     def __init__(self, served: Served) -> None:
         self.served = served
-        self.backend = served.backend
         self._calls = threading.BoundedSemaphore(MAX_EMBEDDING_CALLS)
 
     async def openai(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         parsed = await self.served.prepare(parse_openai_embeddings, await self.served.intake.json(request))
-        self.backend.check_model(parsed.model)
-        done = await run_in_threadpool(self._embed, parsed)
+        async with self.served.model(parsed.model) as backend:
+            done = await run_in_threadpool(self._embed, backend, parsed)
+            model_id = backend.model_id
         data = [
             {"object": "embedding", "index": index, "embedding": _encoded(vector, parsed.encoding_format)}
             for index, vector in enumerate(done.vectors)
         ]
         usage = {"prompt_tokens": done.prompt_tokens, "total_tokens": done.prompt_tokens}
-        return JSONResponse({"object": "list", "data": data, "model": self.backend.model_id, "usage": usage})
+        return JSONResponse({"object": "list", "data": data, "model": model_id, "usage": usage})
 
     async def ollama_embed(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         began = time.perf_counter_ns()
         parsed = await self.served.prepare(parse_ollama_embed, await self.served.intake.json(request))
-        self._check_ollama_model(parsed.model)
-        done = await run_in_threadpool(self._embed, parsed) if parsed.inputs else None
+        async with self.served.model(parsed.model) as backend:
+            done = await run_in_threadpool(self._embed, backend, parsed) if parsed.inputs else None
         return JSONResponse(
             {
                 "model": parsed.model,
@@ -86,21 +86,21 @@ class _Embeddings:
     async def ollama_embeddings(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         parsed = await self.served.prepare(parse_ollama_embeddings, await self.served.intake.json(request))
-        self._check_ollama_model(parsed.model)
-        done = await run_in_threadpool(self._embed, parsed) if parsed.inputs else None
+        async with self.served.model(parsed.model) as backend:
+            done = await run_in_threadpool(self._embed, backend, parsed) if parsed.inputs else None
         return JSONResponse({"embedding": done.vectors[0].tolist() if done is not None else []})
 
-    def _embed(self, parsed: EmbeddingRequest) -> Embeddings:
+    def _embed(self, backend: ModelBackend, parsed: EmbeddingRequest) -> Embeddings:
         """The vectors of ``parsed`` (on a worker thread): 400 naming the input, 501 unavailable."""
         try:
-            embedder = self.backend.model.embedder
+            embedder = backend.model.embedder
         except EmbeddingUnavailable as exc:
             raise ApiError(501, str(exc), code="embeddings_unavailable") from None
         if not parsed.truncate:
             for item in parsed.inputs:
                 if isinstance(item, str):  # too long by its bytes alone: refused before tokenizing
-                    self.backend.prompt_bound.check(item, "input")
-        with self.backend.admitted(), self._calls:
+                    backend.prompt_bound.check(item, "input")
+        with backend.admitted(), self._calls:
             try:
                 done = embedder.embed(
                     parsed.inputs,
@@ -116,12 +116,6 @@ class _Embeddings:
                 raise bad_request(str(exc), param, code) from None
         self.served.metrics.record_embeddings(done.prompt_tokens)
         return done
-
-    def _check_ollama_model(self, requested: str) -> None:
-        model_id = self.backend.model_id
-        names = {model_id, model_id if ":" in model_id else model_id + OLLAMA_TAG}
-        if requested not in names:
-            raise ApiError(404, f"model {requested!r} not found; this server serves {model_id!r}")
 
 
 def _encoded(vector: np.ndarray, encoding_format: str) -> Any:

@@ -12,7 +12,7 @@ own registry: two servers in one process keep separate counts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -23,13 +23,15 @@ from prometheus_client.registry import Collector
 from clika_runtime.engine.types import GenerationReport
 from clika_runtime.server.backend import ModelBackend
 
+Backends = Callable[[], list[ModelBackend]]
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 log = logging.getLogger("clika_runtime.server")
 INTEGRITY_TIMEOUT = 10.0  # seconds a scrape waits for the engine to finish its step
 
 
 class Metrics:
-    def __init__(self, backend: ModelBackend) -> None:
+    def __init__(self, backends: Backends) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "clika_http_requests",
@@ -56,13 +58,21 @@ class Metrics:
         self.embedded_tokens = Counter(
             "clika_embedded_tokens", "Input tokens of embeddings computed", registry=self.registry
         )
-        self.registry.register(_EngineCollector(backend))
+        self.cancelled = Counter(
+            "clika_requests_cancelled",
+            "Requests stopped before they finished (the client left or pressed Stop)",
+            registry=self.registry,
+        )
+        self.registry.register(_EngineCollector(backends))
 
     def record_reply(self, report: GenerationReport) -> None:
         self.prompt_tokens.inc(report.prompt_tokens)
         self.cached_tokens.inc(report.cached_tokens)
         self.completion_tokens.inc(report.completion_tokens)
         self.replies.labels(report.finish_reason).inc()
+
+    def record_cancelled(self) -> None:
+        self.cancelled.inc()
 
     def record_embeddings(self, tokens: int) -> None:
         self.embedded_tokens.inc(tokens)
@@ -78,38 +88,53 @@ class Metrics:
 class _EngineCollector(Collector):
     """Gauges read from the engine when scraped: requests running and waiting, KV use, steps and their time."""
 
-    def __init__(self, backend: ModelBackend) -> None:
-        self.backend = backend
+    def __init__(self, backends: Backends) -> None:
+        self.backends = backends
 
     def describe(self) -> list[Any]:
         return []  # registering must not run collect(): it would wait on the engine's thread
 
     def collect(self) -> Iterator[Any]:
-        load = self.backend.load()
-        yield _gauge("clika_requests_running", "Requests decoding now", load["active"])
-        yield _gauge("clika_requests_waiting", "Requests queued for a slot", load["waiting"])
-        engine = self.backend.engine
-        usage = engine.cache.usage()
-        yield _gauge("clika_kv_cache_bytes", "Bytes of KV buffers allocated", usage["kv_cache_bytes"])
-        if "blocks" in usage:  # the paged cache
-            yield _gauge("clika_kv_blocks", "KV blocks in the pools", usage["blocks"])
-            yield _gauge("clika_kv_blocks_used", "KV blocks held by running requests", usage["blocks_owned"])
-            yield _gauge("clika_kv_blocks_cached", "KV blocks kept for prefix reuse", usage["blocks_cached"])
-        yield _gauge("clika_kv_slots", "KV slots (rows a step may address)", usage["slots"])
+        """Summed over the loaded models (each has its own engine)."""
+        backends = self.backends()
+        loads = [backend.load() for backend in backends]
+        yield _gauge("clika_requests_running", "Requests decoding now", sum(load["active"] for load in loads))
         yield _gauge(
-            "clika_kv_slots_used", "KV slots held by requests", usage["slots"] - engine.cache.num_free
+            "clika_requests_waiting", "Requests queued for a slot", sum(load["waiting"] for load in loads)
         )
-        stats = engine.stats
-        yield _counter("clika_engine_steps", "Engine steps run", stats.steps)
-        yield _counter("clika_engine_step_tokens", "Tokens computed by engine steps", stats.tokens)
+        yield _gauge("clika_models_loaded", "Models in memory, each with its engine", len(backends))
+        engines = [backend.engine for backend in backends]
+        usages = [engine.cache.usage() for engine in engines]
+
+        def total(key: str) -> int:
+            return sum(usage.get(key, 0) for usage in usages)
+
+        yield _gauge("clika_kv_cache_bytes", "Bytes of KV buffers allocated", total("kv_cache_bytes"))
+        if any("blocks" in usage for usage in usages):  # the paged cache
+            yield _gauge("clika_kv_blocks", "KV blocks in the pools", total("blocks"))
+            yield _gauge("clika_kv_blocks_used", "KV blocks held by running requests", total("blocks_owned"))
+            yield _gauge("clika_kv_blocks_cached", "KV blocks kept for prefix reuse", total("blocks_cached"))
+        yield _gauge("clika_kv_slots", "KV slots (rows a step may address)", total("slots"))
+        used = total("slots") - sum(engine.cache.num_free for engine in engines)
+        yield _gauge("clika_kv_slots_used", "KV slots held by requests", used)
+        stats = [engine.stats for engine in engines]
+        yield _counter("clika_engine_steps", "Engine steps run", sum(s.steps for s in stats))
         yield _counter(
-            "clika_engine_step_seconds", "Seconds spent in engine steps", stats.model_s + stats.host_s
+            "clika_engine_step_tokens", "Tokens computed by engine steps", sum(s.tokens for s in stats)
         )
-        yield _counter("clika_engine_model_seconds", "Seconds spent in ONNX Runtime", stats.model_s)
-        integrity = _integrity(engine)
-        if integrity is not None:
+        yield _counter(
+            "clika_engine_step_seconds",
+            "Seconds spent in engine steps",
+            sum(s.model_s + s.host_s for s in stats),
+        )
+        yield _counter(
+            "clika_engine_model_seconds", "Seconds spent in ONNX Runtime", sum(s.model_s for s in stats)
+        )
+        readings = [_integrity(engine) for engine in engines]
+        known = [reading for reading in readings if reading is not None]
+        if known:
             yield _gauge(
-                "clika_kv_integrity", "1 while requests, slots and KV blocks agree, else 0", integrity
+                "clika_kv_integrity", "1 while requests, slots and KV blocks agree, else 0", min(known)
             )
 
 

@@ -1,38 +1,34 @@
-"""Ollama's API on the same server and engine: ``/api/chat``, ``/api/generate``, ``/api/tags``,
-``/api/show``, ``/api/ps``, ``/api/version`` (``/api/embed`` and ``/api/embeddings``: see
+"""Ollama's API on the same server: ``/api/chat``, ``/api/generate``, ``/api/version`` (the models:
+``/api/tags``, ``/api/ps``, ``/api/show``, ``/api/pull``, ``/api/delete``, ``/api/copy`` in
+:mod:`~clika_runtime.server.ollama_models`; ``/api/embed`` and ``/api/embeddings`` in
 :mod:`~clika_runtime.server.embeddings_routes`).
 
 Replies stream as NDJSON unless ``"stream": false``; errors are Ollama's
-``{"error": "..."}`` with the HTTP status. The served model answers to its id
-and to the id with Ollama's default tag (``name:latest``).
+``{"error": "..."}`` with the HTTP status. A model answers to its name and to
+the name with Ollama's default tag (``name:latest``); a request's
+``keep_alive`` says how long its model stays loaded after it, and a request
+with nothing to generate loads the model (or with ``keep_alive: 0`` unloads it).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import AsyncIterator
-from functools import cached_property
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from clika_runtime.server.backend import Finished, ReplyRun
+from clika_runtime.server.backend import Finished, ModelBackend, ReplyRun
 from clika_runtime.server.bridge import run_events
-from clika_runtime.server.errors import ApiError
-from clika_runtime.server.ollama_protocol import (
-    GenerateRequest,
-    model_name,
-    parse_ollama_chat,
-    parse_ollama_generate,
-)
+from clika_runtime.server.keep_alive import request_keep_alive
+from clika_runtime.server.ollama_models import ollama_model_routes
+from clika_runtime.server.ollama_protocol import GenerateRequest, parse_ollama_chat, parse_ollama_generate
 from clika_runtime.server.ollama_shapes import (
     MEDIA_TYPE,
     chat_line,
     chat_response,
-    created_at,
     generate_line,
     generate_response,
     loaded,
@@ -44,7 +40,6 @@ from clika_runtime.server.streaming import SHUTDOWN_MESSAGE, EventStream, gather
 
 # The Ollama API version these routes follow (clients read it to pick features).
 OLLAMA_API_VERSION = "0.12.0"
-DEFAULT_TAG = ":latest"
 
 
 def ollama_routes(served: Served) -> list[Route]:
@@ -52,10 +47,8 @@ def ollama_routes(served: Served) -> list[Route]:
     return [
         Route("/api/chat", handlers.chat, methods=["POST"]),
         Route("/api/generate", handlers.generate, methods=["POST"]),
-        Route("/api/tags", handlers.tags, methods=["GET"]),
-        Route("/api/show", handlers.show, methods=["POST"]),
-        Route("/api/ps", handlers.ps, methods=["GET"]),
         Route("/api/version", handlers.version, methods=["GET"]),
+        *ollama_model_routes(served),
     ]
 
 
@@ -70,17 +63,19 @@ def ndjson_farewell() -> bytes:
 class _Ollama:
     def __init__(self, served: Served) -> None:
         self.served = served
-        self.backend = served.backend
 
     # -- generation ----------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> Response:
         self.served.intake.authorize(request)
-        parsed = await self.served.prepare(parse_ollama_chat, await self.served.intake.json(request))
-        name = self._check_model(parsed.model)
+        body = await self.served.intake.json(request)
+        parsed = await self.served.prepare(parse_ollama_chat, body)
+        keep_alive = request_keep_alive(body) if isinstance(body, dict) else None
         if not parsed.messages:
-            return JSONResponse({**loaded(name), "message": {"role": "assistant", "content": ""}})
-        run = await self.served.prepare(self.backend.start_chat, parsed)
+            return await self._load_or_unload(parsed.model, keep_alive, {"message": _EMPTY_MESSAGE})
+        async with self.served.model(parsed.model, keep_alive) as backend:
+            run = await self.served.prepare(backend.start_chat, parsed)
+        name = parsed.model
         if parsed.stream:
             return self._stream(_lines(self.served, run, lambda e: chat_line(name, e)), run, request)
         [reply] = await gather([run], request, self.served.closing, self.served.metrics.record_reply)
@@ -88,19 +83,31 @@ class _Ollama:
 
     async def generate(self, request: Request) -> Response:
         self.served.intake.authorize(request)
-        parsed = await self.served.prepare(parse_ollama_generate, await self.served.intake.json(request))
-        name = self._check_model(parsed.model)
+        body = await self.served.intake.json(request)
+        parsed = await self.served.prepare(parse_ollama_generate, body)
+        keep_alive = request_keep_alive(body) if isinstance(body, dict) else None
         if not parsed.prompt and not parsed.images:
-            return JSONResponse({**loaded(name), "response": ""})
-        run = await self.served.prepare(self._start_generate, parsed)
+            return await self._load_or_unload(parsed.model, keep_alive, {"response": ""})
+        async with self.served.model(parsed.model, keep_alive) as backend:
+            run = await self.served.prepare(self._start_generate, backend, parsed)
+        name = parsed.model
         if parsed.stream:
             return self._stream(_lines(self.served, run, lambda e: generate_line(name, e)), run, request)
         [reply] = await gather([run], request, self.served.closing, self.served.metrics.record_reply)
         return JSONResponse(generate_response(name, reply))
 
-    def _start_generate(self, parsed: GenerateRequest) -> ReplyRun:
+    async def _load_or_unload(self, name: str, keep_alive: float | None, empty: dict[str, Any]) -> Response:
+        """Nothing to generate: Ollama's way to load a model, or with ``keep_alive: 0`` to unload it."""
+        if keep_alive == 0:
+            await run_in_threadpool(self.served.router.unload, name)
+            return JSONResponse({**loaded(name), "done_reason": "unload", **empty})
+        async with self.served.model(name, keep_alive):
+            pass
+        return JSONResponse({**loaded(name), **empty})
+
+    def _start_generate(self, backend: ModelBackend, parsed: GenerateRequest) -> ReplyRun:
         if parsed.raw:  # the prompt is the model's text as it is: no template
-            return self.backend.start_completion(parsed.prompt, parsed.options, parsed.max_tokens_given)
+            return backend.start_completion(parsed.prompt, parsed.options, parsed.max_tokens_given)
         messages = [{"role": "system", "content": parsed.system}] if parsed.system else []
         content: str | list[dict[str, Any]] = parsed.prompt
         if parsed.images:  # the images before the text, as generate(images=) puts them
@@ -112,7 +119,7 @@ class _Ollama:
             options=parsed.options,
             max_tokens_given=parsed.max_tokens_given,
         )
-        return self.backend.start_chat(chat)
+        return backend.start_chat(chat)
 
     def _stream(self, lines: AsyncIterator[bytes], run: ReplyRun, request: Request) -> Response:
         where = f"{request.method} {request.url.path}"
@@ -124,121 +131,11 @@ class _Ollama:
             MEDIA_TYPE,
         )
 
-    # -- the model -------------------------------------------------------------------------------
-
-    async def tags(self, request: Request) -> Response:
-        self.served.intake.authorize(request)
-        return JSONResponse({"models": [self._entry]})
-
-    async def ps(self, request: Request) -> Response:
-        self.served.intake.authorize(request)
-        entry = {
-            **self._entry,
-            "name": self._name,
-            "expires_at": "2318-01-01T00:00:00Z",  # loaded for the server's whole life
-            "size_vram": 0,
-            "context_length": self.backend.model.max_seq,
-        }
-        return JSONResponse({"models": [entry]})
-
-    async def show(self, request: Request) -> Response:
-        self.served.intake.authorize(request)
-        body = await self.served.intake.json(request)
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
-        self._check_model(body.get("model") or body.get("name") or model_name(body))
-        card = await self.served.card()
-        template = self.backend.model.chat_template
-        capabilities = ["completion"] + (["tools"] if card["supports_tools"] else [])
-        if card["reasoning_mode"] != "never":
-            capabilities.append("thinking")
-        manifest = self._manifest
-        architecture = manifest.get("architecture", {})
-        return JSONResponse(
-            {
-                "modelfile": f"FROM {self._name}\n",
-                "parameters": "",
-                "template": template.source if template is not None else "",
-                "details": self._details,
-                "model_info": {
-                    "general.architecture": architecture.get("family", ""),
-                    f"{architecture.get('family', 'model')}.context_length": self.backend.model.max_seq,
-                    f"{architecture.get('family', 'model')}.block_count": architecture.get("num_layers"),
-                    f"{architecture.get('family', 'model')}.embedding_length": architecture.get(
-                        "hidden_size"
-                    ),
-                },
-                "capabilities": capabilities,
-                "modified_at": created_at(self.backend.created),
-            }
-        )
-
     async def version(self, request: Request) -> Response:
         return JSONResponse({"version": OLLAMA_API_VERSION})
 
-    # -- pieces ----------------------------------------------------------------------------------
 
-    def _check_model(self, requested: str) -> str:
-        """The name to answer with (404 unless ``requested`` names the served model)."""
-        if requested not in (self.backend.model_id, self._name):
-            raise ApiError(
-                404,
-                f"model {requested!r} not found; this server serves {self._name!r}",
-                code="model_not_found",
-            )
-        return requested
-
-    @property
-    def _name(self) -> str:
-        model_id = self.backend.model_id
-        return model_id if ":" in model_id else model_id + DEFAULT_TAG
-
-    @property
-    def _entry(self) -> dict[str, Any]:
-        return {
-            "name": self._name,
-            "model": self._name,
-            "modified_at": created_at(self.backend.created),
-            "size": self._size,
-            "digest": self._digest,
-            "details": self._details,
-        }
-
-    @cached_property
-    def _manifest(self) -> dict[str, Any]:
-        try:
-            manifest = json.loads((self.backend.model.local_dir / "manifest.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return manifest if isinstance(manifest, dict) else {}
-
-    @cached_property
-    def _digest(self) -> str:
-        path = self.backend.model.local_dir / "manifest.json"
-        try:
-            return hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:
-            return hashlib.sha256(self.backend.model_id.encode()).hexdigest()
-
-    @cached_property
-    def _size(self) -> int:
-        folder = self.backend.model.local_dir
-        return sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
-
-    @cached_property
-    def _details(self) -> dict[str, Any]:
-        manifest = self._manifest
-        family = str(manifest.get("architecture", {}).get("family", ""))
-        precision = manifest.get("precision", {})
-        weights = precision.get("weights", "") if isinstance(precision, dict) else ""
-        return {
-            "parent_model": "",
-            "format": "onnx",
-            "family": family,
-            "families": [family] if family else None,
-            "parameter_size": "",
-            "quantization_level": str(weights).upper(),
-        }
+_EMPTY_MESSAGE = {"role": "assistant", "content": ""}
 
 
 async def _lines(served: Served, run: ReplyRun, line_for: Any) -> AsyncIterator[bytes]:

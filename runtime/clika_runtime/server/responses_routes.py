@@ -24,9 +24,9 @@ def responses_routes(served: Served) -> list[Route]:
     async def create(request: Request) -> Response:
         served.intake.authorize(request)
         parsed = await served.prepare(parse_responses, await served.intake.json(request))
-        served.backend.check_model(parsed.chat.model)
-        run = await served.prepare(served.backend.start_chat, parsed.chat)
-        response = ResponseObject(served.backend.model_id, run.created, parsed.echoed)
+        async with served.model(parsed.chat.model) as backend:
+            run = await served.prepare(backend.start_chat, parsed.chat)
+        response = ResponseObject(backend.model_id, run.created, parsed.echoed)
         if parsed.chat.stream:
             events = ResponseEvents(response)
 

@@ -1,8 +1,9 @@
-"""What every front end's handlers share: the model backend, the intake rules, the shutdown signal, the metrics."""
+"""What every front end's handlers share: the model router, the intake rules, the shutdown signal, the metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -11,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from clika_runtime.server.backend import ModelBackend
 from clika_runtime.server.intake import Intake
 from clika_runtime.server.metrics import Metrics
+from clika_runtime.server.router import ModelRouter
 from clika_runtime.server.streaming import Closing
 
 T = TypeVar("T")
@@ -18,26 +20,26 @@ T = TypeVar("T")
 
 @dataclass
 class Served:
-    backend: ModelBackend
+    router: ModelRouter
     intake: Intake
     closing: Closing
     metrics: Metrics
-    _card: dict[str, Any] | None = None
 
     async def prepare(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` on a preparation thread (parsing, rendering, tokenizing, submitting)."""
         return await self.intake.preparing.run(function, *args)
 
-    async def card(self) -> dict[str, Any]:
-        """What the model can do, probed once on a worker thread (the probes render its chat template)."""
-        if self._card is None:
-            self._card = await run_in_threadpool(self._probe)
-        return self._card
+    @contextlib.asynccontextmanager
+    async def model(self, requested: str, keep_alive: float | None = None) -> AsyncIterator[ModelBackend]:
+        """The backend for ``requested`` (404 naming it when not served; loaded first when it is not),
+        kept loaded until the block ends: submit the request's work inside it."""
+        lease = self.router.lease(requested, keep_alive)
+        backend = await run_in_threadpool(lease.__enter__)  # a load blocks: off the event loop
+        try:
+            yield backend
+        finally:
+            await run_in_threadpool(lease.__exit__, None, None, None)
 
-    def _probe(self) -> dict[str, Any]:
-        model = self.backend.model
-        return {
-            "context_window": model.max_seq,
-            "supports_tools": model.supports_tools,
-            "reasoning_mode": model.reasoning_mode,
-        }
+    async def card(self, backend: ModelBackend) -> dict[str, Any]:
+        """What the model can do, probed once on a worker thread (the probes render its chat template)."""
+        return await run_in_threadpool(backend.card)

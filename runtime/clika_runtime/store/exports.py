@@ -73,14 +73,17 @@ def manifest_precision_of(data: dict[str, Any]) -> str:
 
 def _cached_exports() -> Iterator[CachedExport]:
     extra = puller()
-    names = {r.source_sha256: r.name for r in extra.known_records()} if extra is not None else {}
-    names.update({record.source_sha256: record.name for record in all_records()})
+    catalog = {r.source_sha256: r.name for r in extra.known_records()} if extra is not None else {}
+    recorded: dict[str, list[str]] = {}  # a source may have several names (copies)
+    for record in all_records():
+        recorded.setdefault(record.source_sha256, []).append(record.name)
     for folder, data in _export_manifests():
         sha = _source_sha(data)
         provenance = data.get("provenance")
         source = str((provenance if isinstance(provenance, dict) else {}).get("source", folder.name))
-        name = names.get(sha) or Path(source).stem
-        yield CachedExport(name, manifest_precision_of(data), folder_size(folder), folder, sha)
+        size = folder_size(folder)
+        for name in recorded.get(sha) or [catalog.get(sha) or Path(source).stem]:
+            yield CachedExport(name, manifest_precision_of(data), size, folder, sha)
 
 
 def _export_manifests() -> Iterator[tuple[Path, dict[str, Any]]]:

@@ -9,7 +9,14 @@ from clika_runtime.store.cache import cache_root
 from clika_runtime.store.export_extra import puller, require_puller
 from clika_runtime.store.exports import CachedExport, cached_exports
 from clika_runtime.store.local_model import MANIFEST, ModelError, Say, checked_precision, quiet
-from clika_runtime.store.names import NameRecord, read_record, remove_record, safe_download_path
+from clika_runtime.store.names import (
+    NameRecord,
+    all_records,
+    read_record,
+    record_path,
+    remove_record,
+    safe_download_path,
+)
 from clika_runtime.store.resolve import HUB_SCHEME
 from clika_runtime.store.sizes import folder_size, human_size
 
@@ -21,6 +28,10 @@ def remove(spec: str, precision: str | None = None, say: Say | None = None) -> l
         checked_precision(precision)
     record = _record(spec)
     sha = record.source_sha256 if record else _checkpoint_sha(spec)
+    if record is not None and precision is None and _other_names(record):
+        remove_record(record.name)  # a copy (or the original of one): the exports stay for the other names
+        say(f"removed the name {record.name}; its exports stay for {', '.join(_other_names(record))}")
+        return [record_path(record.name)]
     doomed = [
         e
         for e in cached_exports()
@@ -34,6 +45,13 @@ def remove(spec: str, precision: str | None = None, say: Say | None = None) -> l
         which = f" at {precision}" if precision else ""
         raise ModelError(f"{spec}{which} is not in the cache (see `clika list`)")
     return removed
+
+
+def _other_names(record: NameRecord) -> list[str]:
+    """The other recorded names of ``record``'s source."""
+    return sorted(
+        r.name for r in all_records() if r.source_sha256 == record.source_sha256 and r.name != record.name
+    )
 
 
 def _record(spec: str) -> NameRecord | None:
