@@ -27,7 +27,13 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.prepare import Prepared, check_chat_arguments, offered_tools, prepare_turn
+from clika_runtime.chat.prepare import (
+    Prepared,
+    check_chat_arguments,
+    offered_tools,
+    prepare_turn,
+    submit_prepared,
+)
 from clika_runtime.chat.tool_loop import LoopHooks, checked_max_turns
 from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.engine.config import GenerationConfig
@@ -268,12 +274,7 @@ class AsyncChat:
 
     def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream:
         """Submit a prepared turn to the chat's engine; ``close`` cancels it while it runs."""
-        request = self.engine.submit(
-            prepared.prompt_ids,
-            prepared.policy_for(policy),
-            skip_special_tokens=prepared.skip_special_tokens,
-            media=prepared.media,
-        )
+        request = submit_prepared(self.engine, prepared, policy)
         with self._requests_lock:
             self._requests.add(request)
         request.when_ended(lambda: self._forget(request))
