@@ -229,6 +229,7 @@ class AsyncChat:
         cancel: asyncio.Event | None = None,
         config: GenerationConfig | Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        max_turns: int | None = None,
         **overrides: Any,
     ) -> Any:
         """Continue the conversation saved under ``id`` with ``prompt`` and save it: it loads the
@@ -241,7 +242,8 @@ class AsyncChat:
         if toolkit is not None:
             if config is not None:
                 overrides = {"config": config, **overrides}
-            return await self._ask_with_tools(prompt, as_toolkit(toolkit), id, cancel, overrides)
+            kit = as_toolkit(toolkit)
+            return await self._ask_with_tools(prompt, kit, id, cancel, max_turns, overrides)
         if id is None:
             return await self.prompt(prompt, cancel=cancel, config=config, tools=tools, **overrides)
         lock = self._id_locks.setdefault(checked_id(id), asyncio.Lock())
@@ -250,10 +252,16 @@ class AsyncChat:
             return await session.send(prompt, config=config, tools=tools, **overrides)
 
     async def _ask_with_tools(
-        self, prompt: str, kit: Toolkit, id: str | None, cancel: asyncio.Event | None, options: dict[str, Any]
+        self,
+        prompt: str,
+        kit: Toolkit,
+        id: str | None,  # noqa: A002
+        cancel: asyncio.Event | None,
+        max_turns: int | None,
+        options: dict[str, Any],
     ) -> RunResult:
         if id is None:
-            return await self.run(prompt, kit, cancel=cancel, **options)
+            return await self.run(prompt, kit, cancel=cancel, max_turns=max_turns, **options)
         lock = self._id_locks.setdefault(checked_id(id), asyncio.Lock())
         async with lock:
             saved = await self._store.get(checked_id(id))
@@ -261,7 +269,12 @@ class AsyncChat:
                 self, session_id=id, messages=saved or (), store=self._store, cancel=cancel
             )
             conversation = ToolConversation(
-                session, kit, cancel=cancel, system=self._system_with(kit), retry=self._retry
+                session,
+                kit,
+                cancel=cancel,
+                max_turns=max_turns,
+                system=self._system_with(kit),
+                retry=self._retry,
             )
             result = await conversation.send(prompt, **options)
             await session.save()  # the last tool turns too
