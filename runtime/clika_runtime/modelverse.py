@@ -81,6 +81,8 @@ __all__ = [
 ]
 
 KV_CACHE_MODES = ("continuous", "paged")
+# What ``compute_dtype`` reads when the checkpoint's own dtype applies (the seed's word for it).
+UNDEFINED_DTYPE = "Undefined"
 # A paged cache's default byte budget (SmolLM2-135M: about 23k tokens; Qwen2.5-0.5B: about 44k).
 DEFAULT_KV_CACHE_BYTES = 1 << 30
 
@@ -280,9 +282,10 @@ class GenerativeModel:
         return self._handle.folder.path
 
     @property
-    def compute_dtype(self) -> str | None:
-        """The dtype the model computes at (None: the checkpoint's own applies)."""
-        return None
+    def compute_dtype(self) -> str:
+        """The dtype the model computes at: "Undefined", the checkpoint's own applies (a load
+        names no other)."""
+        return UNDEFINED_DTYPE
 
     @property
     def has_chat_template(self) -> bool:
@@ -740,9 +743,14 @@ class GenerativeModel:
         or with ``decode=False`` the token ids, one list per batch the engine handed over.
 
         A piece never splits a character and never shows a stop string.
-        Closing the iterator early cancels the request at the next step.
-        ``report`` is set once the reply is complete.
+        Closing the iterator early (or dropping it) stops delivery; the
+        generation itself runs to completion, and ``report`` is set once the
+        reply is complete (to this request's report, whichever thread reads
+        it). ``cancel()`` on the iterator stops the generation itself at the
+        next step, for a caller who wants the compute back.
         """
+        if prompt is not None and messages is not None:
+            raise ValueError("pass either a prompt or messages= (exactly one of them), not both")
         refuse_media(
             images,
             audio,
@@ -868,16 +876,25 @@ class GenerativeModel:
 
 
 class _StreamedReply(Iterator[Any]):
-    """A reply being streamed: iterate it for pieces; closing or dropping it cancels the request.
+    """A reply being streamed: iterate it for pieces.
 
-    Once the reply ended (or was closed) ``on_end`` receives the request's report.
+    Closing or dropping it stops delivery while the request runs on to its end;
+    :meth:`cancel` stops the request itself. ``on_end`` receives the request's
+    report once it ended, however the caller left it.
     """
 
     def __init__(self, stream: RequestStream, pieces: Iterator[Any], on_end: Any) -> None:
         self._stream = stream
         self._pieces = pieces
-        self._on_end = on_end
-        self._ended = False
+        self._done = threading.Event()  # set once the request ended and ``on_end`` heard of it
+        self._delivering = True
+
+        def ended() -> None:
+            on_end(stream.report)
+            self_done.set()
+
+        self_done = self._done  # the callback holds no reference to the reply: dropping it stays possible
+        stream.when_ended(ended)
 
     @property
     def report(self) -> GenerationReport | None:
@@ -885,33 +902,44 @@ class _StreamedReply(Iterator[Any]):
         return self._stream.report
 
     def __next__(self) -> Any:
+        if not self._delivering:
+            raise StopIteration
         try:
             return next(self._pieces)
         except StopIteration:
-            self._end()
+            self._delivering = False
+            self._done.wait()  # the end callback runs on the engine's thread, right after the end
             report = self._stream.report
             if report is not None and report.finish_reason == "error":
                 raise GenerationError(f"the model failed while generating: {report.error}", report) from None
             raise
 
     def close(self) -> None:
-        """Stop the reply: its decode is cancelled at the next step."""
-        if self._ended:
+        """Stop delivery: no more pieces come; the generation runs to completion and ``report``
+        is set once it ended."""
+        if not self._delivering:
             return
-        self._stream.cancel()
-        self._pieces.close()  # type: ignore[attr-defined]
-        for _ in self._stream:  # the end arrives within one step
-            pass
-        self._end()
+        self._delivering = False
+        # Closing the piece generator now would cancel the request (an engine stream left early
+        # cancels it): it is closed once the request ended, when that is a no-op.
+        pieces = self._pieces
+        self._pieces = iter(())
+        self._stream.when_ended(pieces.close)  # type: ignore[attr-defined]
 
-    def _end(self) -> None:
-        if not self._ended:
-            self._ended = True
-            self._on_end(self._stream.report)
+    def cancel(self) -> None:
+        """Stop the generation itself at the next step; returns once it ended (within one step)
+        with ``report`` set."""
+        self._stream.cancel()
+        self.close()
+        self.wait()
+
+    def wait(self, timeout: float | None = None) -> GenerationReport | None:
+        """Block until the generation ended (``timeout`` seconds at most); its report."""
+        self._done.wait(timeout)
+        return self._stream.report
 
     def __del__(self) -> None:
-        if not self._ended:
-            self._stream.cancel()
+        self.close()
 
 
 def _has_audio(messages: Any) -> bool:

@@ -7,6 +7,7 @@ arguments, offer tools and render a turn the same way.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,10 +19,12 @@ from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_pa
 from clika_runtime.chat.tool_choice import chosen_tools, tool_choice_from
 from clika_runtime.chat.tool_grammar import required_call_constraint
 from clika_runtime.chat.tools import normalize_tools
+from clika_runtime.engine.stages import StageEvent
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
     from clika_runtime.engine.config import GenerationConfig
+    from clika_runtime.engine.engine import Engine, RequestStream
     from clika_runtime.engine.prompt_media import PromptMedia
     from clika_runtime.grammar.constraint import Constraint
 
@@ -38,6 +41,7 @@ class Prepared:
     skip_special_tokens: bool
     media: PromptMedia | None = None
     call_constraint: Constraint | None = None
+    tokenize_seconds: float = 0.0  # reading the rendered prompt into ids (its media included)
 
     def policy_for(self, policy: GenerationConfig) -> GenerationConfig:
         """``policy`` with the required call's grammar as its ``response_format``."""
@@ -87,6 +91,7 @@ def prepare_turn(
     media = None
     if images and audio:
         raise ValueError("a prompt takes images or audio, not both")
+    began = time.perf_counter()
     if images:
         if not model.supports_vision:
             raise ValueError("this model reads text only; it takes no images")
@@ -97,6 +102,7 @@ def prepare_turn(
         ids, media = model.encode_with_audio(text, audio)
     else:
         ids = model.tokenizer.encode(text)
+    tokenized = time.perf_counter() - began
     constraint = required_call_constraint(
         template, text, tools, choice, model.tokenizer, model.vocab_size, parallel=policy.parallel_tool_calls
     )
@@ -107,4 +113,22 @@ def prepare_turn(
         skip_special_tokens=not keeps_special_tokens(template, tools),
         media=media,
         call_constraint=constraint,
+        tokenize_seconds=tokenized,
+    )
+
+
+def submit_prepared(engine: Engine, prepared: Prepared, policy: GenerationConfig) -> RequestStream:
+    """Submit a prepared turn to ``engine``, its ``tokenize`` stage reported to the engine's stage
+    observer under the request's id first (as ``generate`` reports its own)."""
+    request_id = engine.new_request_id()
+    observer = engine.observer
+    if observer is not None:
+        tokens = len(prepared.prompt_ids)
+        observer(StageEvent("tokenize", request_id, prepared.tokenize_seconds, tokens))
+    return engine.submit(
+        prepared.prompt_ids,
+        prepared.policy_for(policy),
+        request_id=request_id,
+        skip_special_tokens=prepared.skip_special_tokens,
+        media=prepared.media,
     )

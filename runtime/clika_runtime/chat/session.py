@@ -10,8 +10,10 @@ reasoning channel, the reasoning, which goes to ``report.reasoning`` and into
 the history's ``reasoning_content`` but never into the visible text.
 
 Turns run one after another: a new turn first closes a streamed reply that is
-still open (its decode is cancelled at the next step, and what it produced
-joins the history).
+still open (its decode is cancelled at the next step). Every session kind keeps
+one rule: a reply joins the history once complete (a streamed reply when its
+iterator finishes), with its user turn; a reply closed, cancelled or failed
+before its end leaves the history as it was (``report`` still says how it ended).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from clika_runtime.chat.media_turns import (
 )
 from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.outcome import ChatOutcome
-from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn
+from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn, submit_prepared
 from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.reply_events import ReplyEvent, ReplyReader, TextDelta
 from clika_runtime.chat.tool_loop import LoopHooks, LoopResult, run_tool_loop
@@ -193,7 +195,8 @@ class ChatSession:
     ) -> str | Iterator[str | ToolCall]:
         """Add a user turn and return the assistant's reply (an iterator of pieces when ``stream``).
 
-        The reply joins the history once complete. ``tools`` offers tool
+        The reply joins the history once complete (a streamed reply when its iterator finishes;
+        one closed before its end leaves the history as it was). ``tools`` offers tool
         definitions for this turn (None: the session's); keyword arguments
         overlay the decode policy (``enable_thinking=False``, ``reasoning_effort=``, ...;
         ``tool_choice="required"`` or a function's name holds the reply to a valid call of
@@ -378,7 +381,7 @@ class ChatSession:
         if live is not None:
             pieces, request = live
             request.cancel()
-            pieces.close()  # type: ignore[attr-defined]  # a started reply records what it made
+            pieces.close()  # type: ignore[attr-defined]  # a started reply records its report
 
     def _start(
         self,
@@ -391,12 +394,7 @@ class ChatSession:
         offered = offered_tools(self._model, tools) if tools is not None else self._tools
         policy = GenerationConfig.resolve(self._defaults, config, overrides)
         prepared = prepare_turn(self._model, messages, offered, policy)
-        request = self._model.engine.submit(
-            prepared.prompt_ids,
-            prepared.policy_for(policy),
-            skip_special_tokens=prepared.skip_special_tokens,
-            media=prepared.media,
-        )
+        request = submit_prepared(self._model.engine, prepared, policy)
         return request, self._pieces(request, prepared.parser, commit)
 
     def _pieces(
@@ -416,7 +414,7 @@ class ChatSession:
                 parser.finish()
                 for _ in request:  # wait for the cancelled request's end (one engine step)
                     pass
-            self._record(request, parser, commit)
+            self._record(request, parser, commit if complete else None)
 
     def _record(
         self, request: RequestStream, parser: ReplyParser, commit: list[dict[str, Any]] | None
@@ -428,8 +426,10 @@ class ChatSession:
                 self._live = None
             self._report = outcome
             self._tool_calls = calls
-            if commit is None or self._closed:
-                return
+            report = request.report
+            ended = report is not None and report.finish_reason not in ("cancelled", "error")
+            if commit is None or self._closed or not ended:
+                return  # only a complete reply joins the history
             reply: dict[str, Any] = {"role": "assistant", "content": parser.text}
             if calls:
                 reply["tool_calls"] = [call.to_message() for call in calls]

@@ -25,8 +25,14 @@ model (a hosted model's name, as SDK code carries) stands for the model the
 ``CLIKA_MODEL`` environment variable names. ``token``, ``url``, ``timeout``
 and ``keepalive_interval`` are accepted for compatibility and unused (nothing
 leaves the machine); :func:`create_token` and :func:`create_budget` make the
-token such code passes. A client runs one model: a per-call ``model=`` name
-is served by it. ``options`` are decode options for every turn
+token such code passes. A per-call ``model=`` (on ``prompt``, ``stream`` and
+``create_session``) is resolved as the constructor's is and runs on that model
+(loaded once, closed with the client); a name that is no local model stands in
+as above, so SDK code naming a hosted model runs on the client's own.
+``num_turns`` counts the assistant replies in the session's conversation after
+the turn, as a :class:`~clika_runtime.sessions.results.TurnResult` does; an
+error result is preceded by an ``{'type': 'error', 'error': {'message': ...}}``
+message in ``Session.stream()``. ``options`` are decode options for every turn
 (``temperature``, ``max_new_tokens``, ...); other keyword arguments go to ``load``. A session is an async session on one
 shared engine; with tools its turns run the tool loop
 (:mod:`clika_runtime.chat.tool_loop`). Failures, a prompt longer than the
@@ -54,6 +60,7 @@ from clika_runtime.modelverse import GenerativeModel, load
 from clika_runtime.sessions.chat import AsyncChat
 from clika_runtime.sessions.results import Event, RunCancelled
 from clika_runtime.sessions.session import AsyncSession
+from clika_runtime.store.load_target import folder_to_load
 from clika_runtime.store.local_model import ModelError
 
 __all__ = [
@@ -122,11 +129,14 @@ class Chucky:
         options: Mapping[str, Any] | None = None,
         **load_options: Any,
     ) -> None:
-        self._model, self._owns_model = _loaded(model, load_options)
+        self._model, self._owns_model, self._stood_in = _loaded(model, load_options)
+        self._model_arg = model
+        self._load_options = load_options
         self._options = dict(options or {})
         self._system = system_prompt
         self._max_turns = max_turns
         self._chat = AsyncChat(self._model, system=system_prompt)
+        self._chats: dict[Any, tuple[AsyncChat, GenerativeModel | None]] = {}  # per-call models
         self._closed = False
 
     @property
@@ -192,6 +202,10 @@ class Chucky:
             return
         self._closed = True
         self._chat.close()
+        for chat, owned in self._chats.values():
+            chat.close()
+            if owned is not None:
+                owned.close()
         if self._owns_model:
             self._model.close()
 
@@ -213,13 +227,27 @@ class Chucky:
     ) -> Session:
         if self._closed:
             raise ValueError("this client is closed")
-        if isinstance(model, GenerativeModel) and model is not self._model:
-            raise ValueError("a client runs one local model: create another Chucky for another model")
         system = self._system if system_prompt is None else system_prompt
-        inner = self._chat.create_session(system=system, persist=persist, options=self._options)
+        inner = self._chat_for(model).create_session(system=system, persist=persist, options=self._options)
         toolkit = Toolkit(make_tool(item) for item in tools or ())
         bound = max_turns if max_turns is not None else self._max_turns
         return Session(inner, toolkit, bound, pieces=pieces)
+
+    def _chat_for(self, model: Any) -> AsyncChat:
+        """The chat a per-call ``model=`` runs on (None, the client's model or its name: the
+        client's own); another model is loaded once and kept until the client closes."""
+        if model is None or model is self._model or (isinstance(model, str) and model == self._model_arg):
+            return self._chat
+        key = id(model) if isinstance(model, GenerativeModel) else model
+        if key not in self._chats:
+            if isinstance(model, GenerativeModel):
+                self._chats[key] = (AsyncChat(model, system=self._system), None)
+            elif self._stood_in and _is_stand_in(model):
+                return self._chat  # a hosted name: the client's model already stands in for it
+            else:
+                loaded, owned, _ = _loaded(model, self._load_options)
+                self._chats[key] = (AsyncChat(loaded, system=self._system), loaded if owned else None)
+        return self._chats[key][0]
 
 
 class Session:
@@ -248,6 +276,8 @@ class Session:
         """Start the next turn; :meth:`stream` reads its messages. A turn still running is cancelled."""
         if not isinstance(message, str):
             raise ValueError(f"message must be a string, got {type(message).__name__}")
+        if self._session.closed:
+            raise ValueError(f"session {self.session_id} is closed: create a new session to go on")
         await self._stop()
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._queue = queue
@@ -280,13 +310,21 @@ class Session:
 
     async def _run(self, message: str, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
         try:
-            await queue.put(await self._turn(message, queue))
+            result = await self._turn(message, queue)
         except RunCancelled as error:
-            await queue.put(self._error_result(f"cancelled: {error}"))
+            result = self._error_result(f"cancelled: {error}")
         except ValueError as error:  # a prompt too long for the context, a bad option
-            await queue.put(self._error_result(str(error)))
+            result = self._error_result(str(error))
+        try:
+            if result.get("subtype") == "error":  # the message a stream() reader waits for
+                await queue.put({"type": "error", "error": {"message": result.get("result")}})
+            await queue.put(result)
         finally:
             await queue.put(None)
+
+    def _num_turns(self) -> int:
+        """The assistant replies in the conversation (what ``TurnResult.num_turns`` counts)."""
+        return sum(1 for message in self._session.messages if message.get("role") == "assistant")
 
     async def _turn(self, message: str, queue: asyncio.Queue[dict[str, Any] | None]) -> dict[str, Any]:
         def emit_turn(turn: ModelTurn) -> None:
@@ -309,7 +347,7 @@ class Session:
             hooks=hooks,
             on_event=emit_piece if self._pieces else None,
         )
-        return result.to_message()
+        return {**result.to_message(), "num_turns": self._num_turns()}
 
     def _error_result(self, message: str) -> dict[str, Any]:
         return {
@@ -319,7 +357,7 @@ class Session:
             "session_id": self.session_id,
             "total_cost_usd": 0.0,
             "duration_ms": 0,
-            "num_turns": 0,
+            "num_turns": self._num_turns(),
             "usage": {},
             "is_error": True,
         }
@@ -351,11 +389,10 @@ def _stream_events(item: dict[str, Any]) -> list[StreamEvent]:
     if kind == "assistant":
         blocks = item["message"]["content"]
         return [StreamEvent("tool_use", b["input"], b["name"]) for b in blocks if b["type"] == "tool_use"]
+    if kind == "error":
+        return [StreamEvent("error", dict(item["error"]))]
     if kind == "result":
-        events = [StreamEvent("result", item)]
-        if item.get("subtype") == "error":
-            events.insert(0, StreamEvent("error", {"message": item.get("result")}))
-        return events
+        return [StreamEvent("result", item)]
     return []
 
 
@@ -388,23 +425,37 @@ def _b64(value: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def _loaded(model: Any, options: dict[str, Any]) -> tuple[Any, bool]:
-    if isinstance(model, GenerativeModel):
-        return model, False
+def _is_stand_in(model: Any) -> bool:
+    """True when ``model`` names no local model, so CLIKA_MODEL's model stands in for it."""
     if model is None:
-        stand_in = os.environ.get("CLIKA_MODEL")
+        return True
+    if not isinstance(model, str) or Path(model).exists():
+        return False
+    try:
+        folder_to_load(model)
+    except (FileNotFoundError, ValueError, ModelError):
+        return True
+    return False
+
+
+def _loaded(model: Any, options: dict[str, Any]) -> tuple[Any, bool, bool]:
+    """The model ``model`` names, whether it was loaded here (and is closed with its user), and
+    whether CLIKA_MODEL's model stands in for it."""
+    if isinstance(model, GenerativeModel):
+        return model, False, False
+    stand_in = os.environ.get("CLIKA_MODEL")
+    if model is None:
         if not stand_in:
             raise ValueError("no model: pass model= (a model folder or name) or set CLIKA_MODEL")
-        return load(stand_in, **options), True
+        return load(stand_in, **options), True, True
     try:
-        return load(model, **options), True
+        return load(model, **options), True, False
     except (FileNotFoundError, ValueError, ModelError) as error:
         if not isinstance(model, str) or Path(model).exists():
             raise  # a folder that is there but broken is its own error, never stood in for
-        stand_in = os.environ.get("CLIKA_MODEL")
         if not stand_in:
             raise ValueError(
                 f"{model!r} is not a local model ({error}); pass a model folder or name, "
                 "or set CLIKA_MODEL to the local model it stands for"
             ) from None
-        return load(stand_in, **options), True
+        return load(stand_in, **options), True, True

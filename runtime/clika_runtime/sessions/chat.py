@@ -27,15 +27,22 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.prepare import Prepared, check_chat_arguments, offered_tools, prepare_turn
+from clika_runtime.chat.prepare import (
+    Prepared,
+    check_chat_arguments,
+    offered_tools,
+    prepare_turn,
+    submit_prepared,
+)
 from clika_runtime.chat.tool_loop import LoopHooks, checked_max_turns
 from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.sessions.foreign_toolkit import as_toolkit, toolkit_instructions
 from clika_runtime.sessions.results import TurnResult
+from clika_runtime.sessions.retry import RetryPolicy
 from clika_runtime.sessions.session import AsyncSession
 from clika_runtime.sessions.store import ConversationStore, InMemoryStore, checked_id
-from clika_runtime.sessions.tool_run import ToolConversation
-from clika_runtime.sessions.turn import TurnStream
+from clika_runtime.sessions.tool_run import RunResult, ToolConversation
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
@@ -63,8 +70,14 @@ class AsyncChat:
         max_queued: int = 256,
         default_budget: int = 256,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        model_id: str | None = None,
+        retries: int = 2,
+        retry_base_ms: int = 500,
+        on_error: Any = None,
     ) -> None:
         check_chat_arguments(default_budget, system)
+        self._retry = RetryPolicy(retries, retry_base_ms, on_error)
+        self._model_id = model_id if model_id is not None else _folder_name(model)
         self._model = model
         self._system = system or None
         self._store: ConversationStore = store if store is not None else InMemoryStore()
@@ -82,6 +95,11 @@ class AsyncChat:
     @property
     def model(self) -> ChatModel:
         return self._model
+
+    @property
+    def model_id(self) -> str:
+        """The model's name in results (``RunResult.model``): ``model_id=``, else its folder's name."""
+        return self._model_id
 
     @property
     def engine(self) -> Engine:
@@ -126,26 +144,55 @@ class AsyncChat:
 
     def conversation(
         self,
-        toolkit: Toolkit | None = None,
+        toolkit: Any = None,
         cancel: asyncio.Event | None = None,
         *,
         max_turns: int | None = None,
         hooks: LoopHooks | None = None,
         **options: Any,
-    ) -> Any:
-        """A new conversation whose every turn honours ``cancel`` (see :meth:`create_session`).
-
-        With a ``toolkit`` it is a :class:`~clika_runtime.sessions.tool_run.ToolConversation`:
-        each ``send`` runs the model and the toolkit's tools until the model answers
-        (``max_turns`` model calls at most, ``hooks`` around each call); without one, an
-        :class:`AsyncSession`."""
-        if toolkit is not None and not isinstance(toolkit, Toolkit):
-            raise ValueError(f"toolkit must be a Toolkit, got {type(toolkit).__name__}")
+    ) -> ToolConversation:
+        """A new in-memory conversation whose every turn honours ``cancel``: each ``send`` runs
+        the model and ``toolkit``'s tools (a runtime Toolkit or a toolnexus one, adapted; None:
+        no tools) until the model answers (``max_turns`` model calls at most, ``hooks`` around
+        each call). Its system turn is the chat's system prompt and the toolkit's skills catalog."""
+        kit = as_toolkit(toolkit)
         checked_max_turns(max_turns)
-        session = self.create_session(cancel=cancel, **options)
-        if toolkit is None:
-            return session
-        return ToolConversation(session, toolkit, cancel=cancel, max_turns=max_turns, hooks=hooks)
+        session = self.create_session(cancel=cancel, system="", **options)
+        return ToolConversation(
+            session,
+            kit,
+            cancel=cancel,
+            max_turns=max_turns,
+            hooks=hooks,
+            system=self._system_with(kit),
+            retry=self._retry,
+        )
+
+    async def run(
+        self,
+        prompt: str,
+        toolkit: Any = None,
+        history: Sequence[Mapping[str, Any]] | None = None,
+        cancel: asyncio.Event | None = None,
+        *,
+        max_turns: int | None = None,
+        hooks: LoopHooks | None = None,
+        **turn_options: Any,
+    ) -> RunResult:
+        """Run ``prompt`` (and ``toolkit``'s tools) on from ``history`` (a transcript such as a
+        conversation's ``messages``; the system turn is not added again) and return the
+        RunResult, whose ``messages`` is the transcript after it. Nothing is kept."""
+        kit = as_toolkit(toolkit)
+        conversation = ToolConversation(
+            AsyncSession(self, messages=history or (), cancel=cancel),
+            kit,
+            cancel=cancel,
+            max_turns=max_turns,
+            hooks=hooks,
+            system="" if history else self._system_with(kit),
+            retry=self._retry,
+        )
+        return await conversation.send(prompt, **turn_options)
 
     async def open(
         self,
@@ -176,23 +223,62 @@ class AsyncChat:
     async def ask(
         self,
         prompt: str,
+        toolkit: Any = None,
         *,
         id: str | None = None,  # noqa: A002  (the name agent clients use for a conversation id)
         cancel: asyncio.Event | None = None,
         config: GenerationConfig | Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        max_turns: int | None = None,
         **overrides: Any,
-    ) -> TurnResult:
+    ) -> Any:
         """Continue the conversation saved under ``id`` with ``prompt`` and save it: it loads the
         conversation, runs the turn and writes the conversation back before returning, so the next
         ``ask`` with that id (in this process or another) continues from here. Without an id,
-        a one-shot :meth:`prompt`. Asks on one id in this process take turns."""
+        a one-shot :meth:`prompt`. Asks on one id in this process take turns.
+
+        With a ``toolkit`` (a runtime Toolkit or a toolnexus one) the turn runs the tool loop
+        and returns its RunResult; the tool turns are saved with the conversation."""
+        if toolkit is not None:
+            if config is not None:
+                overrides = {"config": config, **overrides}
+            kit = as_toolkit(toolkit)
+            return await self._ask_with_tools(prompt, kit, id, cancel, max_turns, overrides)
         if id is None:
             return await self.prompt(prompt, cancel=cancel, config=config, tools=tools, **overrides)
         lock = self._id_locks.setdefault(checked_id(id), asyncio.Lock())
         async with lock:
             session = await self.open(id, cancel=cancel)
             return await session.send(prompt, config=config, tools=tools, **overrides)
+
+    async def _ask_with_tools(
+        self,
+        prompt: str,
+        kit: Toolkit,
+        id: str | None,  # noqa: A002
+        cancel: asyncio.Event | None,
+        max_turns: int | None,
+        options: dict[str, Any],
+    ) -> RunResult:
+        if id is None:
+            return await self.run(prompt, kit, cancel=cancel, max_turns=max_turns, **options)
+        lock = self._id_locks.setdefault(checked_id(id), asyncio.Lock())
+        async with lock:
+            saved = await self._store.get(checked_id(id))
+            session = AsyncSession(
+                self, session_id=id, messages=saved or (), store=self._store, cancel=cancel
+            )
+            conversation = ToolConversation(
+                session,
+                kit,
+                cancel=cancel,
+                max_turns=max_turns,
+                system=self._system_with(kit),
+                retry=self._retry,
+            )
+            result = await conversation.send(prompt, **options)
+            await session.save()  # the last tool turns too
+            return result
 
     async def prompt(
         self,
@@ -211,14 +297,23 @@ class AsyncChat:
     def stream(
         self,
         message: str,
+        toolkit: Any = None,
         *,
         system: str | None = None,
         cancel: asyncio.Event | None = None,
         config: GenerationConfig | Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         **overrides: Any,
-    ) -> TurnStream:
-        """A one-shot reply to ``message``, streamed as events (nothing is kept)."""
+    ) -> Any:
+        """A one-shot reply to ``message``, streamed as events (nothing is kept). With a
+        ``toolkit`` it is the tool loop, streamed as ``ToolConversation.stream``'s events (text
+        deltas, tool calls and results, suspensions, usage, done)."""
+        if toolkit is not None:
+            kit = as_toolkit(toolkit)
+            conversation = self.conversation(kit, cancel)
+            if config is not None:
+                overrides = {"config": config, **overrides}
+            return conversation.stream(message, **overrides)
         session = self.create_session(system=system, cancel=cancel, persist=False)
         return session.stream(message, config=config, tools=tools, **overrides)
 
@@ -268,12 +363,7 @@ class AsyncChat:
 
     def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream:
         """Submit a prepared turn to the chat's engine; ``close`` cancels it while it runs."""
-        request = self.engine.submit(
-            prepared.prompt_ids,
-            prepared.policy_for(policy),
-            skip_special_tokens=prepared.skip_special_tokens,
-            media=prepared.media,
-        )
+        request = submit_prepared(self.engine, prepared, policy)
         with self._requests_lock:
             self._requests.add(request)
         request.when_ended(lambda: self._forget(request))
@@ -283,6 +373,16 @@ class AsyncChat:
         with self._requests_lock:
             self._requests.discard(request)
 
+    def _system_with(self, kit: Toolkit) -> str:
+        """The system turn a conversation with ``kit`` starts from: the chat's system prompt, then
+        what the toolkit asks to add (a toolnexus toolkit's skills catalog)."""
+        return "\n\n".join(part for part in (self._system or "", toolkit_instructions(kit)) if part)
+
     def _seed(self, system: str | None) -> list[dict[str, Any]]:
         text = self._system if system is None else (system or None)
         return [{"role": "system", "content": text}] if text else []
+
+
+def _folder_name(model: Any) -> str:
+    folder = getattr(model, "local_dir", None)
+    return folder.name if folder is not None else ""

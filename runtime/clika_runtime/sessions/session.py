@@ -35,6 +35,7 @@ from clika_runtime.engine.async_bridge import AsyncBridge
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.prefill import prefill_partial_turn
 from clika_runtime.sessions.results import Event, TurnResult
+from clika_runtime.sessions.retry import RetryPolicy
 from clika_runtime.sessions.store import ConversationStore, checked_id
 from clika_runtime.sessions.tool_run import RunResult, run_on_session
 from clika_runtime.sessions.turn import TurnHandle, TurnRun, TurnSpec, TurnStream
@@ -124,8 +125,20 @@ class AsyncSession:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """A copy of the conversation so far, in the message shape."""
-        return copy.deepcopy(self._history)
+        """The conversation so far, in the message shape: a new list of the transcript's
+        messages (the messages themselves are not copied on every read)."""
+        return list(self._history)
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        """The transcript itself (no copy): it grows as turns complete; change it only through
+        the session's methods, or assign ``messages``."""
+        return self._history
+
+    @property
+    def model_id(self) -> str:
+        """The name the chat gives its model (``AsyncChat.model_id``)."""
+        return getattr(self._chat, "model_id", "")
 
     @messages.setter
     def messages(self, messages: Sequence[Mapping[str, Any]]) -> None:
@@ -244,6 +257,7 @@ class AsyncSession:
         hooks: LoopHooks | None = None,
         cancel: asyncio.Event | None = None,
         on_event: Callable[[Event], Any] | None = None,
+        retry: RetryPolicy | None = None,
         **turn_options: Any,
     ) -> RunResult:
         """Add a user turn and run the model with ``toolkit``'s tools until it answers without a
@@ -262,6 +276,7 @@ class AsyncSession:
             cancel=cancel,
             on_event=on_event,
             turn_options=turn_options,
+            retry=retry,
         )
 
     def respond_stream(

@@ -11,14 +11,16 @@ cancel=event)`` gives a :class:`ToolConversation`, the shape agent clients know
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from clika_runtime.chat.tool_loop import LoopCancelled, LoopHooks, LoopResult, ModelTurn, run_tool_loop
+from clika_runtime.chat.tool_loop import LoopCancelled, LoopHooks, LoopResult, ModelTurn, Veto, run_tool_loop
 from clika_runtime.chat.toolkit import Toolkit, ToolOutput
 from clika_runtime.sessions.results import Event, RunCancelled, TurnResult
+from clika_runtime.sessions.retry import RetryPolicy
 from clika_runtime.sessions.turn import TurnStream
 
 
@@ -30,6 +32,9 @@ class AsyncSession(Protocol):
 
     @property
     def messages(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]: ...
 
     @property
     def closed(self) -> bool: ...
@@ -67,12 +72,19 @@ class RunResult:
     Read like a result message: ``result`` (the final text), ``subtype``
     (``success``, ``error_max_turns``, ``error_vetoed``, ``error``),
     ``num_turns`` (model calls), ``usage`` (tokens summed over them),
-    ``tool_calls`` (calls run), ``tool_counts`` (per tool).
+    ``tool_calls`` (calls run), ``tool_counts`` (per tool). The names agent
+    clients read are there too: ``turns``, ``tool_call_count``, ``model``,
+    ``run_status`` (``done``, ``pending``, ``incomplete``), ``limit``
+    (``"maxTurns"`` when the bound stopped it), ``pending`` (the request a
+    suspended tool made) and, in ``usage``, ``prompt_tokens`` /
+    ``completion_tokens`` / ``total_tokens`` beside the runtime's own keys.
     """
 
     loop: LoopResult
     session_id: str
     messages: tuple[Mapping[str, Any], ...]
+    model: str = ""
+    pending: Any = None
 
     @property
     def text(self) -> str:
@@ -87,6 +99,16 @@ class RunResult:
         return self.loop.status
 
     @property
+    def run_status(self) -> str:
+        if self.pending is not None:
+            return "pending"
+        return "incomplete" if self.loop.status == "max_turns" else "done"
+
+    @property
+    def limit(self) -> str | None:
+        return "maxTurns" if self.loop.status == "max_turns" else None
+
+    @property
     def subtype(self) -> str:
         return RESULT_SUBTYPES[self.loop.status]
 
@@ -99,7 +121,15 @@ class RunResult:
         return self.loop.model_calls
 
     @property
+    def turns(self) -> int:
+        return self.loop.model_calls
+
+    @property
     def tool_calls(self) -> int:
+        return self.loop.num_tool_calls
+
+    @property
+    def tool_call_count(self) -> int:
         return self.loop.num_tool_calls
 
     @property
@@ -112,7 +142,9 @@ class RunResult:
 
     @property
     def usage(self) -> dict[str, int]:
-        return dict(self.loop.usage)
+        usage = {key: int(value) for key, value in self.loop.usage.items()}
+        read, made = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+        return {**usage, "prompt_tokens": read, "completion_tokens": made, "total_tokens": read + made}
 
     @property
     def last(self) -> TurnResult | None:
@@ -150,11 +182,13 @@ class SessionConversation:
         cancel: asyncio.Event | None,
         turn_options: Mapping[str, Any],
         on_event: Callable[[Event], Any] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._session = session
         self._cancel = cancel
         self._options = dict(turn_options)
         self._on_event = on_event
+        self._retry = retry or RetryPolicy(retries=0)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -163,14 +197,14 @@ class SessionConversation:
     async def ask(self, prompt: str, tools: list[dict[str, Any]]) -> ModelTurn:
         options = {"tools": tools, "cancel": self._cancel, **self._options}
         if self._on_event is None:
-            return model_turn(await self._session.send(prompt, **options))
-        return await self._streamed(self._session.stream(prompt, **options))
+            return model_turn(await self._retry.run(lambda: self._session.send(prompt, **options)))
+        return await self._retry.run(lambda: self._streamed(self._session.stream(prompt, **options)))
 
     async def resume(self, tools: list[dict[str, Any]]) -> ModelTurn:
         options = {"tools": tools, "cancel": self._cancel, **self._options}
         if self._on_event is None:
-            return model_turn(await self._session.respond(**options))
-        return await self._streamed(self._session.respond_stream(**options))
+            return model_turn(await self._retry.run(lambda: self._session.respond(**options)))
+        return await self._retry.run(lambda: self._streamed(self._session.respond_stream(**options)))
 
     async def _streamed(self, stream: TurnStream) -> ModelTurn:
         async with stream:
@@ -202,14 +236,42 @@ async def run_on_session(
     cancel: asyncio.Event | None,
     turn_options: Mapping[str, Any],
     on_event: Callable[[Event], Any] | None = None,
+    retry: RetryPolicy | None = None,
 ) -> RunResult:
-    """Run the loop on ``session``; a fired cancel event raises RunCancelled."""
-    driver = SessionConversation(session, cancel, turn_options, on_event)
+    """Run the loop on ``session``; a fired cancel event raises RunCancelled. A toolkit adapted
+    from a foreign one stops at a call that suspends (the result's ``pending`` holds its request)."""
+    driver = SessionConversation(session, cancel, turn_options, on_event, retry)
+    pending = getattr(toolkit, "pending", None)
+    mark = None if pending is None else len(pending)
     try:
-        loop = await run_tool_loop(driver, prompt, toolkit, max_turns=max_turns, hooks=hooks)
+        loop = await run_tool_loop(
+            driver, prompt, toolkit, max_turns=max_turns, hooks=_stopping_at_suspension(hooks, pending, mark)
+        )
     except LoopCancelled as error:
         raise RunCancelled(str(error)) from None
-    return RunResult(loop, session.session_id, tuple(session.messages))
+    suspended = None if pending is None or mark is None or len(pending) <= mark else pending[mark]
+    model = getattr(session, "model_id", "")
+    return RunResult(loop, session.session_id, tuple(session.messages), model=model, pending=suspended)
+
+
+def _stopping_at_suspension(
+    hooks: LoopHooks | None, pending: list[Any] | None, mark: int | None
+) -> LoopHooks | None:
+    """``hooks`` with a ``before_model`` that ends the loop once a call suspended (the model
+    would otherwise read a placeholder as the tool's answer)."""
+    if pending is None or mark is None:
+        return hooks
+    given = hooks or LoopHooks()
+
+    async def before_model(messages: list[dict[str, Any]]) -> Any:
+        if len(pending) > mark:
+            return Veto("a tool call is waiting for an answer (pending)")
+        if given.before_model is None:
+            return None
+        outcome = given.before_model(messages)
+        return await outcome if inspect.isawaitable(outcome) else outcome
+
+    return LoopHooks(before_model, given.after_model, given.before_tool, given.after_tool)
 
 
 def model_turn(result: TurnResult) -> ModelTurn:
@@ -226,9 +288,13 @@ def model_turn(result: TurnResult) -> ModelTurn:
 class ToolConversation:
     """One conversation whose every :meth:`send` runs the tool loop with the same toolkit.
 
-    ``messages`` is the running transcript (assign to it to continue another
-    one); :meth:`reset` clears it; the cancel event given at creation is
-    honoured by every send (a fired one raises RunCancelled)."""
+    ``messages`` is the running transcript itself (read it directly, hand it to
+    ``AsyncChat.run(..., history=...)``, or assign to it to continue another
+    one); :meth:`reset` clears it to ``[]``, and the next send starts afresh
+    with the system turn (the chat's system prompt and the toolkit's skills
+    catalog). The cancel event given at creation is honoured by every send (a
+    fired one raises RunCancelled); ``retry`` retries a model turn the engine's
+    full queue refused."""
 
     def __init__(
         self,
@@ -238,12 +304,16 @@ class ToolConversation:
         cancel: asyncio.Event | None = None,
         max_turns: int | None = None,
         hooks: LoopHooks | None = None,
+        system: str = "",
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._session = session
         self._toolkit = toolkit
         self._cancel = cancel
         self._max_turns = max_turns
         self._hooks = hooks
+        self._system = system
+        self._retry = retry
 
     @property
     def session(self) -> AsyncSession:
@@ -255,7 +325,8 @@ class ToolConversation:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        return self._session.messages
+        """The running transcript itself (no copy on read)."""
+        return self._session.transcript
 
     @messages.setter
     def messages(self, messages: list[dict[str, Any]]) -> None:
@@ -263,17 +334,96 @@ class ToolConversation:
 
     async def send(self, prompt: str, **turn_options: Any) -> RunResult:
         """The next user turn, tools run until the model answers."""
-        if self._cancel is not None and self._cancel.is_set():
-            raise RunCancelled("the conversation's cancel event is set")
-        return await self._session.run(
-            prompt,
-            toolkit=self._toolkit,
-            max_turns=self._max_turns,
-            hooks=self._hooks,
-            cancel=self._cancel,
-            **turn_options,
-        )
+        return await self._run(prompt, None, turn_options)
+
+    async def stream(self, prompt: str, **turn_options: Any) -> AsyncIterator[dict[str, Any]]:
+        """:meth:`send`, streamed as agent clients' events: ``{"type": "text", "delta"}`` as the
+        model writes, ``tool_call`` (``id``, ``name``, ``args``) and ``tool_result`` (``id``,
+        ``name``, ``output``, ``is_error``) per call, ``pending`` (``request``) when a call
+        suspends, then ``usage`` and ``done`` (``result``: the RunResult)."""
+        events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        task = asyncio.ensure_future(self._run(prompt, events, turn_options))
+        task.add_done_callback(lambda _: events.put_nowait(None))
+        try:
+            while (event := await events.get()) is not None:
+                yield event
+            result = await task
+            yield {"type": "usage", "usage": result.usage}
+            yield {"type": "done", "result": result}
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RunCancelled):
+                    await task
 
     def reset(self) -> None:
         """Clear the transcript: the next send starts a fresh conversation."""
         self._session.reset(keep_system=False)
+
+    async def _run(
+        self,
+        prompt: str,
+        events: asyncio.Queue[dict[str, Any] | None] | None,
+        turn_options: Mapping[str, Any],
+    ) -> RunResult:
+        if self._cancel is not None and self._cancel.is_set():
+            raise RunCancelled("the conversation's cancel event is set")
+        if not self._session.messages and self._system:
+            self._session.messages = [{"role": "system", "content": self._system}]
+        hooks = self._hooks if events is None else _emitting(self._hooks, events, self._toolkit)
+        return await run_on_session(
+            self._session,
+            prompt,
+            self._toolkit,
+            max_turns=self._max_turns,
+            hooks=hooks,
+            cancel=self._cancel,
+            on_event=None if events is None else _text_to(events),
+            turn_options=turn_options,
+            retry=self._retry,
+        )
+
+
+def _text_to(events: asyncio.Queue[dict[str, Any] | None]) -> Callable[[Event], None]:
+    def on_event(event: Event) -> None:
+        if event.type == "text" and event.text:
+            events.put_nowait({"type": "text", "delta": event.text})
+
+    return on_event
+
+
+def _emitting(
+    hooks: LoopHooks | None, events: asyncio.Queue[dict[str, Any] | None], toolkit: Toolkit
+) -> LoopHooks:
+    """``hooks`` that also put each model turn's calls and each call's output on ``events``."""
+    given = hooks or LoopHooks()
+    pending = getattr(toolkit, "pending", None)
+    emitted = [0 if pending is None else len(pending)]  # suspensions already announced
+
+    async def after_model(turn: ModelTurn) -> Any:
+        for call in turn.tool_calls:
+            events.put_nowait(
+                {"type": "tool_call", "id": call.id, "name": call.name, "args": dict(call.arguments)}
+            )
+        return await _maybe(given.after_model, turn)
+
+    async def after_tool(output: ToolOutput) -> Any:
+        rewritten = await _maybe(given.after_tool, output)
+        final = rewritten if isinstance(rewritten, ToolOutput) else output
+        content = rewritten if isinstance(rewritten, str) else final.content
+        while pending is not None and emitted[0] < len(pending):
+            events.put_nowait({"type": "pending", "request": pending[emitted[0]]})
+            emitted[0] += 1
+        call = output.call
+        result = {"type": "tool_result", "id": call.id, "name": call.name, "output": content}
+        events.put_nowait({**result, "is_error": final.is_error})
+        return rewritten
+
+    return LoopHooks(given.before_model, after_model, given.before_tool, after_tool)
+
+
+async def _maybe(hook: Callable[..., Any] | None, value: Any) -> Any:
+    if hook is None:
+        return None
+    outcome = hook(value)
+    return await outcome if inspect.isawaitable(outcome) else outcome

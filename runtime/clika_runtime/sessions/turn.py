@@ -201,6 +201,12 @@ class TurnStream:
         """The turn's result once the stream yielded it, else None."""
         return self._handle.result
 
+    @property
+    def report(self) -> GenerationReport | None:
+        """How the turn's request ended (None before it started and while it runs)."""
+        run = self._handle.run
+        return None if run is None else run.report
+
     def __aiter__(self) -> TurnStream:
         return self
 

@@ -151,7 +151,7 @@ def test_a_clone_shares_the_conversation_and_outlives_the_original(tiny_model):
 
 
 def test_bad_requests_are_refused_by_name(tiny_model):
-    with pytest.raises(ValueError, match="this model reads text only"):
+    with pytest.raises(ValueError, match="an image item needs its data"):
         Item("x", kind="image")
     with pytest.raises(ValueError, match="Session.new takes a loaded model"):
         run(Session.new("not a model"))

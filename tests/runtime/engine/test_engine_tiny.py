@@ -105,15 +105,14 @@ def test_cancel_frees_the_slot_and_leaves_the_others_unchanged(tiny):
     assert got == expected[1:]
     report = streams[0].report
     assert report.finish_reason == "cancelled" and report.completion_tokens < 40
-    # Closing a text stream early cancels too, and the engine stays clean.
+    # Cancelling a text stream by name cancels too, and the engine stays clean.
     with paced_steps(m):
         pieces = m.stream_generate("a fairly long prompt", max_new_tokens=200, ignore_eos=True)
         next(pieces)
-        pieces.close()
+        pieces.cancel()
     assert m.report.finish_reason == "cancelled" and m.report.completion_tokens < 200
-    # A stream dropped before it was read is cancelled too.
-    dropped = m.stream_generate("never read", max_new_tokens=400, ignore_eos=True)
-    del dropped
+    # A stream cancelled before it was read is cancelled too.
+    m.stream_generate("never read", max_new_tokens=400, ignore_eos=True).cancel()
     assert run(engine, prompts[0], max_new_tokens=5, ignore_eos=True)[0] == expected[0][:5]
     assert not engine.scheduler.has_work
     engine.check_integrity()
