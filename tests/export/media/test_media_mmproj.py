@@ -31,8 +31,8 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory):
-    return build_idefics3(tmp_path_factory.mktemp("idefics3-hf"))
+def idefics3(tiny_zoo):
+    return tiny_zoo.checkpoint(build_idefics3)
 
 
 def _embeds(folder, spec, pixels):
@@ -78,8 +78,8 @@ def test_mmproj_of_another_projector_or_missing_tensor_is_refused(idefics3, tmp_
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tmp_path_factory):
-    return build_qwen2_vl(tmp_path_factory.mktemp("qwen2-vl-hf"))
+def qwen2_vl(tiny_zoo):
+    return tiny_zoo.checkpoint(build_qwen2_vl)
 
 
 def test_qwen2_vl_mmproj_embeddings_match_transformers(qwen2_vl, tmp_path):

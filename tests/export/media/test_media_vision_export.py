@@ -35,13 +35,13 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory):
-    return build_idefics3(tmp_path_factory.mktemp("idefics3-hf"))
+def idefics3(tiny_zoo):
+    return tiny_zoo.checkpoint(build_idefics3)
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tmp_path_factory):
-    return build_qwen2_vl(tmp_path_factory.mktemp("qwen2-vl-hf"))
+def qwen2_vl(tiny_zoo):
+    return tiny_zoo.checkpoint(build_qwen2_vl)
 
 
 def test_idefics3_image_embeddings_match_transformers(idefics3, tmp_path):

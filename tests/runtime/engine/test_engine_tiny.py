@@ -15,7 +15,6 @@ import pytest
 import torch
 from pacing import paced_steps
 
-from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.engine.types import EngineClosedError, GenerationConfig, QueueFullError, StageEvent
 
@@ -23,10 +22,9 @@ CONTEXT = 512
 
 
 @pytest.fixture(scope="module")
-def tiny(make_tiny_hf, tmp_path_factory) -> tuple[torch.nn.Module, Path]:
-    root = tmp_path_factory.mktemp("engine-tiny")
-    reference = make_tiny_hf(root / "hf", "llama", layers=2, max_position_embeddings=CONTEXT)
-    return reference, export(root / "hf", root / "model", progress=False)
+def tiny(make_tiny_hf, tiny_zoo) -> tuple[torch.nn.Module, Path]:
+    reference, hf = tiny_zoo.checkpoint(make_tiny_hf, "llama", layers=2, max_position_embeddings=CONTEXT)
+    return reference, tiny_zoo.export(hf)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ from audio_signals import speech_like
 from media_engine import engine_core, run, submit
 from vision_helpers import assert_close_in_scale
 
-from clika_export.api import export
 from clika_runtime import Tensor, modelverse
 from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
@@ -32,9 +31,9 @@ SETTINGS = AudioSettings(n_mels=N_MELS)
 
 
 @pytest.fixture(scope="module")
-def qwen2_audio(tmp_path_factory):
-    hf_model, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("qwen2-audio-hf"))
-    folder = export(hf, tmp_path_factory.mktemp("qwen2-audio") / "model", context_window=512, progress=False)
+def qwen2_audio(tiny_zoo):
+    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield hf_model, folder, model
     model.close()

@@ -52,14 +52,14 @@ def _settings_kwargs(config: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory, tiny_llama_model):
-    model, checkpoint = build_idefics3(tmp_path_factory.mktemp("idefics3-hf"))
+def idefics3(tmp_path_factory, tiny_llama_model, tiny_zoo):
+    model, checkpoint = tiny_zoo.checkpoint(build_idefics3)
     return model, _folder(tiny_llama_model, checkpoint, tmp_path_factory.mktemp("idefics3") / "model")
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tmp_path_factory, tiny_llama_model):
-    model, checkpoint = build_qwen2_vl(tmp_path_factory.mktemp("qwen2-vl-hf"))
+def qwen2_vl(tmp_path_factory, tiny_llama_model, tiny_zoo):
+    model, checkpoint = tiny_zoo.checkpoint(build_qwen2_vl)
     return model, _folder(tiny_llama_model, checkpoint, tmp_path_factory.mktemp("qwen2-vl") / "model")
 
 

@@ -35,11 +35,9 @@ QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
-def qwen2_5_vl(tmp_path_factory):
-    hf_model, hf = build_qwen2_5_vl_chat(tmp_path_factory.mktemp("qwen2.5-vl-chat-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("qwen2.5-vl-export") / "model", context_window=512, progress=False
-    )
+def qwen2_5_vl(tiny_zoo):
+    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_5_vl_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield hf_model, hf, folder, model
     model.close()

@@ -15,7 +15,6 @@ from vision_helpers import (
     random_image,
 )
 
-from clika_export.api import export
 from clika_export.media.vision_export import attach_vision, export_vision
 from clika_runtime import Tensor, modelverse
 
@@ -27,9 +26,9 @@ QUESTION = "What is this?"
 
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory):
-    hf_model, hf = build_idefics3_chat(tmp_path_factory.mktemp("idefics3-chat-hf"))
-    folder = export(hf, tmp_path_factory.mktemp("idefics3-api") / "model", context_window=512, progress=False)
+def idefics3(tiny_zoo):
+    hf_model, hf = tiny_zoo.checkpoint(build_idefics3_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield hf_model, model
     model.close()

@@ -19,7 +19,6 @@ from vision_helpers import (
     random_image,
 )
 
-from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
@@ -42,11 +41,9 @@ NEW_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory):
-    model, hf = build_idefics3_chat(tmp_path_factory.mktemp("idefics3-chat-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("idefics3-export") / "model", context_window=512, progress=False
-    )
+def idefics3(tiny_zoo):
+    model, hf = tiny_zoo.checkpoint(build_idefics3_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     return model, folder
 
 
