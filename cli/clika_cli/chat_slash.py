@@ -127,7 +127,7 @@ def _read_number(key: str, value: str, kind: type, minimum: int | None = None) -
 
 def checked_decode_option(key: str, value: Any) -> Any:
     """``value`` when GenerationConfig takes it for ``key``; its ValueError otherwise."""
-    from clika_runtime.engine.types import GenerationConfig
+    from clika_runtime.engine.config import GenerationConfig
 
     try:
         GenerationConfig(**{key: value})

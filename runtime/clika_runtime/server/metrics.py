@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from clika_runtime.engine.types import GenerationReport
+from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import ModelBackend
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

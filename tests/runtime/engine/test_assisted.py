@@ -14,7 +14,7 @@ import pytest
 
 from clika_export.api import export
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 30}
 PROMPTS = ["one two three one two three", "the cat sat on the mat", "x = x + 1", "hello world"]

@@ -16,7 +16,9 @@ import torch
 from pacing import paced_steps
 
 from clika_runtime import modelverse
-from clika_runtime.engine.types import EngineClosedError, GenerationConfig, QueueFullError, StageEvent
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.errors import EngineClosedError, QueueFullError
+from clika_runtime.engine.stages import StageEvent
 
 CONTEXT = 512
 

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.manifest import Manifest
 
 CONTEXT = 512

@@ -15,8 +15,9 @@ import pytest
 from engine_fakes import CacheWritingExecutor, Collected, alone, engine_core, prompt_of, run_all
 
 from clika_runtime import modelverse
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
-from clika_runtime.engine.types import GenerationConfig, Request, Sequence
+from clika_runtime.engine.sequence import Request, Sequence
 
 _ids = iter(range(1, 10**9))
 
