@@ -18,11 +18,12 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.core import Delta, EngineCore, EngineStats, StepRunner
+from clika_runtime.engine.core import EngineCore, EngineStats, StepRunner
 from clika_runtime.engine.drafting import Drafter
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.options import EngineOptions
+from clika_runtime.engine.output import Delta
 from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sampler import Sampler
