@@ -24,7 +24,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.drafting import PROMPT_LOOKUP, Drafter, PromptLookupDrafter, propose_drafts
+from clika_runtime.engine.drafting import (
+    PROMPT_LOOKUP,
+    Drafter,
+    PromptLookupDrafter,
+    confirmed_drafts,
+    draft_limit,
+    propose_drafts,
+    record_draft,
+)
 from clika_runtime.engine.errors import QueueFullError
 from clika_runtime.engine.kv_cache import KVCacheManager
 from clika_runtime.engine.logprobs import TokenLogprob, log_softmax
@@ -41,7 +49,7 @@ from clika_runtime.engine.output import (
 from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sampler import Sampler
-from clika_runtime.engine.scheduler import Scheduler, confirmed_drafts
+from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Sequence as Seq
 from clika_runtime.engine.sequence import SequenceStatus
 from clika_runtime.engine.stages import StageEvent, StageObserver
@@ -238,7 +246,8 @@ class EngineCore:
     def step(self) -> StepPlan | None:
         """Run one step: drafts, schedule, run, sample, read, update, deliver; None when nothing could run."""
         began = time.perf_counter()
-        drafts = self._allowed_drafts(propose_drafts(self.drafters, self.scheduler.draft_requests()))
+        wanted = self.scheduler.draft_requests(lambda seq: draft_limit(seq, self.max_seq))
+        drafts = self._allowed_drafts(propose_drafts(self.drafters, wanted))
         plan = self.scheduler.schedule(drafts)
         for seq in self.scheduler.take_ended():  # outgrew the KV budget
             self._finalize(self._live[seq.request_id])
@@ -251,6 +260,7 @@ class EngineCore:
             dead = self._dead_ends(plan, masks.apply(logits), logits)
             picks = self._picks(plan, logits)
             outputs, texts = self._read(plan, picks, dead)
+            _record_drafts(plan, outputs)
             self.scheduler.update(plan, outputs)
             self._end_dead_ends(dead)
         except Exception as exc:  # the step's own requests end with the error
@@ -486,3 +496,10 @@ class EngineCore:
         self._emit(
             StageEvent("detokenize", seq.request_id, live.detok_s, report.completion_tokens, text=text)
         )
+
+
+def _record_drafts(plan: StepPlan, outputs: Sequence[RowOutput]) -> None:
+    """Tally each draft row's guess and size its next one (before the update may end its sequence)."""
+    for row, out in zip(plan.sample_rows, outputs, strict=True):
+        if row.draft:
+            record_draft(row.seq, len(row.draft), out.accepted)

@@ -2,8 +2,12 @@
 
 A ``Drafter`` guesses the tokens that follow each of a step's decoding
 sequences; the scheduler then runs each sequence's pending token plus its
-draft in one row, and ``Scheduler.update`` keeps what the model's own greedy
-picks confirm (one path for accepted and rejected drafts). Two drafters exist:
+draft in one row, and ``Scheduler.update`` rolls back what the model's own
+greedy picks refuse (one path for accepted and rejected drafts). The policy
+lives here, beside the drafters: how long a sequence may guess
+(``draft_limit``), how many guesses the model confirmed (``confirmed_drafts``)
+and how the next guess is sized from that (``record_draft``); the scheduler
+only shares the step's spare budget among the guesses. Two drafters exist:
 ``PromptLookupDrafter`` (the sequence's own history) and
 ``clika_runtime.engine.assistant.AssistantDrafter`` (a smaller model); a
 request's config names which one drafts for it.
@@ -61,3 +65,39 @@ def propose_drafts(
             if tokens:
                 drafts[seq.request_id] = tuple(tokens[:limit])
     return drafts
+
+
+def draft_limit(seq: Sequence, max_seq: int) -> int:
+    """How many tokens ``seq`` may guess now: greedy, no penalties, room left in the reply."""
+    if not seq.config.draft_ceiling or not seq.config.stateless:
+        return 0
+    return min(
+        seq.draft_limit,
+        seq.config.max_new_tokens - seq.num_completion_tokens - 1,  # the model's own pick follows
+        max_seq - seq.num_tokens,  # the last drafted position stays inside the context
+    )
+
+
+def confirmed_drafts(draft: tuple[int, ...], picked: list[int]) -> int:
+    """How many leading draft tokens equal the model's picks before them."""
+    count = 0
+    while count < len(draft) and picked[count] == draft[count]:
+        count += 1
+    return count
+
+
+def record_draft(seq: Sequence, drafted: int, accepted: int) -> None:
+    """Tally a draft of ``drafted`` tokens that kept ``accepted``, and size the next one."""
+    seq.num_draft_tokens += drafted
+    seq.num_accepted_draft_tokens += accepted
+    seq.draft_limit = next_draft_limit(seq.config.draft_ceiling, drafted, accepted)
+
+
+def next_draft_limit(ceiling: int, drafted: int, accepted: int) -> int:
+    """The longest draft worth trying after one of ``drafted`` tokens that kept ``accepted``.
+
+    Twice as long after a wholly kept draft (up to ``ceiling``), else what was
+    kept plus one: a refused guess costs a wider step for nothing (SmolLM2 int4
+    decoded an open question 17% slower with fixed 8-token drafts, 3% faster so).
+    """
+    return min(ceiling, 2 * drafted) if accepted == drafted else accepted + 1
