@@ -24,17 +24,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.drafting import (
-    PROMPT_LOOKUP,
-    Drafter,
-    PromptLookupDrafter,
-    confirmed_drafts,
-    draft_limit,
-    propose_drafts,
-    record_draft,
-)
 from clika_runtime.engine.errors import QueueFullError
-from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.logprobs import TokenLogprob, log_softmax
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.output import (
@@ -52,6 +43,15 @@ from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Sequence as Seq
 from clika_runtime.engine.sequence import SequenceStatus
+from clika_runtime.engine.spec_decode.drafting import (
+    PROMPT_LOOKUP,
+    Drafter,
+    PromptLookupDrafter,
+    confirmed_drafts,
+    draft_limit,
+    propose_drafts,
+    record_draft,
+)
 from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
 from clika_runtime.grammar.masks import MaskedRow, StepMasks

@@ -19,9 +19,8 @@ from typing import Any, TypeVar
 
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore, EngineStats, StepRunner
-from clika_runtime.engine.drafting import Drafter
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
-from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.output import Delta
 from clika_runtime.engine.prompt_media import PromptMedia
@@ -30,6 +29,7 @@ from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Request
 from clika_runtime.engine.sequence import Sequence as Seq
+from clika_runtime.engine.spec_decode.drafting import Drafter
 from clika_runtime.engine.stages import StageObserver
 from clika_runtime.text.tokenizer import Tokenizer
 

@@ -24,7 +24,7 @@ tokens and ends sequences on a stop id, ``max_new_tokens`` or a full context.
 Speculative decoding (a request's ``prompt_lookup_num_tokens`` or
 ``num_assistant_tokens``): ``draft_requests`` names the decoding sequences that
 may draft this step and how many tokens each (sharing the step's spare
-budget); the engine asks its drafters (``clika_runtime.engine.drafting``) and
+budget); the engine asks its drafters (``clika_runtime.engine.spec_decode.drafting``) and
 hands the drafts to ``schedule``, which runs each as the sequence's pending
 token plus the draft in one row. ``update`` is one path for every row: the
 computed count advances by the row's tokens minus the rejected drafts, and the
@@ -41,7 +41,7 @@ from collections.abc import Sequence as Seqs
 from operator import attrgetter
 
 from clika_runtime.engine.errors import QueueFullError
-from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.sequence import Sequence, SequenceStatus
 from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
 

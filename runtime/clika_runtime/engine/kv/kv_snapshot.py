@@ -1,6 +1,6 @@
 """A copy of the KV the paged cache holds for a token prefix, and its way back in as cached blocks.
 
-A conversation that keeps its KV next to its transcript (``clika_runtime.engine.kv_file``)
+A conversation that keeps its KV next to its transcript (``clika_runtime.engine.kv.kv_file``)
 takes a snapshot of the blocks its tokens' prefix cache entries name: per layer
 ``[kv_heads, tokens, head_dim]``, token-contiguous, so a snapshot does not depend
 on the block size it was taken at. Installing it writes fresh blocks and indexes
@@ -21,8 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
-from clika_runtime.engine.block_pool import BlockPool
-from clika_runtime.engine.prefix_cache import ROOT_HASH, PrefixIndex, chain_hash
+from clika_runtime.engine.kv.block_pool import BlockPool
+from clika_runtime.engine.kv.prefix_cache import ROOT_HASH, PrefixIndex, chain_hash
 
 
 class SnapshotBlocks(Protocol):

@@ -9,7 +9,7 @@ lives here, beside the drafters: how long a sequence may guess
 and how the next guess is sized from that (``record_draft``); the scheduler
 only shares the step's spare budget among the guesses. Two drafters exist:
 ``PromptLookupDrafter`` (the sequence's own history) and
-``clika_runtime.engine.assistant.AssistantDrafter`` (a smaller model); a
+``clika_runtime.engine.spec_decode.assistant.AssistantDrafter`` (a smaller model); a
 request's config names which one drafts for it.
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence as Seqs
 from typing import Protocol
 
-from clika_runtime.engine.prompt_lookup import propose_draft
 from clika_runtime.engine.sequence import Sequence
+from clika_runtime.engine.spec_decode.prompt_lookup import propose_draft
 
 PROMPT_LOOKUP = "prompt_lookup"
 ASSISTANT = "assistant"
@@ -34,7 +34,7 @@ class Drafter(Protocol):
 
 
 class PromptLookupDrafter:
-    """Drafts looked up in each sequence's own history (``clika_runtime.engine.prompt_lookup``)."""
+    """Drafts looked up in each sequence's own history (``clika_runtime.engine.spec_decode.prompt_lookup``)."""
 
     def propose(self, seqs: Seqs[Sequence], limits: Seqs[int]) -> list[list[int]]:
         return [propose_draft(seq.token_ids, limit) for seq, limit in zip(seqs, limits, strict=True)]
