@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -38,7 +37,6 @@ from clika_runtime.engine.output import (
     report_of,
 )
 from clika_runtime.engine.prompt_media import PromptMedia
-from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Sequence as Seq
@@ -52,7 +50,8 @@ from clika_runtime.engine.spec_decode.drafting import (
     propose_drafts,
     record_draft,
 )
-from clika_runtime.engine.stages import StageEvent, StageObserver
+from clika_runtime.engine.stage_record import StageRecorder
+from clika_runtime.engine.stages import StageObserver
 from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
 from clika_runtime.grammar.masks import MaskedRow, StepMasks
 from clika_runtime.grammar.matcher import GrammarMatcher
@@ -69,22 +68,6 @@ class StepRunner(Protocol):
     timing: Any
 
     def run(self, plan: StepPlan, before_call: Callable[[], None] | None = None) -> np.ndarray: ...
-
-
-@dataclass
-class EngineStats:
-    """Totals over the engine's life: steps, tokens computed, time in ORT and in Python."""
-
-    steps: int = 0
-    tokens: int = 0
-    model_s: float = 0.0
-    host_s: float = 0.0
-
-    @property
-    def host_fraction(self) -> float:
-        """Python's share of the step time (packing, sampling, bookkeeping, detokenizing)."""
-        total = self.model_s + self.host_s
-        return self.host_s / total if total else 0.0
 
 
 class EngineCore:
@@ -113,7 +96,7 @@ class EngineCore:
         self.max_seq = max_seq
         self.vocab_size = vocab_size
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.observer = observer
+        self._recorder = StageRecorder(observer)
         self.drafters: dict[str, Drafter] = {PROMPT_LOOKUP: PromptLookupDrafter(), **(drafters or {})}
         self.scheduler = Scheduler(
             cache,
@@ -123,9 +106,18 @@ class EngineCore:
             max_step_tokens=self.options.max_step_tokens,
         )
         self.sampler = Sampler(vocab_size)
-        self.stats = EngineStats()
+        self.stats = self._recorder.stats
         self._live: dict[int, LiveReply] = {}
         self._outbox = Outbox()
+
+    @property
+    def observer(self) -> StageObserver | None:
+        """Called with every stage's timing (None: no one is watching); may be set at any time."""
+        return self._recorder.observer
+
+    @observer.setter
+    def observer(self, observer: StageObserver | None) -> None:
+        self._recorder.observer = observer
 
     @property
     def has_work(self) -> bool:
@@ -269,7 +261,7 @@ class EngineCore:
         for row, out, pieces in zip(plan.sample_rows, outputs, texts, strict=True):
             chances = picked_logprobs(raw.get(row.seq.request_id), out.tokens, row.seq.config.logprobs)
             self._deliver(self._live[row.seq.request_id], out.tokens, pieces, chances)
-        self._account(plan, time.perf_counter() - began)
+        self._recorder.step(plan, time.perf_counter() - began, self.executor.timing.model_s)
         return plan
 
     def deliver_pending(self) -> None:
@@ -403,7 +395,7 @@ class EngineCore:
     ) -> None:
         seq = live.seq
         if seq.num_completion_tokens == len(tokens):
-            self._observe_prefill(seq)
+            self._recorder.prefill(seq)
         for i, (token, piece) in enumerate(zip(tokens, pieces, strict=True)):
             if seq.finished and i == len(tokens) - 1:
                 piece += live.flush()
@@ -420,7 +412,7 @@ class EngineCore:
             live.text.append(tail)
             self._outbox.put(live.sink, Delta((), tail))
         report = report_of(seq, live.stops.matched, tuple(live.logprobs))
-        self._observe_end(live, report)
+        self._recorder.end(live, report)
         self.sampler.release(seq.request_id)
         self._live.pop(seq.request_id, None)
         self._outbox.put(live.sink, report)
@@ -460,42 +452,6 @@ class EngineCore:
         live = {s.request_id for s in self.scheduler.running} | {s.request_id for s in self.scheduler.waiting}
         assert live == set(self._live), "the engine's live requests and the scheduler's disagree"
         assert self.sampler.num_states <= len(self.scheduler.running), "sampler state outlived its request"
-
-    # -- observation -------------------------------------------------------------------
-
-    def _emit(self, event: StageEvent) -> None:
-        observer = self.observer
-        if observer is not None:
-            observer(event)
-
-    def _account(self, plan: StepPlan, seconds: float) -> None:
-        model_s = self.executor.timing.model_s
-        host = max(seconds - model_s, 0.0)
-        self.stats.steps += 1
-        self.stats.tokens += plan.num_tokens
-        self.stats.model_s += model_s
-        self.stats.host_s += host
-        if self.observer is not None:
-            detail = {"rows": len(plan.rows), "model_s": model_s, "host_s": host}
-            self._emit(StageEvent("step", None, seconds, plan.num_tokens, detail=detail))
-
-    def _observe_prefill(self, seq: Seq) -> None:
-        if self.observer is not None and seq.first_scheduled_time is not None and seq.first_token_time:
-            computed = seq.num_prompt_tokens - seq.num_cached_tokens
-            seconds = seq.first_token_time - seq.first_scheduled_time
-            self._emit(StageEvent("prefill", seq.request_id, seconds, computed))
-
-    def _observe_end(self, live: LiveReply, report: GenerationReport) -> None:
-        if self.observer is None:
-            return
-        seq = live.seq
-        if seq.first_token_time is not None and seq.finish_time is not None:
-            decode_s = seq.finish_time - seq.first_token_time
-            self._emit(StageEvent("decode", seq.request_id, decode_s, report.completion_tokens))
-        text = "".join(live.text)
-        self._emit(
-            StageEvent("detokenize", seq.request_id, live.detok_s, report.completion_tokens, text=text)
-        )
 
 
 def _record_drafts(plan: StepPlan, outputs: Sequence[RowOutput]) -> None:

@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.core import EngineCore, EngineStats, StepRunner
+from clika_runtime.engine.core import EngineCore, StepRunner
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.options import EngineOptions
@@ -30,6 +30,7 @@ from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Request
 from clika_runtime.engine.sequence import Sequence as Seq
 from clika_runtime.engine.spec_decode.drafting import Drafter
+from clika_runtime.engine.stage_record import EngineStats
 from clika_runtime.engine.stages import StageObserver
 from clika_runtime.text.tokenizer import Tokenizer
 
