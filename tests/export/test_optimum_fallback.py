@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 from conftest import build_tiny_hf
+from support.lazy import torch
 
 from clika_cli.export_command import export_command
 from clika_export.api import cached_export

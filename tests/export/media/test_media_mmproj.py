@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from mmproj_files import CLIP_MEAN, write_idefics3_mmproj, write_qwen2_vl_mmproj
+from support.lazy import torch
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     assert_close_in_scale,
@@ -26,8 +27,6 @@ from clika_runtime.media.idefics3 import preprocess_idefics3
 from clika_runtime.media.processor_config import processor_settings, read_processor_settings
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
-
-torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from support.lazy import torch
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     QWEN2_VL_PROCESSOR,
@@ -30,8 +31,6 @@ from clika_runtime.media.idefics3 import preprocess_idefics3
 from clika_runtime.media.processor_config import processor_settings
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
-
-torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")

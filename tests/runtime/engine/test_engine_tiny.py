@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from pacing import paced_steps
+from support.lazy import torch
 
 from clika_runtime import modelverse
 from clika_runtime.engine.config import GenerationConfig

@@ -14,6 +14,7 @@ import pytest
 from audio_helpers import AUDIO_TOKEN, N_MELS, build_qwen2_audio_chat, processor
 from audio_signals import speech_like
 from media_engine import engine_core, run, submit
+from support.lazy import torch
 from vision_helpers import assert_close_in_scale
 
 from clika_runtime import Tensor, modelverse
@@ -22,8 +23,6 @@ from clika_runtime.media.audio_features import AudioSettings, log_mel_features
 from clika_runtime.model_folder import open_session
 from clika_runtime.sessions import AsyncChat
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
-
-torch = pytest.importorskip("torch")
 
 NEW_TOKENS = 10
 QUESTION = "What is said?"

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from support.lazy import torch
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     QWEN2_VL_PROCESSOR,
@@ -33,7 +34,6 @@ from clika_runtime.media.qwen2_vl_video import read_video_settings
 from clika_runtime.media.video import sample_frames
 from clika_runtime.media.vision_tower import VisionTower, media_support, reads_video
 
-torch = pytest.importorskip("torch")
 idefics3_pil = pytest.importorskip("transformers.models.idefics3.image_processing_pil_idefics3")
 idefics3_processing = pytest.importorskip("transformers.models.idefics3.processing_idefics3")
 qwen2_vl_pil = pytest.importorskip("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")

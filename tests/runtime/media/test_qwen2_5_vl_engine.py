@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from media_engine import engine_core, run, submit
 from qwen2_5_vl_helpers import build_qwen2_5_vl_chat, qwen2_5_vl_processor
+from support.lazy import torch
 from vision_helpers import QWEN2_VL_IMAGE_TOKEN, assert_close_in_scale, random_image
 
 from clika_export.api import export
@@ -27,8 +28,6 @@ from clika_runtime.media.qwen2_5_vl_windows import window_inputs
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS, MediaSpan, pack_media, pack_mrope, pack_step
-
-torch = pytest.importorskip("torch")
 
 NEW_TOKENS = 12
 QUESTION = "What is in the picture?"

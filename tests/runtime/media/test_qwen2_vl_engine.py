@@ -14,6 +14,7 @@ import shutil
 import numpy as np
 import onnxruntime as ort
 import pytest
+from support.lazy import torch
 from vision_helpers import (
     QWEN2_VL_IMAGE_TOKEN,
     assert_close_in_scale,
@@ -39,8 +40,6 @@ from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.model_folder import open_model_folder
 from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS, MediaSpan, pack_media, pack_mrope, pack_step
-
-torch = pytest.importorskip("torch")
 
 NEW_TOKENS = 12
 QUESTION = "What is in the picture?"

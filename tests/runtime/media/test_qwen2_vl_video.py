@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pytest
+from support.lazy import torch, transformers
 from vision_helpers import (
     QWEN2_VL_IMAGE_TOKEN,
     QWEN2_VL_PROCESSOR,
@@ -42,9 +43,6 @@ from clika_runtime.media.qwen2_vl_video import VIDEO_PROCESSOR_FILE, read_video_
 from clika_runtime.media.video import sample_frames
 from clika_runtime.media.vision_tower import VisionTower, media_support
 from clika_runtime.model_folder import open_model_folder
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 NEW_TOKENS = 10
 QUESTION = "What happens in the clip?"

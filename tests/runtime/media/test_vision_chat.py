@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+from support.lazy import torch, transformers
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     build_idefics3,
@@ -17,9 +18,6 @@ from vision_helpers import (
 
 from clika_export.media.vision_export import attach_vision, export_vision
 from clika_runtime import Tensor, modelverse
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 NEW_TOKENS = 10
 QUESTION = "What is this?"

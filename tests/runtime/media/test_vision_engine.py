@@ -12,6 +12,7 @@ import itertools
 import numpy as np
 import onnxruntime as ort
 import pytest
+from support.lazy import torch
 from vision_helpers import (
     IDEFICS3_IMAGE_TOKEN,
     assert_close_in_scale,
@@ -34,8 +35,6 @@ from clika_runtime.media.idefics3 import preprocess_idefics3
 from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.model_folder import open_model_folder, open_session
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
-
-torch = pytest.importorskip("torch")
 
 NEW_TOKENS = 12
 

@@ -11,7 +11,7 @@ from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
 pytest.importorskip("PIL.Image")
-torch = pytest.importorskip("torch")
+from support.lazy import torch
 
 MODEL = "tiny-qwen2-vl"
 QUESTION = "What is this?"
