@@ -27,7 +27,7 @@ TURNS = [
 
 def model_folder(spec: str) -> Path:
     """An exported model folder for ``spec`` (exported into the model cache when needed)."""
-    from clika_cli.models import resolve
+    from clika_runtime.store import resolve
 
     return resolve(spec, say=print).folder
 

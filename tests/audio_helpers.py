@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
+from support.lazy import torch, transformers
 from vision_helpers import TEXT, widen
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 AUDIO_TOKEN = 319
 N_MELS = 80

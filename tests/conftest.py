@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from package_index import PackageIndex
+from support.zoo import Zoo
 
 from clika_export.fetch import CACHE_ENV, fetch_gguf
 
@@ -207,19 +208,24 @@ def make_tiny_hf():
 
 
 @pytest.fixture(scope="session")
-def tiny_llama_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random llama checkpoint folder (2 layers, vocab 259)."""
-    folder = tmp_path_factory.mktemp("tiny-llama-hf")
-    build_tiny_hf(folder, "llama")
-    return folder
+def tiny_zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zoo]:
+    """The session's tiny checkpoints and exports, each built once (see ``support.zoo``)."""
+    zoo = Zoo(tmp_path_factory.mktemp("zoo"))
+    yield zoo
+    changed = zoo.changed()
+    assert not changed, f"tests changed shared tiny-model folders in place (copy them first): {changed}"
 
 
 @pytest.fixture(scope="session")
-def tiny_llama_model(tiny_llama_hf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny llama exported to an fp32 model folder (context window 128)."""
-    from clika_export.api import export
+def tiny_llama_hf(tiny_zoo: Zoo) -> Path:
+    """A tiny random llama checkpoint folder (2 layers, vocab 259)."""
+    return tiny_zoo.checkpoint(build_tiny_hf, "llama")[1]
 
-    return export(tiny_llama_hf, tmp_path_factory.mktemp("tiny-llama-model") / "model", progress=False)
+
+@pytest.fixture(scope="session")
+def tiny_llama_model(tiny_llama_hf: Path, tiny_zoo: Zoo) -> Path:
+    """The tiny llama exported to an fp32 model folder (context window 128)."""
+    return tiny_zoo.export(tiny_llama_hf)
 
 
 @pytest.fixture(scope="module")

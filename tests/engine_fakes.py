@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.core import Delta, EngineCore
+from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import StepTiming
-from clika_runtime.engine.kv_cache import ContinuousKVCache, KVCacheManager
+from clika_runtime.engine.kv.kv_cache import ContinuousKVCache, KVCacheManager
 from clika_runtime.engine.options import EngineOptions
+from clika_runtime.engine.output import Delta
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sequence import Request, Sequence
 from clika_runtime.engine.step_plan import StepPlan

@@ -12,7 +12,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from clika_runtime.engine.types import StageEvent
+from clika_runtime.engine.stages import StageEvent
 
 
 @contextlib.contextmanager

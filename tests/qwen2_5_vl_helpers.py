@@ -5,19 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
+from support.lazy import torch, transformers
 from vision_helpers import (
     QWEN2_VL_IMAGE_TOKEN,
     QWEN2_VL_PROCESSOR,
     QWEN2_VL_SPECIALS,
     QWEN2_VL_TEMPLATE,
     TEXT,
+    images_only,
     qwen2_vl_tokenizer,
     widen,
 )
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 # Qwen2.5-VL checkpoints name the Qwen2-VL image processor's Qwen2.5 alias; both read the same fields.
 QWEN2_5_VL_PROCESSOR = {**QWEN2_VL_PROCESSOR, "image_processor_type": "Qwen2_5_VLImageProcessor"}
@@ -63,12 +61,4 @@ def qwen2_5_vl_processor(folder: Path):
         tokenizer_file=str(folder / "tokenizer.json"), eos_token="<|im_end|>"
     )
     image_processor = transformers.Qwen2VLImageProcessorPil(**QWEN2_VL_PROCESSOR)
-    return _ImagesOnlyQwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
-
-
-class _ImagesOnlyQwen2_5_VLProcessor(transformers.Qwen2_5_VLProcessor):
-    """Qwen2_5_VLProcessor without a video processor (whose class needs torchvision): images only."""
-
-    def check_argument_for_proper_class(self, argument_name, argument):
-        if argument_name != "video_processor":
-            return super().check_argument_for_proper_class(argument_name, argument)
+    return images_only(transformers.Qwen2_5_VLProcessor)(image_processor=image_processor, tokenizer=tokenizer)

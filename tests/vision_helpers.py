@@ -6,10 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from support.lazy import torch, transformers
 
 IDEFICS3_PROCESSOR = {
     "image_processor_type": "Idefics3ImageProcessor",
@@ -213,15 +210,20 @@ def qwen2_vl_processor(folder: Path):
         tokenizer_file=str(folder / "tokenizer.json"), eos_token="<|im_end|>"
     )
     image_processor = transformers.Qwen2VLImageProcessorPil(**QWEN2_VL_PROCESSOR)
-    return _ImagesOnlyQwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    return images_only(transformers.Qwen2VLProcessor)(image_processor=image_processor, tokenizer=tokenizer)
 
 
-class _ImagesOnlyQwen2VLProcessor(transformers.Qwen2VLProcessor):
-    """Qwen2VLProcessor without a video processor (whose class needs torchvision): images only."""
+def images_only(processor_class: type) -> type:
+    """``processor_class`` without a video processor (whose class needs torchvision): images only.
 
-    def check_argument_for_proper_class(self, argument_name, argument):
-        if argument_name != "video_processor":
-            return super().check_argument_for_proper_class(argument_name, argument)
+    Made when asked for, so that importing this module does not import transformers."""
+
+    class ImagesOnly(processor_class):
+        def check_argument_for_proper_class(self, argument_name, argument):
+            if argument_name != "video_processor":
+                return super().check_argument_for_proper_class(argument_name, argument)
+
+    return ImagesOnly
 
 
 def png_data_url(image: np.ndarray) -> str:

@@ -15,8 +15,8 @@ import argparse
 
 from prompt_lookup import compare_drafting, workloads
 
-from clika_cli.models import resolve
 from clika_runtime import modelverse
+from clika_runtime.store import resolve
 
 
 def main() -> None:

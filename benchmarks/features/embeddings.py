@@ -24,12 +24,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from clika_cli.models import resolve
 from clika_export.graph.hidden_states import HIDDEN_NORM
 from clika_runtime import modelverse
 from clika_runtime.manifest import Manifest
 from clika_runtime.model_folder import open_session, session_options
 from clika_runtime.step_graph import HIDDEN_STATES, StepRow, pack_step
+from clika_runtime.store import resolve
 
 WORDS = (
     "the quick brown fox jumps over the lazy dog while a river runs past old mills and green hills".split()

@@ -15,7 +15,8 @@ import argparse
 import statistics
 
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig, StageEvent
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.stages import StageEvent
 
 QUESTIONS = (
     "What is the capital of France?",

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from clika_cli.models import resolve
 from clika_runtime import modelverse
+from clika_runtime.store import resolve
 
 DTYPES = ("float32", "int8")
 WORDS = (

@@ -26,10 +26,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from clika_cli.models import resolve
 from clika_runtime import modelverse
 from clika_runtime import step_graph as io
 from clika_runtime.manifest import MANIFEST_FILE, Manifest
+from clika_runtime.store import resolve
 
 EMBEDDINGS = "/model/embed_tokens/Gather/output_0"
 PROMPT = (

@@ -26,13 +26,13 @@ from pathlib import Path
 import onnx
 from onnx import helper
 
-from clika_cli.models import resolve
 from clika_export.graph import mrope
 from clika_export.graph.builder import GraphBuilder
 from clika_export.graph.decoder_spec import DecoderSpec
 from clika_runtime import modelverse
 from clika_runtime import step_graph as io
 from clika_runtime.manifest import MANIFEST_FILE, Manifest
+from clika_runtime.store import resolve
 
 PROMPT = (
     "You are a careful assistant. Summarise in plain words, step by step, how a river carries sand "

@@ -24,7 +24,7 @@ import numpy as np
 
 from clika_export.api import export
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 
 BUILDERS = ("native", "optimum")
 VOCAB = 256 + 3  # the byte symbols and <s> </s> <pad>

@@ -17,8 +17,8 @@ import json
 import statistics
 from pathlib import Path
 
-from clika_cli.models import resolve
 from clika_runtime import modelverse
+from clika_runtime.store import resolve
 
 CODE = """def mean(values):
     total = 0

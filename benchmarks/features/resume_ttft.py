@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from clika_cli.models import resolve
 from clika_runtime import modelverse
+from clika_runtime.store import resolve
 
 TOPICS = [
     "rivers",

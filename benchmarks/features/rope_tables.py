@@ -29,7 +29,7 @@ import onnx
 from onnx import numpy_helper
 
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.manifest import Manifest
 from clika_runtime.model_folder import open_model_folder
 from clika_runtime.rope import cos_sin_caches

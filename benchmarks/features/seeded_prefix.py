@@ -35,10 +35,10 @@ import argparse
 
 import numpy as np
 
-from clika_cli.models import resolve
 from clika_runtime import modelverse
-from clika_runtime.engine import kv_cache
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.kv import kv_cache
+from clika_runtime.store import resolve
 
 SAMPLED = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 MESSAGES = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from clika_cli.chat_audio import read_audio_attachment
 from clika_cli.chat_images import read_attachment
@@ -12,7 +12,34 @@ from clika_cli.common import dim, say
 from clika_cli.conversations import ConversationError
 
 if TYPE_CHECKING:
-    from clika_cli.chat_repl import ChatRepl
+    from clika_cli.conversations import Conversations
+    from clika_runtime.chat.session import ChatSession
+    from clika_runtime.modelverse import GenerativeModel
+
+
+class SlashHost(Protocol):
+    """What the slash commands read and change of the chat they run in (the loop is one).
+
+    Named here, so the commands need not import the loop that imports them.
+    """
+
+    model: GenerativeModel
+    name: str
+    budget: int
+    overrides: dict[str, Any]
+    conversations: Conversations
+    conversation_id: str | None
+    session: ChatSession
+    images: list[Any]
+    audio: list[Any]
+
+    @property
+    def system(self) -> str | None: ...
+    def clear(self) -> str | None: ...
+    def set_system(self, text: str | None) -> None: ...
+    def save(self, conversation_id: str | None) -> str: ...
+    def load(self, conversation_id: str) -> int: ...
+
 
 HELP = """\
 /clear              forget the conversation (the system prompt stays; also /reset)
@@ -49,7 +76,7 @@ _ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
 SETTINGS = ("system", "max_tokens", *_NUMBERS, *_SWITCHES)
 
 
-def run_command(repl: ChatRepl, line: str) -> bool:
+def run_command(repl: SlashHost, line: str) -> bool:
     """Run one slash command line; False when the chat should end."""
     name, _, argument = line.partition(" ")
     argument = argument.strip()
@@ -66,16 +93,16 @@ def run_command(repl: ChatRepl, line: str) -> bool:
     return True
 
 
-def _help(_repl: ChatRepl, _argument: str) -> None:
+def _help(_repl: SlashHost, _argument: str) -> None:
     say(HELP)
 
 
-def _clear(repl: ChatRepl, _argument: str) -> None:
+def _clear(repl: SlashHost, _argument: str) -> None:
     kept = repl.clear()
     say(dim("(conversation cleared" + (f"; it stays saved as {kept!r})" if kept else ")")))
 
 
-def _system(repl: ChatRepl, argument: str) -> None:
+def _system(repl: SlashHost, argument: str) -> None:
     """/system TEXT (the older spelling of /set system); /system alone shows it."""
     if argument:
         _set(repl, f"system {argument}")
@@ -83,7 +110,7 @@ def _system(repl: ChatRepl, argument: str) -> None:
         say(f"system prompt: {repl.system!r}" if repl.system else "no system prompt")
 
 
-def _set(repl: ChatRepl, argument: str) -> None:
+def _set(repl: SlashHost, argument: str) -> None:
     key, _, value = argument.partition(" ")
     value = value.strip()
     if not key:
@@ -127,7 +154,7 @@ def _read_number(key: str, value: str, kind: type, minimum: int | None = None) -
 
 def checked_decode_option(key: str, value: Any) -> Any:
     """``value`` when GenerationConfig takes it for ``key``; its ValueError otherwise."""
-    from clika_runtime.engine.types import GenerationConfig
+    from clika_runtime.engine.config import GenerationConfig
 
     try:
         GenerationConfig(**{key: value})
@@ -136,7 +163,7 @@ def checked_decode_option(key: str, value: Any) -> Any:
     return value
 
 
-def _context_used(repl: ChatRepl) -> str:
+def _context_used(repl: SlashHost) -> str:
     """How many of the context window's tokens the conversation takes (as the next turn renders it)."""
     messages = repl.session.messages
     if not messages or not repl.model.has_chat_template:
@@ -147,7 +174,7 @@ def _context_used(repl: ChatRepl) -> str:
         return f"unknown ({exc})"
 
 
-def _show(repl: ChatRepl, _argument: str) -> None:
+def _show(repl: SlashHost, _argument: str) -> None:
     model = repl.model
     turns = sum(1 for m in repl.session.messages if m["role"] != "system")
     lines = [
@@ -162,19 +189,19 @@ def _show(repl: ChatRepl, _argument: str) -> None:
     say("\n".join(lines))
 
 
-def _save(repl: ChatRepl, argument: str) -> None:
+def _save(repl: SlashHost, argument: str) -> None:
     saved = repl.save(argument or None)
     say(f"saved as {saved!r} (later replies are saved too); resume with: clika chat --resume {saved}")
 
 
-def _image(repl: ChatRepl, argument: str) -> None:
+def _image(repl: SlashHost, argument: str) -> None:
     pixels = read_attachment(argument, repl.model.supports_vision)
     repl.images.append(pixels)
     height, width = pixels.shape[:2]
     say(dim(f"(image attached: {width} x {height}; it rides your next message)"))
 
 
-def _audio(repl: ChatRepl, argument: str) -> None:
+def _audio(repl: SlashHost, argument: str) -> None:
     model = repl.model
     samples = read_audio_attachment(argument, model.supports_audio, model.audio_sampling_rate)
     repl.audio.append(samples)
@@ -182,7 +209,7 @@ def _audio(repl: ChatRepl, argument: str) -> None:
     say(dim(f"(audio attached: {seconds:.2f} s; it rides your next message)"))
 
 
-def _load(repl: ChatRepl, argument: str) -> None:
+def _load(repl: SlashHost, argument: str) -> None:
     if not argument:
         ids = repl.conversations.ids()
         say("saved conversations: " + ", ".join(ids) if ids else "no saved conversations yet (/save)")
@@ -191,7 +218,7 @@ def _load(repl: ChatRepl, argument: str) -> None:
     say(f"loaded {argument!r}: {turns} turns; the conversation goes on from there")
 
 
-_COMMANDS: dict[str, Callable[[ChatRepl, str], None]] = {
+_COMMANDS: dict[str, Callable[[SlashHost, str], None]] = {
     "/help": _help,
     "/clear": _clear,
     "/reset": _clear,

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from clika_cli.arguments import check_model_word
-from clika_cli.models import PRECISIONS, LocalModel, ModelError, human_size, resolve
-from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS
 from clika_runtime.engine.config import MAX_DRAFT_TOKENS
+from clika_runtime.engine.spec_decode.assistant import DEFAULT_ASSISTANT_TOKENS
+from clika_runtime.store import PRECISIONS, LocalModel, ModelError, human_size, resolve
 
 if TYPE_CHECKING:
     from clika_runtime.modelverse import GenerativeModel

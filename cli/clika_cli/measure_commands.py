@@ -16,8 +16,8 @@ from clika_cli.common import (
     say,
     threads_option,
 )
-from clika_cli.models import LocalModel
 from clika_export.catalog import default_model
+from clika_runtime.store import LocalModel
 
 BENCH_SCRIPT = "peers/run.py"
 

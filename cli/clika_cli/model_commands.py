@@ -8,7 +8,7 @@ import click
 
 from clika_cli.arguments import check_model_word
 from clika_cli.common import precision_option, say
-from clika_cli.models import PRECISIONS, ModelError, cached_exports, human_size, remove, resolve
+from clika_runtime.store import PRECISIONS, ModelError, cached_exports, human_size, remove, resolve
 
 
 @click.command()

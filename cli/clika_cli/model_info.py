@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from clika_cli.models import PRECISIONS, CachedExport, LocalModel, cached_exports, human_size
 from clika_export.catalog import CATALOG, GGUF, CatalogItem, default_model
+from clika_runtime.store import PRECISIONS, CachedExport, LocalModel, cached_exports, human_size
 
 
 def catalog_models() -> list[dict[str, Any]]:

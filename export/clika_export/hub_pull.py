@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from clika_export.hub_files import HubError, Listing, download_file, is_offline, list_repository
 from clika_export.hub_spec import HubSpec, parse_hub_spec
+from clika_export.pulled_export import export_folder, export_pulled
 from clika_export.readers.hf import folder_sha256
 from clika_runtime.store.cache import cache_root
 from clika_runtime.store.exports import is_model_folder
@@ -24,8 +25,6 @@ FOLDER_SUFFIXES = (".safetensors", ".json", ".jinja", ".model", ".txt")
 
 
 def pull_from_hub(text: str, precision: str, pull: bool, say: Say, progress: bool) -> LocalModel:
-    from clika_export.pull import export_folder, export_pulled
-
     spec = parse_hub_spec(text)
     name = spec.text
     record = read_record(name)

@@ -46,18 +46,18 @@ from clika_runtime.chat.session import ChatSession
 from clika_runtime.chat.templates import ChatTemplate
 from clika_runtime.chat.tools import ToolCall
 from clika_runtime.embedding.embedder import Embedder, open_embedder
-from clika_runtime.engine.assistant import DEFAULT_ASSISTANT_TOKENS, AssistantDrafter
 from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
 from clika_runtime.engine.core import StepRunner
-from clika_runtime.engine.drafting import ASSISTANT
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.errors import GenerationError
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
-from clika_runtime.engine.paged_cache import PagedKVCache
+from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
+from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.past_kv_runner import PastKVRunner
 from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
+from clika_runtime.engine.spec_decode.assistant import DEFAULT_ASSISTANT_TOKENS, AssistantDrafter
+from clika_runtime.engine.spec_decode.drafting import ASSISTANT
 from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.manifest import OPTIMUM_BUILDER
 from clika_runtime.media.arguments import VideoInput

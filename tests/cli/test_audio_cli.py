@@ -15,7 +15,6 @@ from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import local_model
 from clika_cli.conversations import Conversations
 from clika_cli.model_info import describe
-from clika_export.api import export
 from clika_runtime import modelverse
 
 
@@ -32,11 +31,9 @@ def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def audio_folder(tmp_path_factory):
-    _, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("qwen2-audio-cli-hf"))
-    return export(
-        hf, tmp_path_factory.mktemp("qwen2-audio-cli") / "model", context_window=512, progress=False
-    )
+def audio_folder(tiny_zoo):
+    _, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
+    return tiny_zoo.export(hf, context_window=512)
 
 
 def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, capsys, audio_folder, tmp_path):

@@ -17,7 +17,6 @@ from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import local_model
 from clika_cli.conversations import Conversations
 from clika_cli.model_info import describe
-from clika_export.api import export
 from clika_runtime import modelverse
 
 PIL = pytest.importorskip("PIL.Image")
@@ -36,9 +35,9 @@ def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def vision_folder(tmp_path_factory):
-    _, hf = build_idefics3_chat(tmp_path_factory.mktemp("idefics3-cli-hf"))
-    return export(hf, tmp_path_factory.mktemp("idefics3-cli") / "model", context_window=512, progress=False)
+def vision_folder(tiny_zoo):
+    _, hf = tiny_zoo.checkpoint(build_idefics3_chat)
+    return tiny_zoo.export(hf, context_window=512)
 
 
 def test_an_image_rides_the_next_message_and_a_saved_chat_keeps_it(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from support.lazy import torch
 
 from clika_export.api import cached_export
 from clika_export.verify import FP32_TOLERANCE, StepRunner, greedy, relative_error

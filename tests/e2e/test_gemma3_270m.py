@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
+from support.lazy import torch
 
 from clika_export.api import cached_export
 from clika_export.fetch import fetch_data, fetch_gguf

@@ -26,7 +26,7 @@ import pytest
 
 from clika_runtime import modelverse
 from clika_runtime.chat.kv_resume import kv_layout
-from clika_runtime.engine.kv_file import MAGIC, read_kv_file, write_kv_file
+from clika_runtime.engine.kv.kv_file import MAGIC, read_kv_file, write_kv_file
 from clika_runtime.sessions import SQLiteStore
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 
 pytestmark = pytest.mark.slow
 

@@ -37,8 +37,6 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from clika_export.api import export
-
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny"
@@ -109,10 +107,9 @@ def max_tokens_of(prompt: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def model_folder(make_tiny_hf, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("server-soak")
-    make_tiny_hf(root / "hf", "llama", layers=2, max_position_embeddings=CONTEXT)
-    return export(root / "hf", root / "model", progress=False)
+def model_folder(make_tiny_hf, tiny_zoo) -> Path:
+    _, hf = tiny_zoo.checkpoint(make_tiny_hf, "llama", layers=2, max_position_embeddings=CONTEXT)
+    return tiny_zoo.export(hf)
 
 
 class Served:

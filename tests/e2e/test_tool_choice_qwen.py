@@ -9,6 +9,7 @@ names it by id."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -118,17 +119,31 @@ def chat_calls(client, question: str, choice, *, stream: bool, **fields) -> list
     return requested_calls(client, request, stream=stream)
 
 
+def at_once(ask, cases):
+    """``ask(*case)`` for every case, sent together: the server batches them (four rows active), so
+    the requests share each decode step instead of waiting for each other. In the cases' order."""
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        return list(pool.map(lambda case: ask(*case), cases))
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_required_calls_validate(client, stream):
-    for question in QUESTIONS if not stream else QUESTIONS[1::2]:
-        check(chat_calls(client, question, "required", stream=stream))
+    def ask(question):
+        return chat_calls(client, question, "required", stream=stream)
+
+    for calls in at_once(ask, [(q,) for q in (QUESTIONS if not stream else QUESTIONS[1::2])]):
+        check(calls)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_a_named_call_is_that_function_whatever_was_asked(client, stream):
-    for name, question in zip(NAMES, QUESTIONS[:-4:-1], strict=True):
-        choice = {"type": "function", "function": {"name": name}}
-        check(chat_calls(client, question, choice, stream=stream), name)
+    cases = list(zip(NAMES, QUESTIONS[:-4:-1], strict=True))
+
+    def ask(name, question):
+        return chat_calls(client, question, {"type": "function", "function": {"name": name}}, stream=stream)
+
+    for (name, _), calls in zip(cases, at_once(ask, cases), strict=True):
+        check(calls, name)
 
 
 def test_one_call_when_parallel_calls_are_off(client):
@@ -136,37 +151,28 @@ def test_one_call_when_parallel_calls_are_off(client):
     check(chat_calls(client, question, "required", stream=False, parallel_tool_calls=False), one=True)
 
 
-def test_responses_required_and_named(client):
+def responses_calls(client, question: str, choice, stream: bool) -> list[Call]:
+    """The function calls of a /v1/responses reply: its output items, or its streamed done events."""
     tools = [{"type": "function", **tool["function"]} for tool in TOOLS]
-    for choice, named in (
-        ("required", None),
-        ({"type": "function", "name": "convert_currency"}, "convert_currency"),
-    ):
-        response = client.responses.create(
-            model=MODEL,
-            input=QUESTIONS[3],
-            tools=tools,
-            tool_choice=choice,
-            temperature=0,
-            max_output_tokens=160,
-        )
-        calls = [
-            (item.name, json.loads(item.arguments))
-            for item in response.output
-            if item.type == "function_call"
-        ]
-        check(calls, named)
-        events = client.responses.create(
-            model=MODEL,
-            input=QUESTIONS[0],
-            tools=tools,
-            tool_choice=choice,
-            temperature=0,
-            max_output_tokens=160,
-            stream=True,
-        )
-        done = [e for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"]
-        check([(e.item.name, json.loads(e.item.arguments)) for e in done], named)
+    request = dict(model=MODEL, input=question, tools=tools, tool_choice=choice, temperature=0)
+    if not stream:
+        response = client.responses.create(**request, max_output_tokens=160)
+        return [(i.name, json.loads(i.arguments)) for i in response.output if i.type == "function_call"]
+    events = client.responses.create(**request, max_output_tokens=160, stream=True)
+    done = [e for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"]
+    return [(e.item.name, json.loads(e.item.arguments)) for e in done]
+
+
+def test_responses_required_and_named(client):
+    choices = (("required", None), ({"type": "function", "name": "convert_currency"}, "convert_currency"))
+    cases = [
+        (question, choice, stream)
+        for choice, _ in choices
+        for question, stream in ((QUESTIONS[3], False), (QUESTIONS[0], True))
+    ]
+    named = [name for _, name in choices for _ in range(2)]
+    for calls, name in zip(at_once(lambda *case: responses_calls(client, *case), cases), named, strict=True):
+        check(calls, name)
 
 
 def test_a_chat_sessions_tool_choice(model):

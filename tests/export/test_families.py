@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from family_cases import CASES, FamilyCase, build_case, write_family_gguf
 from paged_runner import PagedRunner
+from support.lazy import torch
 
 from clika_export.api import export
 from clika_export.graph.paged_graph import derive_paged_graph

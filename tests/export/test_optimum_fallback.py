@@ -15,14 +15,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 from conftest import build_tiny_hf
+from support.lazy import torch
 
 from clika_cli.export_command import export_command
 from clika_export.api import cached_export
+from clika_export.fetch import cache_root
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.manifest import Manifest, ManifestError
 
 ARCHITECTURES = ("gpt2", "gpt_neox")
@@ -53,8 +54,12 @@ def checkpoint(request, tmp_path_factory) -> tuple[str, torch.nn.Module, Path]:
 
 
 def exported(folder: Path, precision: str, builder: str = "auto") -> Path:
-    """The export of ``folder``, cached by the checkpoint's sha256 and the options."""
-    return cached_export(folder, precision, progress=False, builder=builder)
+    """The export of ``folder``, cached by the checkpoint's sha256 and the options.
+
+    In the cache's ``tests`` corner, not its ``exports`` (what ``clika list`` shows): the checkpoints
+    are seeded, so the same keys come back every run and optimum runs once per machine, not per run.
+    """
+    return cached_export(folder, precision, progress=False, builder=builder, cache=cache_root() / "tests")
 
 
 def reference_greedy(model: torch.nn.Module, prompt: list[int], n: int) -> list[int]:

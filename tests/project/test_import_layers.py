@@ -1,4 +1,5 @@
-"""The packages import one way: no cycle among the runtime's modules, no export -> engine, no engine -> chat.
+"""The packages import one way: no cycle among the modules of the four packages (runtime, export,
+quant, cli), the runtime imports none of the others, no export -> engine, no engine -> chat.
 
 Every import statement counts, the ones under ``if TYPE_CHECKING:`` and inside
 functions included: a cycle hidden from the interpreter is still a knot for a
@@ -14,6 +15,7 @@ from repo_paths import REPO
 
 RUNTIME = REPO / "runtime"
 EXPORT = REPO / "export"
+PACKAGES = (RUNTIME, EXPORT, REPO / "quant", REPO / "cli")
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -45,8 +47,8 @@ def imported(path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
-    modules = module_names(root)
+def import_graph(*roots: Path) -> dict[str, set[str]]:
+    modules = {name: path for root in roots for name, path in module_names(root).items()}
     known = set(modules)
     return {name: imported(path, known) - {name} for name, path in modules.items()}
 
@@ -94,6 +96,28 @@ def runtime_imports() -> dict[str, set[str]]:
 
 def test_the_runtime_has_no_import_cycle():
     assert cycles(runtime_imports()) == []
+
+
+def house_imports() -> dict[str, set[str]]:
+    graph = import_graph(*PACKAGES)
+    assert {"clika_export.pull", "clika_quant", "clika_cli.chat_repl"} <= set(graph)
+    return graph
+
+
+def test_no_package_has_an_import_cycle():
+    """Across the packages too: the CLI's chat loop and its slash commands, pulling and Hub pulling."""
+    assert cycles(house_imports()) == []
+
+
+def test_the_runtime_imports_none_of_the_other_packages():
+    offenders = {
+        (module, target)
+        for module, targets in house_imports().items()
+        if module.startswith("clika_runtime")
+        for target in targets
+        if not target.startswith("clika_runtime")
+    }
+    assert offenders == set()
 
 
 def test_the_cycle_finder_finds_a_cycle():

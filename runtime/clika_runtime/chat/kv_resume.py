@@ -4,7 +4,7 @@ Saving takes the conversation's tokens as its next turn will start (the history
 rendered without the assistant's turn opened), makes sure the model's cache
 holds KV for all of them (a one-token request computes only the part no
 earlier turn left there), and writes a snapshot of that KV
-(``clika_runtime.engine.kv_file``). Restoring reads the file, checks it is KV of
+(``clika_runtime.engine.kv.kv_file``). Restoring reads the file, checks it is KV of
 this model, keeps the part whose tokens the transcript still starts with, and
 installs it in the cache as the cached prefix of those tokens: the next turn's
 request finds it there and reports it as ``cached_tokens``. A conversation's
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from clika_runtime.chat.media_turns import split_audio, split_images
 from clika_runtime.chat.render import render_prompt
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.kv_file import KVFileError, KVLayout, read_kv_file, write_kv_file
-from clika_runtime.engine.kv_snapshot import KVSnapshot
+from clika_runtime.engine.kv.kv_file import KVFileError, KVLayout, read_kv_file, write_kv_file
+from clika_runtime.engine.kv.kv_snapshot import KVSnapshot
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel

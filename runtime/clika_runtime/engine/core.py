@@ -18,24 +18,40 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.drafting import PROMPT_LOOKUP, Drafter, PromptLookupDrafter, propose_drafts
 from clika_runtime.engine.errors import QueueFullError
-from clika_runtime.engine.kv_cache import KVCacheManager
-from clika_runtime.engine.logprobs import TokenLogprob, log_softmax, token_logprob
+from clika_runtime.engine.kv.kv_cache import KVCacheManager
+from clika_runtime.engine.logprobs import TokenLogprob, log_softmax
 from clika_runtime.engine.options import EngineOptions
+from clika_runtime.engine.output import (
+    Delta,
+    LiveReply,
+    Outbox,
+    ReplySink,
+    grammar_complete,
+    picked_logprobs,
+    report_of,
+)
 from clika_runtime.engine.prompt_media import PromptMedia
-from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sampler import Sampler
-from clika_runtime.engine.scheduler import Scheduler, confirmed_drafts
+from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Sequence as Seq
 from clika_runtime.engine.sequence import SequenceStatus
-from clika_runtime.engine.stages import StageEvent, StageObserver
+from clika_runtime.engine.spec_decode.drafting import (
+    PROMPT_LOOKUP,
+    Drafter,
+    PromptLookupDrafter,
+    confirmed_drafts,
+    draft_limit,
+    propose_drafts,
+    record_draft,
+)
+from clika_runtime.engine.stage_record import StageRecorder
+from clika_runtime.engine.stages import StageObserver
 from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
 from clika_runtime.grammar.masks import MaskedRow, StepMasks
 from clika_runtime.grammar.matcher import GrammarMatcher
@@ -45,24 +61,6 @@ from clika_runtime.text.stops import StopMatcher
 from clika_runtime.text.tokenizer import Tokenizer
 
 
-@dataclass(frozen=True)
-class Delta:
-    """What one step added to a reply: its token ids, the text that became visible and, when the
-    request asked for them, the tokens' log-probabilities."""
-
-    token_ids: tuple[int, ...]
-    text: str
-    logprobs: tuple[TokenLogprob, ...] = ()
-
-
-class ReplySink(Protocol):
-    """Where a request's output goes: its deltas in order, then its report once."""
-
-    def put(self, delta: Delta) -> None: ...
-
-    def end(self, report: GenerationReport) -> None: ...
-
-
 class StepRunner(Protocol):
     """Runs a step: the logits of the plan's sampling positions (every position of a draft row);
     ``timing.model_s`` is the last run's time inside the model (``executor.Executor`` is the real one)."""
@@ -70,37 +68,6 @@ class StepRunner(Protocol):
     timing: Any
 
     def run(self, plan: StepPlan, before_call: Callable[[], None] | None = None) -> np.ndarray: ...
-
-
-@dataclass
-class EngineStats:
-    """Totals over the engine's life: steps, tokens computed, time in ORT and in Python."""
-
-    steps: int = 0
-    tokens: int = 0
-    model_s: float = 0.0
-    host_s: float = 0.0
-
-    @property
-    def host_fraction(self) -> float:
-        """Python's share of the step time (packing, sampling, bookkeeping, detokenizing)."""
-        total = self.model_s + self.host_s
-        return self.host_s / total if total else 0.0
-
-
-@dataclass
-class _Live:
-    """The core's state of one request beyond its Sequence."""
-
-    seq: Seq
-    sink: ReplySink
-    detok: StreamingDetokenizer | None
-    stops: StopMatcher
-    detok_s: float = 0.0
-    flushed: bool = False
-    text: list[str] = field(default_factory=list)
-    grammar: GrammarMatcher | None = None  # the reply's grammar state (structured output)
-    logprobs: list[TokenLogprob] = field(default_factory=list)  # when the request asked for them
 
 
 class EngineCore:
@@ -129,7 +96,7 @@ class EngineCore:
         self.max_seq = max_seq
         self.vocab_size = vocab_size
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.observer = observer
+        self._recorder = StageRecorder(observer)
         self.drafters: dict[str, Drafter] = {PROMPT_LOOKUP: PromptLookupDrafter(), **(drafters or {})}
         self.scheduler = Scheduler(
             cache,
@@ -139,9 +106,18 @@ class EngineCore:
             max_step_tokens=self.options.max_step_tokens,
         )
         self.sampler = Sampler(vocab_size)
-        self.stats = EngineStats()
-        self._live: dict[int, _Live] = {}
-        self._outbox: list[tuple[ReplySink, Delta | GenerationReport]] = []
+        self.stats = self._recorder.stats
+        self._live: dict[int, LiveReply] = {}
+        self._outbox = Outbox()
+
+    @property
+    def observer(self) -> StageObserver | None:
+        """Called with every stage's timing (None: no one is watching); may be set at any time."""
+        return self._recorder.observer
+
+    @observer.setter
+    def observer(self, observer: StageObserver | None) -> None:
+        self._recorder.observer = observer
 
     @property
     def has_work(self) -> bool:
@@ -232,11 +208,11 @@ class EngineCore:
         assert seq.status is SequenceStatus.WAITING and seq.num_computed_tokens == 0, "not a new sequence"
         if grammar is None and seq.config.response_format is not None:
             grammar = self.grammar_for(seq.config)
-        live = _Live(seq, sink, decoder, StopMatcher(seq.config.stop), grammar=grammar)
+        live = LiveReply(seq, sink, decoder, StopMatcher(seq.config.stop), grammar=grammar)
         rid = seq.request_id
         if rid in self._live:  # a caller-chosen id already in use: refuse it, touch nothing else
             self.scheduler.reject(seq, f"request id {rid} is already in the engine")
-            self._outbox.append((sink, _report(seq, None)))
+            self._outbox.put(sink, report_of(seq, None))
             return seq
         self._live[rid] = live
         try:
@@ -262,7 +238,8 @@ class EngineCore:
     def step(self) -> StepPlan | None:
         """Run one step: drafts, schedule, run, sample, read, update, deliver; None when nothing could run."""
         began = time.perf_counter()
-        drafts = self._allowed_drafts(propose_drafts(self.drafters, self.scheduler.draft_requests()))
+        wanted = self.scheduler.draft_requests(lambda seq: draft_limit(seq, self.max_seq))
+        drafts = self._allowed_drafts(propose_drafts(self.drafters, wanted))
         plan = self.scheduler.schedule(drafts)
         for seq in self.scheduler.take_ended():  # outgrew the KV budget
             self._finalize(self._live[seq.request_id])
@@ -275,25 +252,21 @@ class EngineCore:
             dead = self._dead_ends(plan, masks.apply(logits), logits)
             picks = self._picks(plan, logits)
             outputs, texts = self._read(plan, picks, dead)
+            _record_drafts(plan, outputs)
             self.scheduler.update(plan, outputs)
             self._end_dead_ends(dead)
         except Exception as exc:  # the step's own requests end with the error
             self._fail(plan, f"{type(exc).__name__}: {exc}")
             return plan
         for row, out, pieces in zip(plan.sample_rows, outputs, texts, strict=True):
-            chances = _picked_logprobs(raw.get(row.seq.request_id), out.tokens, row.seq.config.logprobs)
+            chances = picked_logprobs(raw.get(row.seq.request_id), out.tokens, row.seq.config.logprobs)
             self._deliver(self._live[row.seq.request_id], out.tokens, pieces, chances)
-        self._account(plan, time.perf_counter() - began)
+        self._recorder.step(plan, time.perf_counter() - began, self.executor.timing.model_s)
         return plan
 
     def deliver_pending(self) -> None:
         """Hand the waiting deltas and reports to their sinks."""
-        outbox, self._outbox = self._outbox, []
-        for sink, item in outbox:
-            if isinstance(item, Delta):
-                sink.put(item)
-            else:
-                sink.end(item)
+        self._outbox.deliver()
 
     def _sample(self, rows: Sequence[ScheduledRow], logits: np.ndarray) -> np.ndarray:
         return self.sampler.sample(
@@ -404,8 +377,8 @@ class EngineCore:
             pieces: list[str] = []
             complete = False
             for token in tokens:
-                pieces.append(self._text_of(live, token))
-                complete = live.grammar is not None and _grammar_complete(live.grammar, token)
+                pieces.append(live.text_of(token))
+                complete = live.grammar is not None and grammar_complete(live.grammar, token)
                 if live.stops.matched is not None or complete:
                     break
             hit = live.stops.matched is not None or complete  # a complete grammar ends the reply
@@ -413,53 +386,36 @@ class EngineCore:
             texts.append(pieces)
         return outputs, texts
 
-    def _text_of(self, live: _Live, token: int) -> str:
-        """The text ``token`` makes visible (none for a stop id, or while a stop string may be forming)."""
-        if live.detok is None or token in live.seq.stop_ids:
-            return ""
-        began = time.perf_counter()
-        text = live.detok.push(token)
-        piece = live.stops.push(text) if text else ""
-        live.detok_s += time.perf_counter() - began
-        return piece
-
     def _deliver(
-        self, live: _Live, tokens: tuple[int, ...], pieces: list[str], chances: tuple[TokenLogprob, ...] = ()
+        self,
+        live: LiveReply,
+        tokens: tuple[int, ...],
+        pieces: list[str],
+        chances: tuple[TokenLogprob, ...] = (),
     ) -> None:
         seq = live.seq
         if seq.num_completion_tokens == len(tokens):
-            self._observe_prefill(seq)
+            self._recorder.prefill(seq)
         for i, (token, piece) in enumerate(zip(tokens, pieces, strict=True)):
             if seq.finished and i == len(tokens) - 1:
-                piece += self._flush(live)
+                piece += live.flush()
             live.text.append(piece)
             live.logprobs.extend(chances[i : i + 1])
-            self._outbox.append((live.sink, Delta((token,), piece, chances[i : i + 1])))
+            self._outbox.put(live.sink, Delta((token,), piece, chances[i : i + 1]))
         if seq.finished:
             self._finalize(live)
 
-    def _flush(self, live: _Live) -> str:
-        """The text held back at the end of a reply (an unfinished character, a partial stop)."""
-        if live.flushed or live.detok is None or live.stops.matched is not None:
-            return ""
-        live.flushed = True
-        began = time.perf_counter()
-        tail = live.detok.flush()
-        text = (live.stops.push(tail) if tail else "") + live.stops.flush()
-        live.detok_s += time.perf_counter() - began
-        return text
-
-    def _finalize(self, live: _Live) -> None:
+    def _finalize(self, live: LiveReply) -> None:
         seq = live.seq
-        tail = self._flush(live)  # a reply cancelled or failed mid-way still shows what it made
+        tail = live.flush()  # a reply cancelled or failed mid-way still shows what it made
         if tail:
             live.text.append(tail)
-            self._outbox.append((live.sink, Delta((), tail)))
-        report = _report(seq, live.stops.matched, tuple(live.logprobs))
-        self._observe_end(live, report)
+            self._outbox.put(live.sink, Delta((), tail))
+        report = report_of(seq, live.stops.matched, tuple(live.logprobs))
+        self._recorder.end(live, report)
         self.sampler.release(seq.request_id)
         self._live.pop(seq.request_id, None)
-        self._outbox.append((live.sink, report))
+        self._outbox.put(live.sink, report)
         # An end is handed over at once (with what waited before it): whoever counts running
         # requests by their ends (a server's admission) must not see one end late.
         self.deliver_pending()
@@ -497,77 +453,9 @@ class EngineCore:
         assert live == set(self._live), "the engine's live requests and the scheduler's disagree"
         assert self.sampler.num_states <= len(self.scheduler.running), "sampler state outlived its request"
 
-    # -- observation -------------------------------------------------------------------
 
-    def _emit(self, event: StageEvent) -> None:
-        observer = self.observer
-        if observer is not None:
-            observer(event)
-
-    def _account(self, plan: StepPlan, seconds: float) -> None:
-        model_s = self.executor.timing.model_s
-        host = max(seconds - model_s, 0.0)
-        self.stats.steps += 1
-        self.stats.tokens += plan.num_tokens
-        self.stats.model_s += model_s
-        self.stats.host_s += host
-        if self.observer is not None:
-            detail = {"rows": len(plan.rows), "model_s": model_s, "host_s": host}
-            self._emit(StageEvent("step", None, seconds, plan.num_tokens, detail=detail))
-
-    def _observe_prefill(self, seq: Seq) -> None:
-        if self.observer is not None and seq.first_scheduled_time is not None and seq.first_token_time:
-            computed = seq.num_prompt_tokens - seq.num_cached_tokens
-            seconds = seq.first_token_time - seq.first_scheduled_time
-            self._emit(StageEvent("prefill", seq.request_id, seconds, computed))
-
-    def _observe_end(self, live: _Live, report: GenerationReport) -> None:
-        if self.observer is None:
-            return
-        seq = live.seq
-        if seq.first_token_time is not None and seq.finish_time is not None:
-            decode_s = seq.finish_time - seq.first_token_time
-            self._emit(StageEvent("decode", seq.request_id, decode_s, report.completion_tokens))
-        text = "".join(live.text)
-        self._emit(
-            StageEvent("detokenize", seq.request_id, live.detok_s, report.completion_tokens, text=text)
-        )
-
-
-def _picked_logprobs(
-    logprobs: np.ndarray | None, tokens: tuple[int, ...], top: int | None
-) -> tuple[TokenLogprob, ...]:
-    if logprobs is None or not tokens or top is None:
-        return ()
-    return (token_logprob(logprobs, tokens[0], top),)
-
-
-def _grammar_complete(grammar: GrammarMatcher, token: int) -> bool:
-    """Advance ``grammar`` past ``token``: True once the grammar allows nothing more."""
-    grammar.accept(token)
-    return grammar.finished
-
-
-def _report(seq: Seq, stop_string: str | None, logprobs: tuple[TokenLogprob, ...] = ()) -> GenerationReport:
-    arrival = seq.request.arrival_time
-    finish = seq.finish_time or time.perf_counter()
-    first = seq.first_token_time
-    completion = seq.num_completion_tokens
-    rate = None
-    if first is not None and completion > 1 and finish > first:
-        rate = (completion - 1) / (finish - first)
-    return GenerationReport(
-        finish_reason=seq.status.finish_reason or "error",
-        prompt_tokens=seq.num_prompt_tokens,
-        completion_tokens=completion,
-        cached_tokens=seq.num_cached_tokens,
-        time_to_first_token_s=None if first is None else first - arrival,
-        decode_tokens_per_s=rate,
-        total_s=finish - arrival,
-        queue_s=(seq.first_scheduled_time or finish) - arrival,
-        stop_string=stop_string,
-        error=seq.error,
-        draft_tokens=seq.num_draft_tokens,
-        accepted_draft_tokens=seq.num_accepted_draft_tokens,
-        logprobs=logprobs,
-    )
+def _record_drafts(plan: StepPlan, outputs: Sequence[RowOutput]) -> None:
+    """Tally each draft row's guess and size its next one (before the update may end its sequence)."""
+    for row, out in zip(plan.sample_rows, outputs, strict=True):
+        if row.draft:
+            record_draft(row.seq, len(row.draft), out.accepted)

@@ -18,17 +18,19 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.core import Delta, EngineCore, EngineStats, StepRunner
-from clika_runtime.engine.drafting import Drafter
+from clika_runtime.engine.core import EngineCore, StepRunner
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
-from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.options import EngineOptions
+from clika_runtime.engine.output import Delta
 from clika_runtime.engine.prompt_media import PromptMedia
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Request
 from clika_runtime.engine.sequence import Sequence as Seq
+from clika_runtime.engine.spec_decode.drafting import Drafter
+from clika_runtime.engine.stage_record import EngineStats
 from clika_runtime.engine.stages import StageObserver
 from clika_runtime.text.tokenizer import Tokenizer
 
@@ -174,7 +176,9 @@ class Engine:
             observer=observer,
             drafters=drafters,
         )
-        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        # One kind of message: work for the engine thread to run between steps, in posting order.
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._stopping = False
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._posted = 0  # submissions in the inbox, not yet queued by the scheduler
@@ -260,19 +264,19 @@ class Engine:
                     f"the request queue is full ({self._max_queued} waiting); retry once some finish"
                 )
             self._posted += 1
-            self._inbox.put(("add", (request, stream, decoder, grammar)))
+            self._inbox.put(lambda: self._add(request, stream, decoder, grammar))
         return stream
 
     def cancel(self, request_id: int) -> None:
         """Cancel a request (waiting or running) at the next step; unknown or ended ids are ignored."""
-        self._inbox.put(("cancel", request_id))
+        self._inbox.put(lambda: self.core.cancel(request_id))
 
     def set_max_active(self, max_active: int) -> None:
         """Let ``max_active`` sequences decode together from the next step on (the cache grows its
         slots when needed; a lower cap lets running sequences finish and admits fewer)."""
         if isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1:
             raise ValueError(f"max_active must be an integer >= 1, got {max_active!r}")
-        self._inbox.put(("active", max_active))
+        self._inbox.put(lambda: self.core.set_max_active(max_active))
 
     def raise_limits(self, *, max_active: int | None = None, max_queued: int | None = None) -> None:
         """Raise the engine's limits (never lowers them): ``max_active`` decoding together,
@@ -285,14 +289,14 @@ class Engine:
                 if raised:
                     self._max_queued = max_queued
             if raised:
-                self._inbox.put(("queued", max_queued))
+                self._inbox.put(lambda: setattr(self.core.scheduler, "max_queued", max_queued))
         if max_active is not None and max_active > self.max_active:
             self.set_max_active(max_active)
 
     def check_integrity(self, timeout: float | None = 60.0) -> None:
         """Check the engine's bookkeeping on its own thread (between steps); AssertionError when it drifted."""
         done: Future[None] = Future()
-        self._inbox.put(("check", done))
+        self._inbox.put(lambda: self._check(done))
         done.result(timeout)
 
     def between_steps(self, work: Callable[[EngineCore], T], timeout: float | None = 60.0) -> T:
@@ -302,7 +306,7 @@ class Engine:
         with self._lock:
             if self._closed:
                 raise EngineClosedError("the engine is closed")
-            self._inbox.put(("call", (work, done)))
+            self._inbox.put(lambda: self._call(work, done))
         return done.result(timeout)
 
     def close(self) -> None:
@@ -311,7 +315,7 @@ class Engine:
             if self._closed:
                 return
             self._closed = True
-        self._inbox.put(("stop", None))
+        self._inbox.put(self._stop)
         if threading.current_thread() is not self._thread:
             self._thread.join()
         self.core.close()
@@ -351,26 +355,17 @@ class Engine:
         else:
             item = self._inbox.get_nowait()  # this thread alone takes from the inbox: never empty here
         while True:
-            kind, value = item
-            if kind == "stop":
-                return False
-            if kind == "add":
-                self._add(*value)
-            elif kind == "cancel":
-                self.core.cancel(value)
-            elif kind == "active":
-                self.core.set_max_active(value)
-            elif kind == "queued":
-                self.core.scheduler.max_queued = value
-            elif kind == "check":
-                self._check(value)
-            elif kind == "call":
-                self._call(*value)
+            item()
+            if self._stopping:
+                return False  # nothing posted after the stop runs (close refuses new work first)
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 self._note_waiting()
                 return True
+
+    def _stop(self) -> None:
+        self._stopping = True
 
     def _add(self, request: Request, stream: RequestStream, decoder: Any, grammar: Any) -> None:
         with self._lock:

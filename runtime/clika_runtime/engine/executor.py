@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from clika_runtime.engine.kv_cache import KVCacheManager
+from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.step_plan import StepPlan
 from clika_runtime.manifest import GraphSpec
 from clika_runtime.step_graph import (

@@ -24,7 +24,7 @@ tokens and ends sequences on a stop id, ``max_new_tokens`` or a full context.
 Speculative decoding (a request's ``prompt_lookup_num_tokens`` or
 ``num_assistant_tokens``): ``draft_requests`` names the decoding sequences that
 may draft this step and how many tokens each (sharing the step's spare
-budget); the engine asks its drafters (``clika_runtime.engine.drafting``) and
+budget); the engine asks its drafters (``clika_runtime.engine.spec_decode.drafting``) and
 hands the drafts to ``schedule``, which runs each as the sequence's pending
 token plus the draft in one row. ``update`` is one path for every row: the
 computed count advances by the row's tokens minus the rejected drafts, and the
@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Sequence as Seqs
 from operator import attrgetter
 
 from clika_runtime.engine.errors import QueueFullError
-from clika_runtime.engine.kv_cache import KVCacheManager
-from clika_runtime.engine.prompt_lookup import next_draft_limit
+from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.sequence import Sequence, SequenceStatus
 from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
 
@@ -102,15 +101,16 @@ class Scheduler:
         # Decode rows always run: a budget below the active count must not starve one.
         return decoding, prefilling, max(self.max_step_tokens, len(decoding)) - len(decoding)
 
-    def draft_requests(self) -> list[tuple[Sequence, int]]:
+    def draft_requests(self, limit_of: Callable[[Sequence], int]) -> list[tuple[Sequence, int]]:
         """The decoding sequences that may draft next step, each with the most tokens it may guess.
 
-        Drafts share the step's spare budget, first come first served.
+        ``limit_of(seq)`` is how many ``seq`` would guess (the drafting policy's word); the
+        guesses share the step's spare budget, first come first served.
         """
         decoding, _, budget = self._split_running()
         wanted: list[tuple[Sequence, int]] = []
         for seq in decoding:
-            limit = min(self._draft_limit(seq), budget)
+            limit = min(limit_of(seq), budget)
             if limit >= 1:
                 wanted.append((seq, limit))
                 budget -= limit
@@ -170,16 +170,6 @@ class Scheduler:
         """Sequences the last ``schedule`` ended (beyond the KV budget); each is returned once."""
         ended, self._ended = self._ended, []
         return ended
-
-    def _draft_limit(self, seq: Sequence) -> int:
-        """How many tokens ``seq`` may guess now: greedy, no penalties, room left in the reply."""
-        if not seq.config.draft_ceiling or not seq.config.stateless:
-            return 0
-        return min(
-            seq.draft_limit,
-            seq.config.max_new_tokens - seq.num_completion_tokens - 1,  # the model's own pick follows
-            self.max_seq - seq.num_tokens,  # the last drafted position stays inside the context
-        )
 
     def _make_room(self, seq: Sequence, num_new: int, rows: list[ScheduledRow]) -> bool:
         """Reserve cache room for ``seq``'s next tokens, preempting later-admitted sequences if needed.
@@ -262,9 +252,7 @@ class Scheduler:
             seq = row.seq
             out = by_row.get(id(row))
             accepted = out.accepted if out is not None else 0
-            seq.num_computed_tokens += row.num_new - (len(row.draft) - accepted)
-            if row.draft:
-                _adapt_draft_limit(seq, len(row.draft), accepted)
+            seq.num_computed_tokens += row.num_new - (len(row.draft) - accepted)  # refused guesses roll back
             status = None
             if out is not None:
                 if seq.first_token_time is None:
@@ -337,21 +325,6 @@ class Scheduler:
 
 
 _by_slot = attrgetter("slot")
-
-
-def _adapt_draft_limit(seq: Sequence, drafted: int, accepted: int) -> None:
-    """Tally a draft and size the next one."""
-    seq.num_draft_tokens += drafted
-    seq.num_accepted_draft_tokens += accepted
-    seq.draft_limit = next_draft_limit(seq.config.draft_ceiling, drafted, accepted)
-
-
-def confirmed_drafts(draft: tuple[int, ...], picked: list[int]) -> int:
-    """How many leading draft tokens equal the model's picks before them."""
-    count = 0
-    while count < len(draft) and picked[count] == draft[count]:
-        count += 1
-    return count
 
 
 def _row(seq: Sequence, num_new: int) -> ScheduledRow:

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from clika_runtime.engine.types import GenerationReport
+from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import ModelBackend
 
 Backends = Callable[[], list[ModelBackend]]

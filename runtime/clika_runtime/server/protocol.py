@@ -1,6 +1,6 @@
 """OpenAI request bodies in, checked values out: every refusal is a 400 naming the field.
 
-Sampling fields become :class:`~clika_runtime.engine.types.GenerationConfig`
+Sampling fields become :class:`~clika_runtime.engine.config.GenerationConfig`
 overrides (``max_tokens`` / ``max_completion_tokens`` -> ``max_new_tokens``);
 ``response_format`` / ``json_schema`` / ``grammar`` become a compiled
 constraint (:mod:`clika_runtime.server.structured`); fields this server

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from clika_runtime.engine.types import GenerationReport
+from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import ReplyRun
 from clika_runtime.server.boundary import log_fault
 from clika_runtime.server.bridge import run_events

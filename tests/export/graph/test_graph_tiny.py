@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import torch
+from support.lazy import torch
 
 from clika_export.api import export
 from clika_export.verify import FP32_TOLERANCE, StepRunner, relative_error

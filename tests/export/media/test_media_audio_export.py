@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from audio_signals import speech_like
+from support.lazy import torch, transformers
 from vision_helpers import assert_close_in_scale, widen
 
 from clika_export.media.audio_export import export_audio
@@ -22,9 +23,6 @@ from clika_runtime.media.audio_features import (
     log_mel_features,
     valid_frames,
 )
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from mmproj_files import CLIP_MEAN, write_idefics3_mmproj, write_qwen2_vl_mmproj
+from support.lazy import torch
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     assert_close_in_scale,
@@ -27,12 +28,10 @@ from clika_runtime.media.processor_config import processor_settings, read_proces
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
 
-torch = pytest.importorskip("torch")
-
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory):
-    return build_idefics3(tmp_path_factory.mktemp("idefics3-hf"))
+def idefics3(tiny_zoo):
+    return tiny_zoo.checkpoint(build_idefics3)
 
 
 def _embeds(folder, spec, pixels):
@@ -78,8 +77,8 @@ def test_mmproj_of_another_projector_or_missing_tensor_is_refused(idefics3, tmp_
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tmp_path_factory):
-    return build_qwen2_vl(tmp_path_factory.mktemp("qwen2-vl-hf"))
+def qwen2_vl(tiny_zoo):
+    return tiny_zoo.checkpoint(build_qwen2_vl)
 
 
 def test_qwen2_vl_mmproj_embeddings_match_transformers(qwen2_vl, tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from support.lazy import torch
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     QWEN2_VL_PROCESSOR,
@@ -31,17 +32,15 @@ from clika_runtime.media.processor_config import processor_settings
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
 
-torch = pytest.importorskip("torch")
+
+@pytest.fixture(scope="module")
+def idefics3(tiny_zoo):
+    return tiny_zoo.checkpoint(build_idefics3)
 
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory):
-    return build_idefics3(tmp_path_factory.mktemp("idefics3-hf"))
-
-
-@pytest.fixture(scope="module")
-def qwen2_vl(tmp_path_factory):
-    return build_qwen2_vl(tmp_path_factory.mktemp("qwen2-vl-hf"))
+def qwen2_vl(tiny_zoo):
+    return tiny_zoo.checkpoint(build_qwen2_vl)
 
 
 def test_idefics3_image_embeddings_match_transformers(idefics3, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mmproj_files import write_idefics3_mmproj, write_idefics3_pair, write_qwen2_vl_pair, write_text_gguf
+from support.lazy import torch, transformers
 from vision_helpers import (
     IDEFICS3_IMAGE_TOKEN,
     IDEFICS3_PROCESSOR,
@@ -28,9 +29,6 @@ from clika_export.checkpoint import CheckpointError
 from clika_runtime import Tensor, modelverse
 from clika_runtime.manifest import Manifest
 from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 NEW_TOKENS = 10
 QUESTION = "What is this?"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from support.lazy import torch
 
 from clika_export.api import export
 from clika_export.checkpoint import CheckpointError

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import torch
+from support.lazy import torch
 from tokenizers import processors
 
 from clika_export.api import export

@@ -14,18 +14,17 @@ import pytest
 
 from clika_export.api import export
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 30}
 PROMPTS = ["one two three one two three", "the cat sat on the mat", "x = x + 1", "hello world"]
 
 
 @pytest.fixture(scope="module")
-def stranger(make_tiny_hf, tmp_path_factory):
+def stranger(make_tiny_hf, tiny_zoo):
     """A one-layer tiny llama of the same vocabulary, other weights: a poor guesser."""
-    root = tmp_path_factory.mktemp("assistant")
-    make_tiny_hf(root / "hf", "llama", layers=1, seed=7)
-    return export(root / "hf", root / "model", progress=False)
+    _, hf = tiny_zoo.checkpoint(make_tiny_hf, "llama", layers=1, seed=7)
+    return tiny_zoo.export(hf)
 
 
 def replies(model, **config) -> tuple[list[str], list]:

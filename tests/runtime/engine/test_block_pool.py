@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clika_runtime.engine.block_pool import BlockPool
-from clika_runtime.engine.prefix_cache import ROOT_HASH, PrefixIndex, chain_hash
+from clika_runtime.engine.kv.block_pool import BlockPool
+from clika_runtime.engine.kv.prefix_cache import ROOT_HASH, PrefixIndex, chain_hash
 
 BS = 4
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clika_export.api import export
 from clika_runtime import modelverse
-from clika_runtime.engine.kv_cache import IDLE_KEEP_POSITIONS, RECOMPUTED_TAIL
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.kv.kv_cache import IDLE_KEEP_POSITIONS, RECOMPUTED_TAIL
 from clika_runtime.manifest import Manifest
 
 CONTEXT = 4096
@@ -23,10 +22,9 @@ PROMPT = 3000
 
 
 @pytest.fixture(scope="module")
-def long_context_model(make_tiny_hf, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("kv-memory")
-    make_tiny_hf(root / "hf", "llama", layers=2, max_position_embeddings=CONTEXT)
-    return export(root / "hf", root / "model", progress=False, verify=False)
+def long_context_model(make_tiny_hf, tiny_zoo) -> Path:
+    _, hf = tiny_zoo.checkpoint(make_tiny_hf, "llama", layers=2, max_position_embeddings=CONTEXT)
+    return tiny_zoo.export(hf, verify=False)
 
 
 def _mappings() -> list[tuple[int, int, int]]:

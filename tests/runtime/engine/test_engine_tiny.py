@@ -12,21 +12,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from pacing import paced_steps
+from support.lazy import torch
 
-from clika_export.api import export
 from clika_runtime import modelverse
-from clika_runtime.engine.types import EngineClosedError, GenerationConfig, QueueFullError, StageEvent
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.errors import EngineClosedError, QueueFullError
+from clika_runtime.engine.stages import StageEvent
 
 CONTEXT = 512
 
 
 @pytest.fixture(scope="module")
-def tiny(make_tiny_hf, tmp_path_factory) -> tuple[torch.nn.Module, Path]:
-    root = tmp_path_factory.mktemp("engine-tiny")
-    reference = make_tiny_hf(root / "hf", "llama", layers=2, max_position_embeddings=CONTEXT)
-    return reference, export(root / "hf", root / "model", progress=False)
+def tiny(make_tiny_hf, tiny_zoo) -> tuple[torch.nn.Module, Path]:
+    reference, hf = tiny_zoo.checkpoint(make_tiny_hf, "llama", layers=2, max_position_embeddings=CONTEXT)
+    return reference, tiny_zoo.export(hf)
 
 
 @pytest.fixture(scope="module")

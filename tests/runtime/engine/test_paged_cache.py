@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 from engine_fakes import Collected, alone, engine_core, next_token, one_hot, prompt_of, run_all
 
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import StepTiming
-from clika_runtime.engine.kv_cache import CacheShape
-from clika_runtime.engine.paged_cache import PagedKVCache
-from clika_runtime.engine.types import GenerationConfig, Request, Sequence, SequenceStatus, StepPlan
+from clika_runtime.engine.kv.kv_cache import CacheShape
+from clika_runtime.engine.kv.paged_cache import PagedKVCache
+from clika_runtime.engine.sequence import Request, Sequence, SequenceStatus
+from clika_runtime.engine.step_plan import StepPlan
 
 BS = 4
 SHAPE = CacheShape(num_layers=1, num_kv_heads=1, head_dim=1)

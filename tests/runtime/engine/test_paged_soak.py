@@ -23,9 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clika_export.api import export
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.manifest import Manifest
 
 CONTEXT = 512
@@ -33,10 +32,9 @@ REQUESTS = 300
 
 
 @pytest.fixture(scope="module")
-def tiny(make_tiny_hf, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("soak-tiny")
-    make_tiny_hf(root / "hf", "llama", layers=2, max_position_embeddings=CONTEXT)
-    return export(root / "hf", root / "model", progress=False)
+def tiny(make_tiny_hf, tiny_zoo) -> Path:
+    _, hf = tiny_zoo.checkpoint(make_tiny_hf, "llama", layers=2, max_position_embeddings=CONTEXT)
+    return tiny_zoo.export(hf)
 
 
 def workload(seed: int = 0, drafting: bool = False) -> list[tuple[list[int], GenerationConfig]]:

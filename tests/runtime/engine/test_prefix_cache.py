@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from engine_fakes import CacheWritingExecutor, Collected, alone, engine_core, prompt_of, run_all
 
-from clika_export.api import export
 from clika_runtime import modelverse
-from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
-from clika_runtime.engine.types import GenerationConfig, Request, Sequence
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.sequence import Request, Sequence
 
 _ids = iter(range(1, 10**9))
 
@@ -52,10 +52,9 @@ CONTEXT = 512
 
 
 @pytest.fixture(scope="module")
-def tiny(make_tiny_hf, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("prefix-tiny")
-    make_tiny_hf(root / "hf", "llama", layers=2, max_position_embeddings=CONTEXT)
-    return export(root / "hf", root / "model", progress=False)
+def tiny(make_tiny_hf, tiny_zoo) -> Path:
+    _, hf = tiny_zoo.checkpoint(make_tiny_hf, "llama", layers=2, max_position_embeddings=CONTEXT)
+    return tiny_zoo.export(hf)
 
 
 def reply(engine, prompt, n=8) -> tuple[list[int], object]:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import pytest
 
 from clika_runtime import modelverse
-from clika_runtime.engine.prompt_lookup import next_draft_limit, propose_draft
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.spec_decode.drafting import next_draft_limit
+from clika_runtime.engine.spec_decode.prompt_lookup import propose_draft
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 40}
 PROMPTS = [

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from clika_runtime.engine import sampler as sampler_module
+from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
 from clika_runtime.engine.sampler import Sampler, sample_rows
-from clika_runtime.engine.types import GenerationConfig, config_from_checkpoint
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -25,17 +25,13 @@ from engine_fakes import (
     run_all,
 )
 
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
-from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.errors import QueueFullError
+from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.scheduler import Scheduler
-from clika_runtime.engine.types import (
-    GenerationConfig,
-    QueueFullError,
-    Request,
-    Sequence,
-    SequenceStatus,
-)
+from clika_runtime.engine.sequence import Request, Sequence, SequenceStatus
 
 EOS = 0
 

@@ -14,9 +14,9 @@ import pytest
 from audio_helpers import AUDIO_TOKEN, N_MELS, build_qwen2_audio_chat, processor
 from audio_signals import speech_like
 from media_engine import engine_core, run, submit
+from support.lazy import torch
 from vision_helpers import assert_close_in_scale
 
-from clika_export.api import export
 from clika_runtime import Tensor, modelverse
 from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
@@ -24,17 +24,15 @@ from clika_runtime.model_folder import open_session
 from clika_runtime.sessions import AsyncChat
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 
-torch = pytest.importorskip("torch")
-
 NEW_TOKENS = 10
 QUESTION = "What is said?"
 SETTINGS = AudioSettings(n_mels=N_MELS)
 
 
 @pytest.fixture(scope="module")
-def qwen2_audio(tmp_path_factory):
-    hf_model, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("qwen2-audio-hf"))
-    folder = export(hf, tmp_path_factory.mktemp("qwen2-audio") / "model", context_window=512, progress=False)
+def qwen2_audio(tiny_zoo):
+    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield hf_model, folder, model
     model.close()

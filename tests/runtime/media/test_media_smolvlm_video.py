@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from support.lazy import torch
 from vision_helpers import IDEFICS3_PROCESSOR, assert_close_in_scale, build_idefics3, random_image
 
 from clika_export.media.vision_export import attach_vision, export_vision
@@ -20,7 +21,6 @@ from clika_runtime.media.smolvlm_video import number_words, preprocess_smolvlm_f
 from clika_runtime.media.video import sample_frames
 from clika_runtime.media.vision_tower import VisionTower
 
-torch = pytest.importorskip("torch")
 num2words = pytest.importorskip("num2words")
 smolvlm_processing = pytest.importorskip("transformers.models.smolvlm.processing_smolvlm")
 idefics3_pil = pytest.importorskip("transformers.models.idefics3.image_processing_pil_idefics3")

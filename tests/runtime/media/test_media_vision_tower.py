@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from support.lazy import torch
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     QWEN2_VL_PROCESSOR,
@@ -33,7 +34,6 @@ from clika_runtime.media.qwen2_vl_video import read_video_settings
 from clika_runtime.media.video import sample_frames
 from clika_runtime.media.vision_tower import VisionTower, media_support, reads_video
 
-torch = pytest.importorskip("torch")
 idefics3_pil = pytest.importorskip("transformers.models.idefics3.image_processing_pil_idefics3")
 idefics3_processing = pytest.importorskip("transformers.models.idefics3.processing_idefics3")
 qwen2_vl_pil = pytest.importorskip("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
@@ -52,14 +52,14 @@ def _settings_kwargs(config: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory, tiny_llama_model):
-    model, checkpoint = build_idefics3(tmp_path_factory.mktemp("idefics3-hf"))
+def idefics3(tmp_path_factory, tiny_llama_model, tiny_zoo):
+    model, checkpoint = tiny_zoo.checkpoint(build_idefics3)
     return model, _folder(tiny_llama_model, checkpoint, tmp_path_factory.mktemp("idefics3") / "model")
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tmp_path_factory, tiny_llama_model):
-    model, checkpoint = build_qwen2_vl(tmp_path_factory.mktemp("qwen2-vl-hf"))
+def qwen2_vl(tmp_path_factory, tiny_llama_model, tiny_zoo):
+    model, checkpoint = tiny_zoo.checkpoint(build_qwen2_vl)
     return model, _folder(tiny_llama_model, checkpoint, tmp_path_factory.mktemp("qwen2-vl") / "model")
 
 

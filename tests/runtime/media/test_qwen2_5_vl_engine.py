@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from media_engine import engine_core, run, submit
 from qwen2_5_vl_helpers import build_qwen2_5_vl_chat, qwen2_5_vl_processor
+from support.lazy import torch
 from vision_helpers import QWEN2_VL_IMAGE_TOKEN, assert_close_in_scale, random_image
 
 from clika_export.api import export
@@ -28,18 +29,14 @@ from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS, MediaSpan, pack_media, pack_mrope, pack_step
 
-torch = pytest.importorskip("torch")
-
 NEW_TOKENS = 12
 QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
-def qwen2_5_vl(tmp_path_factory):
-    hf_model, hf = build_qwen2_5_vl_chat(tmp_path_factory.mktemp("qwen2.5-vl-chat-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("qwen2.5-vl-export") / "model", context_window=512, progress=False
-    )
+def qwen2_5_vl(tiny_zoo):
+    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_5_vl_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield hf_model, hf, folder, model
     model.close()

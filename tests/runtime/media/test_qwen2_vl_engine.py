@@ -14,6 +14,7 @@ import shutil
 import numpy as np
 import onnxruntime as ort
 import pytest
+from support.lazy import torch
 from vision_helpers import (
     QWEN2_VL_IMAGE_TOKEN,
     assert_close_in_scale,
@@ -28,9 +29,9 @@ from clika_runtime import Tensor, modelverse
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.options import EngineOptions
-from clika_runtime.engine.paged_cache import PagedKVCache
 from clika_runtime.engine.prompt_media import prompt_media
 from clika_runtime.engine.sequence import Request, Sequence
 from clika_runtime.engine.step_plan import StepPlan
@@ -40,18 +41,14 @@ from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.model_folder import open_model_folder
 from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS, MediaSpan, pack_media, pack_mrope, pack_step
 
-torch = pytest.importorskip("torch")
-
 NEW_TOKENS = 12
 QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tmp_path_factory):
-    hf_model, hf = build_qwen2_vl_chat(tmp_path_factory.mktemp("qwen2-vl-chat-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("qwen2-vl-export") / "model", context_window=512, progress=False
-    )
+def qwen2_vl(tiny_zoo):
+    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_vl_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield hf_model, hf, folder, model
     model.close()

@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pytest
+from support.lazy import torch, transformers
 from vision_helpers import (
     QWEN2_VL_IMAGE_TOKEN,
     QWEN2_VL_PROCESSOR,
@@ -29,9 +30,9 @@ from clika_runtime import modelverse
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.options import EngineOptions
-from clika_runtime.engine.paged_cache import PagedKVCache
 from clika_runtime.engine.sequence import Request, Sequence
 from clika_runtime.manifest import Manifest
 from clika_runtime.media.arguments import VideoInput, video_clips
@@ -42,9 +43,6 @@ from clika_runtime.media.qwen2_vl_video import VIDEO_PROCESSOR_FILE, read_video_
 from clika_runtime.media.video import sample_frames
 from clika_runtime.media.vision_tower import VisionTower, media_support
 from clika_runtime.model_folder import open_model_folder
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 NEW_TOKENS = 10
 QUESTION = "What happens in the clip?"

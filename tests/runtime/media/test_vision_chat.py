@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+from support.lazy import torch, transformers
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     build_idefics3,
@@ -15,21 +16,17 @@ from vision_helpers import (
     random_image,
 )
 
-from clika_export.api import export
 from clika_export.media.vision_export import attach_vision, export_vision
 from clika_runtime import Tensor, modelverse
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 NEW_TOKENS = 10
 QUESTION = "What is this?"
 
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory):
-    hf_model, hf = build_idefics3_chat(tmp_path_factory.mktemp("idefics3-chat-hf"))
-    folder = export(hf, tmp_path_factory.mktemp("idefics3-api") / "model", context_window=512, progress=False)
+def idefics3(tiny_zoo):
+    hf_model, hf = tiny_zoo.checkpoint(build_idefics3_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield hf_model, model
     model.close()

@@ -12,6 +12,7 @@ import itertools
 import numpy as np
 import onnxruntime as ort
 import pytest
+from support.lazy import torch
 from vision_helpers import (
     IDEFICS3_IMAGE_TOKEN,
     assert_close_in_scale,
@@ -19,14 +20,13 @@ from vision_helpers import (
     random_image,
 )
 
-from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.options import EngineOptions
-from clika_runtime.engine.paged_cache import PagedKVCache
 from clika_runtime.engine.prompt_media import prompt_media
 from clika_runtime.engine.sequence import Request, Sequence
 from clika_runtime.engine.step_plan import StepPlan
@@ -36,17 +36,13 @@ from clika_runtime.media.vision_tower import VisionTower
 from clika_runtime.model_folder import open_model_folder, open_session
 from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 
-torch = pytest.importorskip("torch")
-
 NEW_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def idefics3(tmp_path_factory):
-    model, hf = build_idefics3_chat(tmp_path_factory.mktemp("idefics3-chat-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("idefics3-export") / "model", context_window=512, progress=False
-    )
+def idefics3(tiny_zoo):
+    model, hf = tiny_zoo.checkpoint(build_idefics3_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     return model, folder
 
 

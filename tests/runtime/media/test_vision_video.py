@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from support.lazy import torch
 from vision_helpers import IDEFICS3_PROCESSOR, build_idefics3_chat, random_image
 
 from clika_export.api import export
@@ -20,7 +21,6 @@ from clika_runtime.media.video import sample_frames
 from clika_runtime.media.vision_tower import media_support
 from clika_runtime.sessions import SQLiteStore
 
-torch = pytest.importorskip("torch")
 pytest.importorskip("num2words")
 smolvlm_processing = pytest.importorskip("transformers.models.smolvlm.processing_smolvlm")
 idefics3_pil = pytest.importorskip("transformers.models.idefics3.image_processing_pil_idefics3")

@@ -19,7 +19,6 @@ from audio_files import pcm16_values, wav_bytes
 from audio_helpers import build_qwen2_audio_chat
 from audio_signals import speech_like
 
-from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
@@ -28,11 +27,9 @@ QUESTION = "What is said?"
 
 
 @pytest.fixture(scope="module")
-def audio_folder(tmp_path_factory):
-    _, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("qwen2-audio-server-hf"))
-    return export(
-        hf, tmp_path_factory.mktemp("qwen2-audio-server") / "model", context_window=512, progress=False
-    )
+def audio_folder(tiny_zoo):
+    _, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
+    return tiny_zoo.export(hf, context_window=512)
 
 
 @pytest.fixture(scope="module")

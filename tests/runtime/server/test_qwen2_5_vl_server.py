@@ -8,12 +8,11 @@ import pytest
 from qwen2_5_vl_helpers import build_qwen2_5_vl_chat, qwen2_5_vl_processor
 from vision_helpers import png_data_url, random_image
 
-from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
 pytest.importorskip("PIL.Image")
-torch = pytest.importorskip("torch")
+from support.lazy import torch
 
 MODEL = "tiny-qwen2.5-vl"
 QUESTION = "What is this?"
@@ -21,11 +20,9 @@ NEW_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def qwen2_5_vl(tmp_path_factory):
-    hf_model, hf = build_qwen2_5_vl_chat(tmp_path_factory.mktemp("qwen2.5-vl-server-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("qwen2.5-vl-server") / "model", context_window=512, progress=False
-    )
+def qwen2_5_vl(tiny_zoo):
+    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_5_vl_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield hf_model, hf, model
     model.close()

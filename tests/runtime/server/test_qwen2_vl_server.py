@@ -7,12 +7,11 @@ import openai
 import pytest
 from vision_helpers import build_qwen2_vl_chat, png_data_url, qwen2_vl_processor, random_image
 
-from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
 pytest.importorskip("PIL.Image")
-torch = pytest.importorskip("torch")
+from support.lazy import torch
 
 MODEL = "tiny-qwen2-vl"
 QUESTION = "What is this?"
@@ -20,11 +19,9 @@ NEW_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tmp_path_factory):
-    hf_model, hf = build_qwen2_vl_chat(tmp_path_factory.mktemp("qwen2-vl-server-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("qwen2-vl-server") / "model", context_window=512, progress=False
-    )
+def qwen2_vl(tiny_zoo):
+    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_vl_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield hf_model, hf, model
     model.close()

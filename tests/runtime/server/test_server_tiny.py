@@ -20,7 +20,7 @@ import pytest
 from repo_paths import TEMPLATES
 
 from clika_runtime import modelverse
-from clika_runtime.engine.types import GenerationConfig
+from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.server import start_server
 
 KEY = "test-key"

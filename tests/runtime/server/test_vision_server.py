@@ -15,7 +15,6 @@ import openai
 import pytest
 from vision_helpers import build_idefics3_chat, random_image
 
-from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
@@ -26,11 +25,9 @@ QUESTION = "What is this?"
 
 
 @pytest.fixture(scope="module")
-def vision_model(tmp_path_factory):
-    _, hf = build_idefics3_chat(tmp_path_factory.mktemp("idefics3-server-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("idefics3-server") / "model", context_window=512, progress=False
-    )
+def vision_model(tiny_zoo):
+    _, hf = tiny_zoo.checkpoint(build_idefics3_chat)
+    folder = tiny_zoo.export(hf, context_window=512)
     model = modelverse.load(folder, threads=1)
     yield model
     model.close()

@@ -14,7 +14,6 @@ from audio_helpers import AUDIO_TOKEN, build_qwen2_audio_chat
 from audio_signals import speech_like
 from resumed_sessions import loaded, second_process
 
-from clika_export.api import export
 from clika_runtime.media.vision_tower import media_support
 from clika_runtime.sessions import AsyncChat, SQLiteStore
 
@@ -24,11 +23,9 @@ GREEDY = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    _, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("qwen2-audio-store-hf"))
-    return export(
-        hf, tmp_path_factory.mktemp("qwen2-audio-store") / "model", context_window=512, progress=False
-    )
+def folder(tiny_zoo):
+    _, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
+    return tiny_zoo.export(hf, context_window=512)
 
 
 def first_process(folder, path, wave, *, with_kv: bool):

@@ -11,7 +11,6 @@ import resumed_sessions
 from resumed_sessions import loaded, second_process
 from vision_helpers import build_idefics3_chat, random_image
 
-from clika_export.api import export
 from clika_runtime.sessions import SQLiteStore
 
 QUESTION = "What is this?"
@@ -20,9 +19,9 @@ GREEDY = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    _, hf = build_idefics3_chat(tmp_path_factory.mktemp("idefics3-store-hf"))
-    return export(hf, tmp_path_factory.mktemp("idefics3-store") / "model", context_window=512, progress=False)
+def folder(tiny_zoo):
+    _, hf = tiny_zoo.checkpoint(build_idefics3_chat)
+    return tiny_zoo.export(hf, context_window=512)
 
 
 def transcript(model, messages) -> list[int]:

@@ -14,7 +14,7 @@ running sequences (one spare block each), so prompts do not preempt each
 other in turns; when a running sequence still finds no block the scheduler
 preempts another one.
 
-Prefix reuse (``clika_runtime.engine.prefix_cache``): a block is indexed by its
+Prefix reuse (``clika_runtime.engine.kv.prefix_cache``): a block is indexed by its
 chain key once full (so concurrent requests share a system prompt as soon as
 the first has computed it; a block computed twice in the same step is merged
 into the indexed one), a finished sequence's last unfilled block is indexed
@@ -29,8 +29,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from clika_runtime.engine.block_pool import BlockPool
-from clika_runtime.engine.kv_cache import (
+from clika_runtime.engine.kv.block_pool import BlockPool
+from clika_runtime.engine.kv.kv_cache import (
     Allocation,
     CacheShape,
     KVCacheManager,
@@ -39,8 +39,8 @@ from clika_runtime.engine.kv_cache import (
     reuse_limit,
     sampled_logits,
 )
-from clika_runtime.engine.kv_snapshot import KVSnapshot, install_snapshot, take_snapshot
-from clika_runtime.engine.prefix_cache import ROOT_HASH, PrefixIndex, PrefixMatch, chain_hash
+from clika_runtime.engine.kv.kv_snapshot import KVSnapshot, install_snapshot, take_snapshot
+from clika_runtime.engine.kv.prefix_cache import ROOT_HASH, PrefixIndex, PrefixMatch, chain_hash
 from clika_runtime.engine.sequence import Sequence
 from clika_runtime.engine.step_plan import StepPlan
 from clika_runtime.paged_step_graph import PagedRow, pack_paged_step

@@ -10,7 +10,7 @@ Every block is in exactly one state:
   recently used first when a block is needed and none is free.
 
 The pool hands out block *ids*; the KV arrays live in
-``clika_runtime.engine.paged_cache.PagedKVCache``.
+``clika_runtime.engine.kv.paged_cache.PagedKVCache``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 
-from clika_runtime.engine.prefix_cache import PrefixIndex
+from clika_runtime.engine.kv.prefix_cache import PrefixIndex
 
 
 class BlockPool:

@@ -1,6 +1,6 @@
 """Draft tokens from an assistant model: a smaller model of the same vocabulary guesses ahead.
 
-A ``clika_runtime.engine.drafting.Drafter``: the target engine asks it before
+A ``clika_runtime.engine.spec_decode.drafting.Drafter``: the target engine asks it before
 scheduling a step, never from inside the scheduler.
 
 The assistant runs its own engine (its own KV cache and thread). Each step

@@ -14,7 +14,7 @@ first token where it differs, not just whole blocks. Such a partial match is
 always copied into a private block before the request writes after it.
 
 The index only names blocks; reference counts, the free list and eviction
-belong to ``clika_runtime.engine.block_pool.BlockPool``.
+belong to ``clika_runtime.engine.kv.block_pool.BlockPool``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A copy of the KV the paged cache holds for a token prefix, and its way back in as cached blocks.
 
-A conversation that keeps its KV next to its transcript (``clika_runtime.engine.kv_file``)
+A conversation that keeps its KV next to its transcript (``clika_runtime.engine.kv.kv_file``)
 takes a snapshot of the blocks its tokens' prefix cache entries name: per layer
 ``[kv_heads, tokens, head_dim]``, token-contiguous, so a snapshot does not depend
 on the block size it was taken at. Installing it writes fresh blocks and indexes
@@ -21,12 +21,12 @@ from typing import Protocol
 
 import numpy as np
 
-from clika_runtime.engine.block_pool import BlockPool
-from clika_runtime.engine.prefix_cache import ROOT_HASH, PrefixIndex, chain_hash
+from clika_runtime.engine.kv.block_pool import BlockPool
+from clika_runtime.engine.kv.prefix_cache import ROOT_HASH, PrefixIndex, chain_hash
 
 
-class PagedKVCache(Protocol):
-    """What these functions use of ``clika_runtime.engine.paged_cache.PagedKVCache`` (which imports them)."""
+class SnapshotBlocks(Protocol):
+    """The block cache as a snapshot reads and fills it (``paged_cache.PagedKVCache``, which imports this)."""
 
     block_size: int
     prefix_reuse: bool
@@ -51,7 +51,7 @@ class KVSnapshot:
         return len(self.token_ids)
 
 
-def take_snapshot(cache: PagedKVCache, token_ids: Sequence[int]) -> KVSnapshot | None:
+def take_snapshot(cache: SnapshotBlocks, token_ids: Sequence[int]) -> KVSnapshot | None:
     """The KV the prefix cache holds for the longest cached prefix of ``token_ids`` (None: none)."""
     if not cache.prefix_reuse or not token_ids:
         return None
@@ -76,7 +76,7 @@ def take_snapshot(cache: PagedKVCache, token_ids: Sequence[int]) -> KVSnapshot |
     )
 
 
-def install_snapshot(cache: PagedKVCache, snapshot: KVSnapshot) -> int:
+def install_snapshot(cache: SnapshotBlocks, snapshot: KVSnapshot) -> int:
     """Write ``snapshot`` into fresh blocks indexed as its tokens' cached prefix; how many tokens
     the cache now holds for it (fewer when the budget has no room for all of it, 0 without prefix reuse).
 
@@ -116,7 +116,7 @@ def install_snapshot(cache: PagedKVCache, snapshot: KVSnapshot) -> int:
 
 
 def _written_block(
-    cache: PagedKVCache, snapshot: KVSnapshot, start: int, count: int, held: list[int]
+    cache: SnapshotBlocks, snapshot: KVSnapshot, start: int, count: int, held: list[int]
 ) -> int | None:
     """A fresh block holding the snapshot's tokens ``[start, start + count)`` (None: no room)."""
     block = cache.take_block()

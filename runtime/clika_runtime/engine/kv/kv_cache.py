@@ -6,7 +6,7 @@ sequence (or learn there is no room yet, a result and not an error),
 it, and ``pack`` a step's inputs for the buffers the executor binds.
 ``ContinuousKVCache`` gives each sequence one slot, a row of ``[slots,
 kv_heads, capacity, head_dim]`` NumPy buffers per layer that the graph updates
-in place; ``clika_runtime.engine.paged_cache.PagedKVCache`` keeps KV in a
+in place; ``clika_runtime.engine.kv.paged_cache.PagedKVCache`` keeps KV in a
 pool of fixed-size blocks instead.
 
 Prefix reuse in continuous mode: a freed slot remembers which tokens its KV
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clika_runtime.engine.decode_packer import DecodePacker
-from clika_runtime.engine.kv_snapshot import KVSnapshot
+from clika_runtime.engine.kv.kv_snapshot import KVSnapshot
 from clika_runtime.engine.sequence import Sequence
 from clika_runtime.engine.step_plan import ScheduledRow, StepPlan
 from clika_runtime.step_graph import StepRow, pack_step
@@ -150,7 +150,7 @@ class KVCacheManager(abc.ABC):
 
     def snapshot(self, token_ids: list[int]) -> KVSnapshot | None:
         """The KV held for the longest cached prefix of ``token_ids`` (None: none, or a cache that
-        keeps no snapshots: only the paged cache does, ``clika_runtime.engine.kv_snapshot``)."""
+        keeps no snapshots: only the paged cache does, ``clika_runtime.engine.kv.kv_snapshot``)."""
         return None
 
     def install(self, snapshot: KVSnapshot) -> int:

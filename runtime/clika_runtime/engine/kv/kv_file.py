@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from clika_runtime.engine.kv_snapshot import KVSnapshot
+from clika_runtime.engine.kv.kv_snapshot import KVSnapshot
 from clika_runtime.engine.prompt_media import MEDIA_KEY_FLOOR
 
 MAGIC = b"CLIKAKV\x01"

@@ -1,0 +1,1 @@
+"""The KV cache: continuous slots, paged blocks with a prefix index, snapshots and their files."""
