@@ -126,8 +126,10 @@ def test_ci_runs_the_readme_test_command() -> None:
     apt = "apt-get install -y chromium chromium-driver"
     assert f"`{apt}`" in readme
     before = ci_lines[:-1]
-    assert before[0].startswith("if ") and before[-1] == "fi" and len(before) == 3
-    assert before[1].startswith(apt + " ||")
+    assert before[0].startswith("if ") and before[-1] == "fi"
+    installs = " ".join(before[1:-1])
+    assert "apt-get update" in installs and "install -y -qq chromium chromium-driver" in installs
+    assert "|| echo" in installs  # a failed install skips the browser tests, it does not fail CI
 
 
 def test_a_runtime_only_install_resolves_lists_runs_and_removes_pulled_models(
