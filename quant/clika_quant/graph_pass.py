@@ -34,10 +34,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from clika_quant.blocks import BlockQuantized, pack_b, pack_zero_points
 from clika_quant.choose import Group
 from clika_quant.nibbles import NibbleSplit
 from clika_quant.onnx_ops import MS_DOMAIN, dynamic_quantize_matmul
+from clika_runtime.kernels import gguf_matmul as gguf_op
+from clika_runtime.kernels.blocks import BlockQuantized, pack_b, pack_zero_points
 
 _INIT_NAMES = {"b": "qweight", "scales": "scales", "zp": "zero_points", "offsets": "offsets"}
 
@@ -158,6 +159,27 @@ class Rewriter:
             nodes.append(helper.make_node("Concat", outputs, [out], name=f"{scope}/Concat", axis=-1))
         self.replaced[node.name] = nodes
         return 0
+
+    def gguf_matmul(
+        self, node: onnx.NodeProto, blocks: np.ndarray, ggml_type: str, k: int, base: str, precision: str
+    ) -> None:
+        """Replace a MatMul/Gemm by ``ai.clika.GgufMatMul`` reading the GGUF blocks as stored
+        (``blocks``: uint8 ``[N, row_bytes]``, written page-aligned to the data file)."""
+        scope = node.name.rsplit("/", 1)[0]
+        b_name = self.add_init(f"{base}{gguf_op.B_SUFFIX}", blocks)
+        self.replaced[node.name] = [
+            helper.make_node(
+                gguf_op.OP_TYPE,
+                [node.input[0], b_name],
+                [node.output[0]],
+                name=f"{scope}/{gguf_op.OP_TYPE}",
+                domain=gguf_op.DOMAIN,
+                ggml_type=gguf_op.GGML_TYPE_IDS[ggml_type],
+                K=k,
+                N=blocks.shape[0],
+                precision=precision,
+            )
+        ]
 
     def _nbits(
         self, x: str, out: str, matrix: BlockQuantized, base: str, scope: str, level: int
