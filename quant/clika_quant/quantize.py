@@ -200,8 +200,8 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
 def _gguf_form(name, sources, raw, roles, plan, levels, options: QuantOptions):
     """The GGUF blocks of a layer matrix ``GgufMatMul`` reads (uint8 ``[N, row_bytes]``: its
     sources' rows, one GGUF type) and that type, or None where it keeps the MatMulNBits form
-    (the token table and head, mixed types, accuracy levels 1-3, uncentred zero points, the
-    option off)."""
+    (the token table and head, mixed types, accuracy levels 1-3, uncentred zero points, 8-bit
+    layers a requantizing pass may change, the option off)."""
     # The runtime's MatMulNBits form of the op centres its zero points: only that option's form.
     if not (options.gguf_matmul and options.transcode and options.center_zero_points):
         return None
@@ -213,6 +213,8 @@ def _gguf_form(name, sources, raw, roles, plan, levels, options: QuantOptions):
     types = {b.ggml_type if b is not None else None for b in blocks}
     if len(types) != 1 or next(iter(types)) not in GGML_TYPE_IDS:
         return None
+    if options.requantize_target_kl is not None and plan.groups[0].matrix.bits == 8:
+        return None  # ``sensitivity_bits`` requantizes 8-bit layers from their MatMulNBits form
     check_finite_blocks(name, sources, blocks, plan.groups[0].matrix)
     data = [np.asarray(b.data, np.uint8) for b in blocks]
     return (data[0] if len(data) == 1 else np.concatenate(data)), blocks[0].ggml_type

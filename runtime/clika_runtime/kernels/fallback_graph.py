@@ -145,7 +145,8 @@ class _Builder:
         return np.memmap(path, np.uint8, "r", offset=info.offset, shape=(count,)).reshape(info.dims)
 
     def _supply(self, name: str, array: np.ndarray) -> str:
-        if name not in self._names:
+        # A name the graph holds already is the same array (the block indicator of the head's K).
+        if name not in self._names and name not in self.initializers:
             self._names.add(name)
             array = np.ascontiguousarray(array)
             self.supplied[name] = array
@@ -187,7 +188,7 @@ class _Builder:
         if key in self._block_sums:
             return self._block_sums[key], []
         name = f"block_sum.indicator.{k}x{block}"
-        if name not in self._names:
+        if name not in self._names and name not in self.initializers:
             indicator = (np.arange(k)[:, None] // block == np.arange(-(-k // block))[None, :]).astype(
                 np.float32
             )
