@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from clika_runtime.kernels import proto_wire as w
+from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM, block_sum_shape_names
 from clika_runtime.kernels.blocks import BlockQuantized, pack_b, pack_zero_points
 from clika_runtime.kernels.centring import center_zero_points
 from clika_runtime.kernels.gguf_matmul import (
@@ -67,15 +68,18 @@ class RewrittenGraph:
     nodes: int  # GgufMatMul nodes replaced
 
 
-def rewrite(model_bytes: bytes, folder: Path) -> RewrittenGraph:
-    """``model_bytes`` (a graph whose external data lives in ``folder``) without GgufMatMul."""
+def rewrite(model_bytes: bytes, folder: Path | None, block_sum: str = BLOCK_SUM_FORM) -> RewrittenGraph:
+    """``model_bytes`` (a graph whose external data lives in ``folder``) without GgufMatMul.
+
+    ``block_sum``: the offsets' block sums as "reduce" (Reshape + ReduceSum) or "matmul" (a 0/1
+    indicator matrix), ``block_sums.BLOCK_SUM_FORM`` unless a benchmark compares them."""
     model = w.decode(model_bytes)
     graph_index = next((i for i, f in enumerate(model) if f.number == w.MODEL_GRAPH), None)
     if graph_index is None:
         raise FallbackError("the model has no graph")
     graph = w.decode(model[graph_index].value)
     tensors = {tensor_name(f.value): f for f in graph if f.number == w.GRAPH_INITIALIZER}
-    builder = _Builder(folder, tensors)
+    builder = _Builder(folder, tensors, block_sum=block_sum)
     nodes: list[w.Field] = []
     for f in graph:
         if f.number != w.GRAPH_NODE:
@@ -99,7 +103,7 @@ def rewrite(model_bytes: bytes, folder: Path) -> RewrittenGraph:
 
 @dataclass
 class _Builder:
-    folder: Path
+    folder: Path | None
     initializers: dict[str, w.Field]
     tensors: list[bytes] = field(default_factory=list)
     supplied: dict[str, np.ndarray] = field(default_factory=dict)
@@ -107,6 +111,7 @@ class _Builder:
     count: int = 0
     _block_sums: dict[tuple[str, int, int], str] = field(default_factory=dict)
     _names: set[str] = field(default_factory=set)
+    block_sum: str = BLOCK_SUM_FORM
 
     def replace(self, node: Node) -> list[Node]:
         x, b_name = node.inputs[0], node.inputs[1]
@@ -139,6 +144,8 @@ class _Builder:
             if data.size != count:
                 raise FallbackError(f"initializer {name!r} holds {data.size} bytes, its shape {count}")
             return data.reshape(info.dims)
+        if self.folder is None:
+            raise FallbackError(f"initializer {name!r} is external data, but the graph has no folder")
         path = self.folder / info.location
         if not path.is_file() or path.stat().st_size < info.offset + count:
             raise FallbackError(f"initializer {name!r}: {info.location} is missing or too short")
@@ -187,15 +194,26 @@ class _Builder:
         key = (x, k, block)
         if key in self._block_sums:
             return self._block_sums[key], []
+        sums = f"{scope}/BlockSum/output_0"
+        self._block_sums[key] = sums
+        if self.block_sum == "reduce" and not k % block:
+            shape, axes = block_sum_shape_names(k, block)
+            self._inline(shape, np.array([0, k // block, block], np.int64))
+            self._inline(axes, np.array([2], np.int64))
+            blocks = f"{scope}/BlockSum/Reshape/output_0"
+            return sums, [
+                Node("Reshape", [x, shape], [blocks], f"{scope}/BlockSum/Reshape"),
+                Node("ReduceSum", [blocks, axes], [sums], f"{scope}/BlockSum", "", {"keepdims": 0}),
+            ]
         name = f"block_sum.indicator.{k}x{block}"
         if name not in self._names and name not in self.initializers:
             indicator = (np.arange(k)[:, None] // block == np.arange(-(-k // block))[None, :]).astype(
                 np.float32
             )
             self._supply(name, indicator)
-        sums = f"{scope}/BlockSum/output_0"
-        self._block_sums[key] = sums
         return sums, [Node("MatMul", [x, name], [sums], f"{scope}/BlockSum")]
 
-
-__all__ = ["FallbackError", "RewrittenGraph", "has_gguf_matmul", "inline_tensor", "rewrite"]
+    def _inline(self, name: str, array: np.ndarray) -> None:
+        if name not in self._names and name not in self.initializers:
+            self._names.add(name)
+            self.tensors.append(inline_tensor(name, array))

@@ -55,10 +55,11 @@ def kernels_for_session(options: ort.SessionOptions) -> tuple[bool, str]:
     if os.environ.get("CLIKA_KERNELS", "").strip().lower() in ("off", "0", "false", "no"):
         return False, "CLIKA_KERNELS=off"
     try:
-        from clika_runtime.kernels import library
+        from clika_runtime.kernels.library import register_kernels
     except ImportError:
         return False, "this install has no kernel library"
-    return library.register(options)
+    status = register_kernels(options)
+    return status.available, status.describe()
 
 
 def prepare_graph(model_path: Path, options: ort.SessionOptions) -> OpenableGraph:
