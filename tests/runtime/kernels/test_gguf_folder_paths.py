@@ -57,7 +57,11 @@ def test_every_graph_kind_gives_the_matmulnbits_forms_logits(folders, monkeypatc
             ).step(tokens, all_logits=True)
             for on in (True, False)
         )
-        assert np.array_equal(got, want), key
+        if dtype:
+            # The int8 KV twins hold scales each export calibrated on its own: close, not equal.
+            assert np.abs(got - want).max() <= 0.05 * np.abs(want).max(), key
+        else:
+            assert np.array_equal(got, want), key
     for key, spec in manifest.graphs.items():
         session = open_session(folders[True] / spec.file, session_options(1), manifest.rope_tables)
         assert not session.kernel_path.kernels and session.kernel_path.nodes > 0, key
