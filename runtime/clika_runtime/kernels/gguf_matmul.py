@@ -14,23 +14,23 @@ MatMulNBits form the exporter wrote before the op existed (``fallback_graph``):
 
 from __future__ import annotations
 
-DOMAIN = "ai.clika"
-OP_TYPE = "GgufMatMul"
-OPSET_VERSION = 1
+# The op's contract is the kernel library's (``op``); the graph-side names read it from there.
+from clika_runtime.kernels.op import DOMAIN, GGML_TYPE_IDS, OP_TYPE
+from clika_runtime.kernels.op import OP_VERSION as OPSET_VERSION
+
+__all__ = [
+    "B_SUFFIX",
+    "DOMAIN",
+    "GGML_TYPE_IDS",
+    "GGML_TYPE_NAMES",
+    "LEVEL_PRECISIONS",
+    "OPSET_VERSION",
+    "OP_TYPE",
+    "PRECISION_LEVELS",
+]
+
 # The B initializer of the matrix ``base`` (``model.layers.0.mlp.down_proj``) is named ``base + SUFFIX``.
 B_SUFFIX = ".gguf"
-
-# GGUF type ids (ggml's ``enum ggml_type``) of the block types the op reads.
-GGML_TYPE_IDS = {
-    "Q4_0": 2,
-    "Q4_1": 3,
-    "Q5_0": 6,
-    "Q5_1": 7,
-    "Q8_0": 8,
-    "Q4_K": 12,
-    "Q5_K": 13,
-    "Q6_K": 14,
-}
 GGML_TYPE_NAMES = {value: name for name, value in GGML_TYPE_IDS.items()}
 
 # precision -> the MatMulNBits accuracy level of the same numerics

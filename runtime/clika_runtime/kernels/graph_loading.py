@@ -12,7 +12,6 @@ on the session (``session.kernel_path``) for ``clika show``.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,10 +49,8 @@ class OpenableGraph:
 
 
 def kernels_for_session(options: ort.SessionOptions) -> tuple[bool, str]:
-    """Register the kernel library's ops on ``options`` where it can be used: (True, its ISA),
-    else (False, why not)."""
-    if os.environ.get("CLIKA_KERNELS", "").strip().lower() in ("off", "0", "false", "no"):
-        return False, "CLIKA_KERNELS=off"
+    """Register the kernel library's ops on ``options`` where it can be used (not with
+    ``CLIKA_KERNELS=off``): (True, its ISA), else (False, why not)."""
     try:
         from clika_runtime.kernels.library import register_kernels
     except ImportError:

@@ -77,7 +77,7 @@ def test_ort_runs_the_rewrite_and_gets_the_matmulnbits_outputs(ggml_type, monkey
     a = np.random.default_rng(0).standard_normal((5, COLS)).astype(np.float32)
     fallback = inference_session(forms[True][0].SerializeToString())
     nbits = inference_session(forms[False][0].SerializeToString())
-    assert not fallback.kernel_path.kernels and fallback.kernel_path.detail == "CLIKA_KERNELS=off"
+    assert not fallback.kernel_path.kernels and "CLIKA_KERNELS=off" in fallback.kernel_path.detail
     assert nbits.kernel_path is None
     for got, want in zip(fallback.run(None, {"A": a}), nbits.run(None, {"A": a}), strict=True):
         assert np.array_equal(got, want)
