@@ -6,7 +6,7 @@ import gguf
 import numpy as np
 from gguf.quants import dequantize
 
-from clika_quant.gguf_transcode import BLOCK_LAYOUT
+from clika_runtime.kernels.transcode import BLOCK_LAYOUT
 
 # Byte offsets of the fp16 fields (d, and dmin/m where present) in each block type.
 FP16_FIELDS = {

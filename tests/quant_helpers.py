@@ -8,8 +8,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from clika_export.checkpoint import RawBlocks
-from clika_quant.blocks import BlockQuantized
 from clika_quant.onnx_ops import matmul_nbits
+from clika_runtime.kernels.blocks import BlockQuantized
 
 OPSETS = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
 

@@ -22,11 +22,11 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from clika_quant.blocks import BlockQuantized
 from clika_quant.graph_pass import Rewriter
 from clika_quant.nibbles import split_nibbles
 from clika_quant.onnx_ops import MS_DOMAIN
 from clika_quant.rtn import quantize_rtn
+from clika_runtime.kernels.blocks import BlockQuantized
 
 SHAPES = {
     "q5_0 gate_up 0.5B": (896, 9728, 5, 32),

@@ -84,6 +84,7 @@ def describe(local: LocalModel) -> dict[str, Any]:
             "audio": model.supports_audio,
             "video": model.supports_video,
         }
+        kernels = model.kernels  # the kernel library (and its ISA) or the MatMulNBits rewrite, and why
     finally:
         model.close()
     item = _catalog_item_of(manifest.provenance.source_sha256)
@@ -107,6 +108,7 @@ def describe(local: LocalModel) -> dict[str, Any]:
         "tool_call_format": tools,
         "reasoning_mode": reasoning,
         "media": media,  # what the model reads beside text (a vision graph: images)
+        "kernels": kernels,
         "generation_defaults": dict(manifest.generation_defaults),
         "quality": dict(manifest.quality),
         "source": dataclasses.asdict(manifest.provenance),

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from clika_quant.blocks import BlockQuantized
-from clika_quant.gguf_transcode import TRANSCODABLE, transcode
 from clika_quant.options import QuantOptions
 from clika_quant.rtn import quantize_rtn
 from clika_quant.search import quantize_search, weighted_error
+from clika_runtime.kernels.blocks import BlockQuantized
+from clika_runtime.kernels.centring import center_zero_points
+from clika_runtime.kernels.transcode import TRANSCODABLE, transcode
 
 
 @dataclass
@@ -114,40 +115,6 @@ def _centered(groups: list[Group], options: QuantOptions) -> list[Group]:
     if not options.center_zero_points:
         return groups
     return [Group(center_zero_points(g.matrix), g.sources, g.methods, g.rel_error) for g in groups]
-
-
-def center_zero_points(matrix: BlockQuantized) -> BlockQuantized:
-    """The same weights with each block's integer zero point moved to its mean code.
-
-    Only matrices with offsets can move their zero point (the offset takes up
-    ``scale * shift``). A block keeps its zero point when the new offset would
-    not be exact in float32, so ``dequantize`` never changes.
-    """
-    if matrix.offsets is None or matrix.float_zero_points:
-        return matrix
-    # Padding codes past K never meet an activation: they do not count in the mean.
-    counts = np.minimum(matrix.block_size, matrix.k - np.arange(matrix.n_blocks) * matrix.block_size)
-    mean = _block_sums(matrix.codes[:, : matrix.k].astype(np.float64), matrix) / counts
-    old = matrix.integer_zero_points().astype(np.float64)
-    new = np.clip(np.rint(mean), 0, (1 << matrix.bits) - 1)
-    offsets = matrix.offsets.astype(np.float64) + (new - old) * matrix.scales.astype(np.float64)
-    exact = offsets.astype(np.float32).astype(np.float64) == offsets
-    return BlockQuantized(
-        codes=matrix.codes,
-        scales=matrix.scales,
-        zero_points=np.where(exact, new, old).astype(np.uint8),
-        bits=matrix.bits,
-        block_size=matrix.block_size,
-        k=matrix.k,
-        offsets=np.where(exact, offsets, matrix.offsets).astype(np.float32),
-    )
-
-
-def _block_sums(values_nk: np.ndarray, matrix: BlockQuantized) -> np.ndarray:
-    """Sums of ``[N, K]`` values over each block of K (the last block may be short)."""
-    pad = matrix.n_blocks * matrix.block_size - values_nk.shape[1]
-    padded = np.pad(values_nk, ((0, 0), (0, pad)))
-    return padded.reshape(matrix.n, matrix.n_blocks, matrix.block_size).sum(-1)
 
 
 def merge_groups(parts: list[Group]) -> list[Group]:

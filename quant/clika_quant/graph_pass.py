@@ -34,10 +34,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from clika_quant.blocks import BlockQuantized, pack_b, pack_zero_points
 from clika_quant.choose import Group
 from clika_quant.nibbles import NibbleSplit
 from clika_quant.onnx_ops import MS_DOMAIN, dynamic_quantize_matmul
+from clika_runtime.kernels import gguf_matmul as gguf_op
+from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM, block_sum_shape_names
+from clika_runtime.kernels.blocks import BlockQuantized, pack_b, pack_zero_points
 
 _INIT_NAMES = {"b": "qweight", "scales": "scales", "zp": "zero_points", "offsets": "offsets"}
 
@@ -58,6 +60,7 @@ class Rewriter:
     # Matrices stored as high and low codes (``nibbles``), by base name: their rows are gathered
     # from both parts, and their high part ranks the head's candidates.
     splits: dict[str, NibbleSplit] = field(default_factory=dict)
+    block_sum: str = BLOCK_SUM_FORM  # the offsets' block sums (``clika_runtime.kernels.block_sums``)
 
     def node(self, name: str) -> onnx.NodeProto:
         for node in self.graph.node:
@@ -158,6 +161,27 @@ class Rewriter:
             nodes.append(helper.make_node("Concat", outputs, [out], name=f"{scope}/Concat", axis=-1))
         self.replaced[node.name] = nodes
         return 0
+
+    def gguf_matmul(
+        self, node: onnx.NodeProto, blocks: np.ndarray, ggml_type: str, k: int, base: str, precision: str
+    ) -> None:
+        """Replace a MatMul/Gemm by ``ai.clika.GgufMatMul`` reading the GGUF blocks as stored
+        (``blocks``: uint8 ``[N, row_bytes]``, written page-aligned to the data file)."""
+        scope = node.name.rsplit("/", 1)[0]
+        b_name = self.add_init(f"{base}{gguf_op.B_SUFFIX}", blocks)
+        self.replaced[node.name] = [
+            helper.make_node(
+                gguf_op.OP_TYPE,
+                [node.input[0], b_name],
+                [node.output[0]],
+                name=f"{scope}/{gguf_op.OP_TYPE}",
+                domain=gguf_op.DOMAIN,
+                ggml_type=gguf_op.GGML_TYPE_IDS[ggml_type],
+                K=k,
+                N=blocks.shape[0],
+                precision=precision,
+            )
+        ]
 
     def _nbits(
         self, x: str, out: str, matrix: BlockQuantized, base: str, scope: str, level: int
@@ -449,21 +473,33 @@ class Rewriter:
     def _block_sum(self, x: str, k: int, block: int, scope: str) -> tuple[str, list[onnx.NodeProto]]:
         """``x[T, K]`` summed per block of ``block`` inputs -> ``[T, n_blocks]`` (shared by all users of x).
 
-        One MatMul with a 0/1 block indicator ``[K, n_blocks]``: a short last block needs no padding,
-        and one node costs less than Reshape + ReduceSum at decode sizes.
+        ``Reshape + ReduceSum`` where K is whole blocks, else one MatMul with a 0/1 block indicator
+        ``[K, n_blocks]`` (a short last block needs no padding); ``block_sums`` says which is used
+        and why, and the runtime's rewrite of GgufMatMul writes the same.
         """
         key = (x, k, block)
         if key in self._block_sums:
             return self._block_sums[key], []
+        sums = f"{scope}/BlockSum/output_0"
+        self._block_sums[key] = sums
+        if self.block_sum == "reduce" and not k % block:
+            shape, axes = block_sum_shape_names(k, block)
+            if shape not in self._packed:
+                self._packed[shape] = self.add_init(shape, np.array([0, k // block, block], np.int64))
+            if axes not in self._packed:
+                self._packed[axes] = self.add_init(axes, np.array([2], np.int64))
+            blocks = f"{scope}/BlockSum/Reshape/output_0"
+            return sums, [
+                helper.make_node("Reshape", [x, shape], [blocks], name=f"{scope}/BlockSum/Reshape"),
+                helper.make_node("ReduceSum", [blocks, axes], [sums], name=f"{scope}/BlockSum", keepdims=0),
+            ]
         name = f"block_sum.indicator.{k}x{block}"
         if name not in self._packed:
             indicator = (np.arange(k)[:, None] // block == np.arange(-(-k // block))[None, :]).astype(
                 np.float32
             )
             self._packed[name] = self.add_init(name, indicator)
-        sums = f"{scope}/BlockSum/output_0"
         nodes = [helper.make_node("MatMul", [x, self._packed[name]], [sums], name=f"{scope}/BlockSum")]
-        self._block_sums[key] = sums
         return sums, nodes
 
     def dqmm(self, node: onnx.NodeProto, weight_kn: np.ndarray, base: str) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clika_quant.blocks import BlockQuantized
+from clika_runtime.kernels.blocks import BlockQuantized
 
 HIGH_BITS = 4
 
@@ -140,6 +140,6 @@ def split_layer_blocks(matrix: BlockQuantized) -> NibbleSplit | None:
 
 def layer_split_bytes(split: NibbleSplit) -> int:
     """Bytes of a split layer matrix: its codes, scales once and the low part's zero points."""
-    from clika_quant.blocks import pack_zero_points
+    from clika_runtime.kernels.blocks import pack_zero_points
 
     return split.nbytes() + pack_zero_points(split.low).nbytes

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from clika_quant.blocks import BlockQuantized, pack_b, pack_zero_points
+from clika_runtime.kernels.blocks import BlockQuantized, pack_b, pack_zero_points
 
 MS_DOMAIN = "com.microsoft"
 

@@ -115,6 +115,12 @@ class QuantOptions:
     accuracy_level_8bit: int = 4
     accuracy_level: int | None = None
     transcode: bool = True
+    # GGUF layer matrices (one GGUF type a matrix, computed at level 0 or 4) are stored as the file's
+    # blocks unchanged and computed by ``ai.clika.GgufMatMul`` (``clika_runtime.kernels``: 4.5 bits
+    # a Q4_K weight against MatMulNBits' 6.1 with its offsets, read in place); the runtime rewrites
+    # them into the MatMulNBits form at load where the kernel library is not loaded. Off: that form
+    # is written.
+    gguf_matmul: bool = True
     embedding: str = "auto"
     head: str = "auto"
     int8_op: str = "matmulnbits"
@@ -263,6 +269,11 @@ class QuantOptions:
             parts.append(
                 "8-bit layer matrices requantized to 4 bits where the measured KL of the mix stays "
                 f"at most {self.requantize_target_kl:g}"
+            )
+        if self.gguf_matmul and self.transcode:
+            parts.append(
+                "GGUF layer matrices stored as the file's blocks, computed by ai.clika.GgufMatMul "
+                "(MatMulNBits at load without the kernel library)"
             )
         if self.center_zero_points:
             parts.append("zero points centred on each block's mean code")

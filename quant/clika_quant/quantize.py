@@ -26,15 +26,16 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from clika_quant.blocks import BlockQuantized
 from clika_quant.choose import plan_matrix
-from clika_quant.gguf_transcode import TRANSCODABLE
 from clika_quant.graph_pass import Rewriter, check_gemm_is_plain
 from clika_quant.model_file import load_graph, save_graph
 from clika_quant.nibbles import NibbleSplit, layer_split_bytes, split_layer_blocks, split_nibbles
 from clika_quant.options import QuantError, QuantOptions, check_precision
 from clika_quant.rtn import quantize_rtn
 from clika_quant.twin_table import read_table_from_head
+from clika_runtime.kernels.blocks import BlockQuantized
+from clika_runtime.kernels.gguf_matmul import DOMAIN, GGML_TYPE_IDS, LEVEL_PRECISIONS, OP_TYPE, OPSET_VERSION
+from clika_runtime.kernels.transcode import TRANSCODABLE
 
 EMBED, HEAD = "embed", "lm_head"
 _TABLE_BITS = {"auto": 8, "int8": 8, "int4": 4, "fp32": None}
@@ -113,6 +114,9 @@ def quantize_proto(
         if on_matrix is not None:
             on_matrix(name)
     rewriter.apply()
+    if any(node.op_type == OP_TYPE and node.domain == DOMAIN for node in model.graph.node):
+        if DOMAIN not in {o.domain for o in model.opset_import}:
+            model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, OPSET_VERSION))
     if arrays is not None:
         arrays.update(rewriter.arrays)
     if twin is not None:
@@ -157,6 +161,9 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
     if isinstance(scan, NibbleSplit):
         rewriter.splits[base] = scan  # the table's rows (when tied) come from the same two parts
     splits = _layer_splits(plan, roles, options)
+    gguf = None if splits else _gguf_form(name, sources, raw, roles, plan, levels, options)
+    if gguf is not None:
+        return _as_gguf_matmul(rewriter, name, info, entry, plan, base, gguf, levels[0])
     ops = []
     for node_name in info["nodes"]:
         node = rewriter.node(node_name)
@@ -188,6 +195,81 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
             )
     entry.update(ops=ops, groups=groups)
     return entry
+
+
+def _gguf_form(name, sources, raw, roles, plan, levels, options: QuantOptions):
+    """The GGUF blocks of a layer matrix ``GgufMatMul`` reads (uint8 ``[N, row_bytes]``: its
+    sources' rows, one GGUF type) and that type, or None where it keeps the MatMulNBits form
+    (the token table and head, mixed types, accuracy levels 1-3, uncentred zero points, 8-bit
+    layers a requantizing pass may change, the option off)."""
+    # The runtime's MatMulNBits form of the op centres its zero points: only that option's form.
+    if not (options.gguf_matmul and options.transcode and options.center_zero_points):
+        return None
+    if set(roles) & {EMBED, HEAD}:
+        return None
+    if len(plan.groups) != 1 or levels[0] not in LEVEL_PRECISIONS:
+        return None
+    blocks = [raw(s) for s in sources]
+    types = {b.ggml_type if b is not None else None for b in blocks}
+    if len(types) != 1 or next(iter(types)) not in GGML_TYPE_IDS:
+        return None
+    if options.requantize_target_kl is not None and plan.groups[0].matrix.bits == 8:
+        return None  # ``sensitivity_bits`` requantizes 8-bit layers from their MatMulNBits form
+    check_finite_blocks(name, sources, blocks, plan.groups[0].matrix)
+    data = [np.asarray(b.data, np.uint8) for b in blocks]
+    return (data[0] if len(data) == 1 else np.concatenate(data)), blocks[0].ggml_type
+
+
+def check_finite_blocks(name: str, sources: list[str], blocks, matrix: BlockQuantized) -> None:
+    """NaN or inf scales (or minimums) make every product of the block NaN: refused, naming the
+    tensor; subnormal fp16 scales are values like any other and are kept."""
+    bad = ~np.isfinite(matrix.scales).all(axis=1)
+    if matrix.offsets is not None:
+        bad |= ~np.isfinite(matrix.offsets).all(axis=1)
+    if not bad.any():
+        return
+    row = int(np.argmax(bad))
+    start, index = 0, 0
+    while row >= start + blocks[index].shape[0]:
+        start += blocks[index].shape[0]
+        index += 1
+    source = sources[index]
+    raise QuantError(
+        f"{name}: GGUF tensor {source} has a NaN or infinite scale in row {row - start} "
+        f"(a corrupt file: its products would be NaN)"
+    )
+
+
+def _as_gguf_matmul(rewriter, name, info, entry, plan, base, gguf, level) -> dict[str, Any]:
+    data, ggml_type = gguf
+    group = plan.groups[0]
+    precision = LEVEL_PRECISIONS[level]
+    for node_name in info["nodes"]:
+        node = rewriter.node(node_name)
+        if node.op_type == "Gemm":
+            check_gemm_is_plain(node)
+        elif node.op_type != "MatMul":
+            raise QuantError(
+                f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
+            )
+        rewriter.gguf_matmul(node, data, ggml_type, group.matrix.k, base, precision)
+    rewriter.removed_initializers.add(name)
+    record = {
+        **group.record(),
+        "accuracy_level": level,
+        "weight_format": f"gguf {ggml_type}",
+        "kernel_precision": precision,
+        "bytes": int(data.nbytes),
+    }
+    return {**entry, "ops": [OP_TYPE] * len(info["nodes"]), "groups": [record]}
+
+
+def with_level(group: dict[str, Any], level: int) -> dict[str, Any]:
+    """A group record computed at another accuracy level (and its GgufMatMul precision)."""
+    changed = {**group, "accuracy_level": level}
+    if "kernel_precision" in group:
+        changed["kernel_precision"] = LEVEL_PRECISIONS[level]
+    return changed
 
 
 def _layer_splits(plan, roles: list[str], options: QuantOptions) -> list[NibbleSplit | None] | None:
@@ -334,7 +416,7 @@ def _plainly(matrices: dict[str, Any]) -> str:
     for entry in matrices.values():
         for group in entry.get("groups", []):
             stored[group["bits"]] += group["bytes"]
-            if "MatMulNBits" in entry.get("ops", []):
+            if {"MatMulNBits", OP_TYPE} & set(entry.get("ops", [])):
                 computed["in fp32" if group["accuracy_level"] == 0 else "with int8 activations"] += 1
     kept = ", ".join(f"{bits}-bit {size / 2**20:.1f} MiB" for bits, size in sorted(stored.items()))
     how = ", ".join(f"{count} {kind}" for kind, count in sorted(computed.items()))

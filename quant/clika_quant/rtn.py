@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from clika_quant.blocks import BlockQuantized
+from clika_runtime.kernels.blocks import BlockQuantized
 
 ZERO_POINT_KINDS = ("none", "uint8", "float", "offset")
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from clika_quant.blocks import BlockQuantized
 from clika_quant.rtn import block_range, split_blocks
+from clika_runtime.kernels.blocks import BlockQuantized
 
 # Candidate scales: the RTN range times (levels + STEP * i + LOW) / levels, i = 0..STEPS.
 LOW, STEP, STEPS = -1.0, 0.1, 20

@@ -49,7 +49,9 @@ import onnx
 from onnx import helper
 
 from clika_quant.quality import SequenceRunner
-from clika_quant.quantize import summarize
+from clika_quant.quantize import summarize, with_level
+from clika_runtime.kernels.gguf_matmul import B_SUFFIX, GGML_TYPE_NAMES, LEVEL_PRECISIONS, OP_TYPE
+from clika_runtime.kernels.transcode import FOUR_BIT_TYPES
 
 FAST, EXACT = 4, 0
 PROBE_FILE = "sensitivity_probe.onnx"
@@ -77,6 +79,10 @@ def places_of(model: onnx.ModelProto, record: dict[str, Any], *, only_fast: bool
     for node in model.graph.node:
         if node.op_type == "MatMulNBits" and _attr(node, "bits") == 4:
             by_weight.setdefault(node.input[1], []).append(node)
+        elif node.op_type == OP_TYPE and GGML_TYPE_NAMES.get(_attr(node, "ggml_type")) in FOUR_BIT_TYPES:
+            # GgufMatMul's B is ``base.gguf``: keyed as the MatMulNBits form's ``base.qweight``
+            base = node.input[1][: -len(B_SUFFIX)]
+            by_weight.setdefault(f"{base}.qweight", []).append(node)
     places = []
     for name, entry in record.get("matrices", {}).items():
         if entry.get("layer") is None or not entry.get("groups"):
@@ -105,6 +111,8 @@ def set_levels(model: onnx.ModelProto, levels: dict[str, int]) -> onnx.ModelProt
             for attr in node.attribute:
                 if attr.name == "accuracy_level":
                     attr.CopyFrom(helper.make_attribute("accuracy_level", levels[node.name]))
+                elif attr.name == "precision" and node.op_type == OP_TYPE:
+                    attr.CopyFrom(helper.make_attribute("precision", LEVEL_PRECISIONS[levels[node.name]]))
     return copy
 
 
@@ -302,9 +310,7 @@ def _recorded(record, places, measured, estimated, exact, target_kl, budget, pro
         key = f"{entry['roles'][0]}@{entry['layer']}"
         if key in keyed:
             level = EXACT if key in exact else FAST
-            entry["groups"] = [
-                {**g, "accuracy_level": level} if g["bits"] == 4 else g for g in entry["groups"]
-            ]
+            entry["groups"] = [with_level(g, level) if g["bits"] == 4 else g for g in entry["groups"]]
     record["matrices"] = matrices
     record = summarize(record)
     record["scheme"] = (

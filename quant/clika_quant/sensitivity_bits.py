@@ -31,12 +31,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from clika_quant.blocks import BlockQuantized
 from clika_quant.graph_pass import Rewriter
 from clika_quant.model_file import ExternalWeights, load_graph, save_graph
 from clika_quant.quantize import summarize
 from clika_quant.search import quantize_search
 from clika_quant.sensitivity import FAST, Probe, mean_kl
+from clika_runtime.kernels.blocks import BlockQuantized
 
 REQUANT_BLOCK = 32
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from clika_quant.gguf_transcode import TRANSCODABLE, transcode
+from clika_runtime.kernels.transcode import TRANSCODABLE, transcode
 
 EMBED, HEAD = "embed", "lm_head"
 # Relative difference below which a table and a head are two roundings of one matrix.

@@ -20,6 +20,10 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from clika_runtime.kernels.fallback_graph import FallbackError
+from clika_runtime.kernels.graph_loading import prepare_graph
+from clika_runtime.kernels.proto_wire import WireError
+from clika_runtime.kernels.transcode import TranscodeError
 from clika_runtime.manifest import (
     KV_CACHE_DTYPES,
     MANIFEST_FILE,
@@ -144,14 +148,19 @@ def open_session(
     for name, value in zip(tables, supplied, strict=True):
         options.add_initializer(name, value)
     try:
-        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        graph = prepare_graph(Path(model_path), options)
+        session = ort.InferenceSession(graph.source, options, providers=["CPUExecutionProvider"])
+    except (OSError, FallbackError, WireError, TranscodeError) as exc:
+        raise ManifestError(f"{model_path.name} could not be loaded: {exc}") from None
     except Exception as exc:  # ORT raises several pybind exception types
         raise ManifestError(
             f"{model_path.name} could not be loaded (missing or corrupt file?): {exc}"
         ) from None
     # ORT reads supplied initializers in place and keeps no reference to them: they live as long
     # as the session (a freed table is a crash, not an error).
-    session.supplied_initializers = _Supplied(tables, supplied)
+    session.supplied_initializers = _Supplied(tables, supplied, graph.keep_alive)
+    # How its GgufMatMul nodes run (None: the graph has none), for the load log and `clika show`.
+    session.kernel_path = graph.path
     return session
 
 
@@ -159,6 +168,7 @@ def open_session(
 class _Supplied:
     arrays: dict[str, np.ndarray]
     values: list[ort.OrtValue]
+    graph_arrays: list[object]
 
 
 def check_graph_io(session: ort.InferenceSession, graph: GraphSpec) -> None:

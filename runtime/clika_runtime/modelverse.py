@@ -374,6 +374,13 @@ class GenerativeModel:
         return True
 
     @property
+    def kernels(self) -> str:
+        """How the step graph's GgufMatMul nodes run: the kernel library and its ISA, or the
+        MatMulNBits rewrite and why (``clika_runtime.kernels.graph_loading``)."""
+        path = getattr(self._handle.folder.session, "kernel_path", None)
+        return path.describe() if path is not None else "none (the graph has no GgufMatMul)"
+
+    @property
     def supports_vision(self) -> bool:
         """True when the folder has a vision graph: ``images=`` ride the user turn."""
         return self._images is not None

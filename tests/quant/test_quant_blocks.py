@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from quant_helpers import run_matmul_nbits
 
-from clika_quant.blocks import BlockQuantized, pack_codes, unpack_codes
 from clika_quant.rtn import quantize_rtn
 from clika_quant.search import quantize_search, weighted_error
+from clika_runtime.kernels.blocks import BlockQuantized, pack_codes, unpack_codes
 
 
 def random_matrix(

@@ -11,11 +11,11 @@ from onnx import TensorProto, helper, numpy_helper
 from quant_helpers import BlocksOnly, same_bits
 
 from clika_export.checkpoint import RawBlocks
-from clika_quant.gguf_transcode import transcode
 from clika_quant.model_file import load_graph
 from clika_quant.nibbles import split_nibbles
 from clika_quant.quantize import quantize_model, quantize_proto
 from clika_quant.rtn import quantize_rtn
+from clika_runtime.kernels.transcode import transcode
 
 # GGUF type -> (low bits stored, shift): Q8_0 codes span 8 bits, Q6_K 6, Q5_0 5.
 SPLITS = {"Q8_0": (4, 4), "Q6_K": (2, 2), "Q5_0": (2, 1)}

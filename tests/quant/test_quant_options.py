@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from quant_helpers import OPSETS, BlocksOnly, matmul_model, run_matmul_nbits, same_bits
 
 from clika_export.checkpoint import RawBlocks
-from clika_quant.choose import center_zero_points
-from clika_quant.gguf_transcode import BLOCK_LAYOUT, transcode
 from clika_quant.options import QuantError, QuantOptions
 from clika_quant.quantize import quantize_proto
+from clika_runtime.kernels.centring import center_zero_points
+from clika_runtime.kernels.graph_loading import inference_session
+from clika_runtime.kernels.transcode import BLOCK_LAYOUT, transcode
 
 OFFSET_TYPES = ["Q4_1", "Q4_K", "Q5_1", "Q5_K"]
 
@@ -79,9 +79,8 @@ def test_centring_is_an_option_recorded_in_the_groups():
     checkpoint = BlocksOnly({"w": RawBlocks("Q4_1", data, (rows, cols))})
     ref = transcode("Q4_1", data, (rows, cols)).dequantize()
     for center, kind in ((True, "uint8"), (False, "uint8")):
-        model, record = quantize_proto(
-            matmul_model(ref.T.copy()), checkpoint, "int4", options={"center_zero_points": center}
-        )
+        options = {"center_zero_points": center, "gguf_matmul": False}  # the MatMulNBits form itself
+        model, record = quantize_proto(matmul_model(ref.T.copy()), checkpoint, "int4", options=options)
         assert record["options"]["center_zero_points"] is center
         assert record["matrices"]["w"]["groups"][0]["zero_points"] == kind
         zps = [t for t in model.graph.initializer if t.name.endswith("zero_points")]
@@ -128,7 +127,7 @@ def test_levels_by_place_reach_the_graph():
         n: {"roles": ["mlp.down"], "nodes": [f"/l{n[1]}/down/MatMul"], "layout": "in_out", "layer": int(n[1])}
         for n in weights
     }
-    options = {"accuracy_level_4bit_by_role": {"mlp.down@-1": 0}}
+    options = {"accuracy_level_4bit_by_role": {"mlp.down@-1": 0}, "gguf_matmul": False}
     model, record = quantize_proto(model, checkpoint, "int4", matrices, options)
     assert [record["matrices"][n]["groups"][0]["accuracy_level"] for n in weights] == [4, 0]
     levels = {
@@ -174,7 +173,7 @@ def test_head_rescores_its_best_logits_exactly(ggml_type):
         )
         assert record["lm_head"].get("rescore_top_k", 0) == top_k
         assert record["summary"]["accuracy_levels"] == {f"{8 if ggml_type == 'Q8_0' else 4}-bit level 4": 1}
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = inference_session(model.SerializeToString())
         outputs[top_k] = session.run(None, {"x": x})[0]
     plain, rescored = outputs[0], outputs[k]
     best = np.argsort(-plain, axis=1)[:, :k]
@@ -220,7 +219,7 @@ def test_a_4bit_scan_ranks_and_the_8bit_bytes_score(ggml_type, scan, gather_bits
     gathers = [n for n in model.graph.node if n.op_type == "GatherBlockQuantized"]
     assert [next(a.i for a in n.attribute if a.name == "bits") for n in gathers] == gather_bits
     x = np.random.default_rng(4).standard_normal((6, cols)).astype(np.float32)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = inference_session(model.SerializeToString())
     got = session.run(None, {"x": x})[0]
     exact = x.astype(np.float64) @ table.T.astype(np.float64)
     scored = np.abs(got - exact) < 1e-5 * np.abs(exact).max()
@@ -246,6 +245,8 @@ def test_the_default_is_the_measured_int4_scheme():
         "those at level 0 (fp32 compute) in models of at most 300M weights by whole layers and roles "
         "where int8 activations add the most measured error per byte, within 20% of their bytes "
         "(until the KL left is at most 0.0004); "
+        "GGUF layer matrices stored as the file's blocks, computed by ai.clika.GgufMatMul "
+        "(MatMulNBits at load without the kernel library); "
         "zero points centred on each block's mean code; "
         "a token table that rounds the head's matrix coarser is read from the head's blocks; "
         "head's 256 best logits re-scored in fp32 (ranked by its own high 4 bits, or a 4-bit copy "
@@ -284,7 +285,7 @@ def test_int8_differs_from_int4_only_in_where_4bit_blocks_are_computed():
         exact = a.astype(np.float64) @ weight.T.astype(np.float64)
         model, record = quantize_proto(matmul_model(weight.T.copy()), checkpoint, "int8")
         assert record["matrices"]["w"]["groups"][0]["accuracy_level"] == (0 if kind == "q4" else 4)
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = inference_session(model.SerializeToString())
         error = np.linalg.norm(session.run(None, {"A": a})[0] - exact) / np.linalg.norm(exact)
         assert error < 1e-5 if kind == "q4" else 1e-5 < error < 0.02, (kind, error)
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from gguf_blocks import gguf_values, random_blocks
 from onnx import TensorProto, helper, numpy_helper
 from quant_helpers import BlocksOnly, matmul_model, same_bits
 
 from clika_export.checkpoint import RawBlocks
-from clika_quant.gguf_transcode import TRANSCODABLE, TranscodeError, transcode
 from clika_quant.quantize import quantize_proto
+from clika_runtime.kernels.graph_loading import inference_session
+from clika_runtime.kernels.transcode import TRANSCODABLE, TranscodeError, transcode
 
 
 def run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = inference_session(model.SerializeToString())
     return sess.run(None, feeds)
 
 
@@ -94,7 +94,7 @@ def test_tied_table_gathers_and_projects_exactly(ggml_type):
     assert len(qweights) == 1, "the tied table must be stored once"
     assert record["embedding"]["tied"] and record["lm_head"]["tied"]
     ids = np.array([0, 7, 63, 7], np.int64)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = inference_session(model.SerializeToString())
     logits, rows = sess.run(None, {"ids": ids})
     assert same_bits(rows, table[ids])
     np.testing.assert_allclose(

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from quant_helpers import BlocksOnly, same_bits
 
 from clika_export.checkpoint import RawBlocks
-from clika_quant.gguf_transcode import transcode
 from clika_quant.quantize import quantize_proto
+from clika_runtime.kernels.transcode import transcode
 
 VOCAB, HIDDEN = 512, 256
 

@@ -11,18 +11,23 @@ from clika_export.graph.kv_int8 import calibration_ids
 from clika_quant.options import QuantError, QuantOptions
 from clika_quant.quality import open_runner
 from clika_quant.sensitivity import CALIBRATION_TOKENS, Place, choose, groups_of, mean_kl
+from clika_runtime.kernels.gguf_matmul import OP_TYPE, PRECISION_LEVELS
 from clika_runtime.manifest import Manifest
 
 MIXED = {"sensitivity_budget": 0.5, "sensitivity_target_kl": 0.0}
 
 
 def _levels(folder) -> dict[str, int]:
+    """Each matrix node's accuracy level: MatMulNBits' own, or GgufMatMul's precision as one."""
     model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
-    return {
-        n.name: next(helper.get_attribute_value(a) for a in n.attribute if a.name == "accuracy_level")
-        for n in model.graph.node
-        if n.op_type == "MatMulNBits"
-    }
+    levels = {}
+    for n in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        if n.op_type == "MatMulNBits":
+            levels[n.name] = attrs["accuracy_level"]
+        elif n.op_type == OP_TYPE:
+            levels[n.name] = PRECISION_LEVELS[attrs["precision"].decode()]
+    return levels
 
 
 def _calibration_logits(folder, tokens):

@@ -14,7 +14,8 @@ from clika_quant.sensitivity import CALIBRATION_TOKENS, mean_kl
 from clika_runtime.manifest import Manifest
 
 # The accuracy-level pass is left out so the bits pass's figures are the folder's own.
-STORED = {"sensitivity_budget": None}
+# The 8-bit MatMulNBits form the requantizing pass starts from (a requantizing export writes it).
+STORED = {"sensitivity_budget": None, "gguf_matmul": False}
 
 
 def _bits(folder) -> dict[str, int]:

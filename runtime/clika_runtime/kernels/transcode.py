@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from clika_quant.blocks import BlockQuantized
+from clika_runtime.kernels.blocks import BlockQuantized
 
 QK_K = 256
 
@@ -45,6 +45,8 @@ BLOCK_LAYOUT = {
     "Q6_K": (210, QK_K),
 }
 TRANSCODABLE = tuple(BLOCK_LAYOUT)
+# The types whose MatMulNBits form is 4-bit (the others are 8-bit codes).
+FOUR_BIT_TYPES = ("Q4_0", "Q4_1", "Q4_K")
 
 
 class TranscodeError(ValueError):

@@ -1,0 +1,25 @@
+// Activations prepared once per call for the engine that will run: the bf16 hi + lo split,
+// or int8 per 32-block with its scales; each row on its own, so rows never interact.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernel_api.h"
+
+namespace clika_kernels {
+
+enum class ActivationForm { kFp32, kBf16Split, kInt8 };
+
+struct PreparedActivations {
+  std::vector<uint16_t> hi, lo;
+  std::vector<int8_t> qa;
+  std::vector<float> lane_da, sum16;
+  Activations view{};
+};
+
+// Sizes the buffers for m rows of k; prepare_rows then fills rows [r0, r1) (callable in parallel).
+void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm form, PreparedActivations* out);
+void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActivations* out, int64_t r0, int64_t r1);
+
+}  // namespace clika_kernels

@@ -1,0 +1,66 @@
+// The contract between the driver (matmul.cpp) and the per-ISA engines.
+//
+// The driver prepares the activations once per call, splits the output features into
+// ranges and hands each range to one engine function together with per-thread scratch.
+// An engine computes Y[m, n] for every row m and every n of its range, with the same
+// sequence of operations for each (m, n) whatever M is, so a row's result does not
+// depend on the rows computed beside it.
+#pragma once
+
+#include <cstdint>
+
+namespace clika_kernels {
+
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Vnni, kAvx512Bf16, kNeon };
+enum class Precision { kFp32, kInt8 };
+
+struct Problem {
+  int type;           // GGML type id
+  int64_t m, n, k;    // Y[m, n] = A[m, k] @ W[n, k]^T
+  int64_t row_bytes;  // bytes of one stored row of W
+  const float* a;     // [m, k]
+  const uint8_t* b;   // [n, row_bytes] GGUF blocks as stored
+  float* y;           // [m, n]
+};
+
+// Activations as every engine reads them, prepared once per call (rows are independent).
+struct Activations {
+  const float* a;         // [m, k] fp32 (fp32 FMA engines)
+  const uint16_t* a_hi;   // [m, k] bf16 of a            (bf16 split engine)
+  const uint16_t* a_lo;   // [m, k] bf16 of a - a_hi     (bf16 split engine)
+  const int8_t* qa;       // [m, k] int8 per 32-block    (int8 engines)
+  const float* lane_da;   // [m, k/4] the int8 scale of each 4-byte lane (int8 engines)
+  const float* sum16;     // [m, k/16] sum of a (bf16) or da * sum of qa (int8) per 16 weights
+};
+
+// One thread's buffers for the weight row being computed (k elements unless stated).
+struct RowScratch {
+  uint8_t* codes;
+  float* scale16;     // k/16
+  float* bias16;      // k/16
+  float* wf;          // fp32 weights
+  uint16_t* wbf;      // bf16 codes
+  float* lane_scale;  // k/4
+};
+
+using RangeKernel = void (*)(const Problem&, const Activations&, const RowScratch&, int64_t n0, int64_t n1);
+
+// Engines, one per (ISA, precision); defined in their ISA's source file. Those of another
+// architecture are absent from a build and never named by the driver there.
+void scalar_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+void scalar_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+#if defined(__x86_64__)
+void avx2_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+void avx2_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+void avx512_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+void avx512_bf16_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+void avx512_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+void avx512_vnni_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+#endif
+#if defined(__aarch64__)
+void neon_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+void neon_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+void neon_dotprod_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+#endif
+
+}  // namespace clika_kernels

@@ -1,0 +1,122 @@
+#include "matmul.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "activations.h"
+#include "formats.h"
+#include "isa.h"
+
+namespace clika_kernels {
+namespace {
+
+// One thread's row buffers, grown to the largest k it has seen.
+struct ScratchBuffers {
+  std::vector<uint8_t> codes;
+  std::vector<float> scale16, bias16, wf, lane_scale;
+  std::vector<uint16_t> wbf;
+
+  RowScratch view(int64_t k) {
+    if (static_cast<int64_t>(codes.size()) < k) {
+      codes.resize(k);
+      wf.resize(k);
+      wbf.resize(k);
+      scale16.resize(k / 16);
+      bias16.resize(k / 16);
+      lane_scale.resize(k / 4);
+    }
+    return RowScratch{codes.data(), scale16.data(), bias16.data(), wf.data(), wbf.data(), lane_scale.data()};
+  }
+};
+
+thread_local ScratchBuffers tls_scratch;
+
+// Tasks of about 32 KiB of stored weights: enough work to hide the pool's hand-off, and
+// enough tasks (hundreds per matrix) to balance two threads.
+int64_t rows_per_task(const Problem& p) {
+  return std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, p.row_bytes));
+}
+
+struct MatmulTask {
+  const Problem* p;
+  const Activations* x;
+  RangeKernel kernel;
+  int64_t rows;
+};
+
+void run_task(void* data, size_t i) {
+  const MatmulTask& t = *static_cast<const MatmulTask*>(data);
+  const int64_t n0 = static_cast<int64_t>(i) * t.rows;
+  const int64_t n1 = std::min(t.p->n, n0 + t.rows);
+  t.kernel(*t.p, *t.x, tls_scratch.view(t.p->k), n0, n1);
+}
+
+struct PrepareTask {
+  const float* a;
+  int64_t k;
+  ActivationForm form;
+  PreparedActivations* out;
+};
+
+void run_prepare(void* data, size_t i) {
+  const PrepareTask& t = *static_cast<const PrepareTask*>(data);
+  prepare_rows(t.a, t.k, t.form, t.out, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1);
+}
+
+ActivationForm form_for(Isa isa, Precision precision) {
+  if (precision == Precision::kInt8) return ActivationForm::kInt8;
+  return isa == Isa::kAvx512Bf16 ? ActivationForm::kBf16Split : ActivationForm::kFp32;
+}
+
+bool serial_run(void*, void (*fn)(void*, size_t), size_t total, void* data) {
+  for (size_t i = 0; i < total; ++i) fn(data, i);
+  return true;
+}
+
+}  // namespace
+
+ParallelRunner serial_runner() { return ParallelRunner{nullptr, serial_run}; }
+
+int64_t stored_row_bytes(int type, int64_t k, std::string* error) {
+  BlockLayout layout;
+  if (!block_layout(type, &layout)) {
+    *error = "ggml_type " + std::to_string(type) +
+             " is not supported (Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8, Q4_K=12, Q5_K=13, Q6_K=14)";
+    return -1;
+  }
+  if (k <= 0 || k % layout.weights != 0) {
+    *error = "K=" + std::to_string(k) + " must be a positive multiple of the block (" +
+             std::to_string(layout.weights) + " weights) for ggml_type " + std::to_string(type);
+    return -1;
+  }
+  return k / layout.weights * layout.bytes;
+}
+
+std::string run_matmul(const Problem& p, Precision precision, Isa isa, const ParallelRunner& runner) {
+  std::string error;
+  const int64_t row_bytes = stored_row_bytes(p.type, p.k, &error);
+  if (row_bytes < 0) return error;
+  if (row_bytes != p.row_bytes) {
+    return "B has " + std::to_string(p.row_bytes) + " bytes per row; K=" + std::to_string(p.k) + " needs " +
+           std::to_string(row_bytes);
+  }
+  const RangeKernel kernel = find_kernel(isa, precision);
+  if (kernel == nullptr) return std::string("no kernel for ISA ") + isa_name(isa) + " in this build";
+  if (p.m == 0 || p.n == 0) return "";
+
+  PreparedActivations acts;
+  const ActivationForm form = form_for(isa, precision);
+  allocate_activations(p.a, p.m, p.k, form, &acts);
+  if (form != ActivationForm::kFp32) {
+    PrepareTask prepare{p.a, p.k, form, &acts};
+    if (!runner.run(runner.context, run_prepare, static_cast<size_t>(p.m), &prepare)) {
+      return "the thread pool failed to run the activation preparation";
+    }
+  }
+  MatmulTask task{&p, &acts.view, kernel, rows_per_task(p)};
+  const size_t tasks = static_cast<size_t>((p.n + task.rows - 1) / task.rows);
+  if (!runner.run(runner.context, run_task, tasks, &task)) return "the thread pool failed to run the matmul";
+  return "";
+}
+
+}  // namespace clika_kernels

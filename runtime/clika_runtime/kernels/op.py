@@ -1,0 +1,50 @@
+"""The contract of the kernel library's op, ``ai.clika::GgufMatMul`` (since version 1).
+
+Inputs ``A`` float32 ``[..., K]`` and ``B`` uint8 ``[N, row_bytes]`` (a GGUF tensor's blocks
+exactly as stored, one output feature per row); output ``Y`` float32 ``[..., N]`` =
+``A @ dequant(B)^T``. Attributes: ``ggml_type`` (a GGML type id below), ``K``, ``N`` and
+``precision``: ``"fp32"`` (the default; fp32 FMA or the BF16 hi + lo split, fp32-grade
+error) or ``"int8"`` (activations quantized to int8 per 32-block, llama.cpp's numerics).
+Each output element has one fixed reduction order, so a row's result is the same whatever
+rows are computed beside it.
+"""
+
+from __future__ import annotations
+
+DOMAIN = "ai.clika"
+OP_TYPE = "GgufMatMul"
+OP_VERSION = 1
+PRECISIONS = ("fp32", "int8")
+
+# GGML type ids of the formats the op computes, and (weights, bytes) of one block.
+GGML_TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+BLOCK_LAYOUT = {
+    "Q4_0": (32, 18),
+    "Q4_1": (32, 20),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q8_0": (32, 34),
+    "Q4_K": (256, 144),
+    "Q5_K": (256, 176),
+    "Q6_K": (256, 210),
+}
+
+
+def stored_row_bytes(ggml_type: str, k: int) -> int:
+    """Bytes of one stored row of ``k`` weights; ValueError for an unknown type or a ragged ``k``."""
+    if ggml_type not in BLOCK_LAYOUT:
+        raise ValueError(f"GgufMatMul computes {', '.join(BLOCK_LAYOUT)}, not {ggml_type!r}")
+    weights, nbytes = BLOCK_LAYOUT[ggml_type]
+    if k <= 0 or k % weights:
+        raise ValueError(f"K={k} is not a positive multiple of {ggml_type}'s {weights}-weight block")
+    return k // weights * nbytes
+
+
+def op_attributes(ggml_type: str, k: int, n: int, precision: str = "fp32") -> dict[str, int | str]:
+    """The node attributes for a ``[n, k]`` weight of ``ggml_type``, checked."""
+    stored_row_bytes(ggml_type, k)
+    if n <= 0:
+        raise ValueError(f"N={n} must be positive")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    return {"ggml_type": GGML_TYPE_IDS[ggml_type], "K": k, "N": n, "precision": precision}
