@@ -53,6 +53,14 @@ from clika_cli.common import at_most_max_threads
     default=None,
     help="llama.cpp's mmproj GGUF for a GGUF SOURCE: the folder also gets its vision tower.",
 )
+@click.option(
+    "--gguf-blocks",
+    is_flag=True,
+    help=(
+        "Keep a GGUF's layer matrices as the file's own blocks, computed by the clika kernels "
+        "(ai.clika.GgufMatMul; MatMulNBits at load where the kernel library is not built)."
+    ),
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--no-verify", is_flag=True, help="Skip the check against the float reference.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -64,6 +72,7 @@ def export_command(
     threads: int | None,
     builder: str,
     mmproj: Path | None,
+    gguf_blocks: bool,
     overwrite: bool,
     no_verify: bool,
     quiet: bool,
@@ -85,6 +94,7 @@ def export_command(
             threads=threads,
             builder=builder,
             mmproj=mmproj,
+            quant_options={"gguf_matmul": True} if gguf_blocks else None,
         )
     except (ExportError, CheckpointError, QuantError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -245,14 +245,14 @@ def test_the_default_is_the_measured_int4_scheme():
         "those at level 0 (fp32 compute) in models of at most 300M weights by whole layers and roles "
         "where int8 activations add the most measured error per byte, within 20% of their bytes "
         "(until the KL left is at most 0.0004); "
-        "GGUF layer matrices stored as the file's blocks, computed by ai.clika.GgufMatMul "
-        "(MatMulNBits at load without the kernel library); "
         "zero points centred on each block's mean code; "
         "a token table that rounds the head's matrix coarser is read from the head's blocks; "
         "head's 256 best logits re-scored in fp32 (ranked by its own high 4 bits, or a 4-bit copy "
         "where its blocks are narrower)"
     )
     assert options.sensitivity_budget == 0.2 and options.sensitivity_target_kl == 0.0004
+    assert not options.gguf_matmul  # GgufMatMul is asked for (clika-export --gguf-blocks) until it decodes faster
+    assert "ai.clika.GgufMatMul" in QuantOptions(gguf_matmul=True).describe("int4")
 
 
 def test_int8_differs_from_int4_only_in_where_4bit_blocks_are_computed():

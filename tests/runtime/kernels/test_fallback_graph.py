@@ -93,7 +93,7 @@ def test_a_folder_graph_reads_its_gguf_bytes_from_the_data_file(tmp_path, monkey
         matmul_model(ref.T.copy()),
         BlocksOnly({"w": RawBlocks("Q4_K", data, (ROWS, COLS))}),
         "int4",
-        options={"accuracy_level": 0},
+        options={"accuracy_level": 0, "gguf_matmul": True},
         arrays=arrays,
     )
     save_graph(model, tmp_path / "model.onnx", "model.onnx.data", ExternalWeights(model, tmp_path), arrays)
@@ -122,7 +122,12 @@ def test_nan_and_inf_scales_are_refused_naming_the_tensor(value):
     data = _with_scale("Q4_K", value, row=3)
     checkpoint = BlocksOnly({"w": RawBlocks("Q4_K", data, (ROWS, COLS))})
     with pytest.raises(QuantError, match=r"GGUF tensor w has a NaN or infinite scale in row 3"):
-        quantize_proto(matmul_model(np.zeros((COLS, ROWS), np.float32)), checkpoint, "int4")
+        quantize_proto(
+            matmul_model(np.zeros((COLS, ROWS), np.float32)),
+            checkpoint,
+            "int4",
+            options={"gguf_matmul": True},
+        )
 
 
 def test_subnormal_scales_are_kept(monkeypatch):
@@ -132,7 +137,8 @@ def test_subnormal_scales_are_kept(monkeypatch):
     ref = gguf_values("Q4_0", data, ROWS, COLS)
     assert ref[0, :32].any() and np.abs(ref[0, :32]).max() < 1e-4
     checkpoint = BlocksOnly({"w": RawBlocks("Q4_0", data, (ROWS, COLS))})
-    model, _ = quantize_proto(matmul_model(ref.T.copy()), checkpoint, "int4", options={"accuracy_level": 0})
+    options = {"accuracy_level": 0, "gguf_matmul": True}
+    model, _ = quantize_proto(matmul_model(ref.T.copy()), checkpoint, "int4", options=options)
     assert any(n.op_type == OP_TYPE and n.domain == DOMAIN for n in model.graph.node)
     got = inference_session(model.SerializeToString()).run(None, {"A": np.eye(COLS, dtype=np.float32)})[0]
     assert np.array_equal(got.T, ref)

@@ -22,7 +22,11 @@ def smollm2_fp32_kernels(smollm2_gguf, tmp_path_factory):
         patch.setenv("CLIKA_KERNELS", "off")  # the export's own measurements on the rewrite
         folder = tmp_path_factory.mktemp("smollm2_kernels") / "int4-fp32"
         return export(
-            smollm2_gguf, folder, precision="int4", progress=False, quant_options={"accuracy_level": 0}
+            smollm2_gguf,
+            folder,
+            precision="int4",
+            progress=False,
+            quant_options={"accuracy_level": 0, "gguf_matmul": True},
         )
 
 
