@@ -894,6 +894,11 @@ class _StreamedReply(Iterator[Any]):
                 raise GenerationError(f"the model failed while generating: {report.error}", report) from None
             raise
 
+    def cancel(self) -> None:
+        """Ask for the reply to stop at the next step, from any thread or a signal handler (it only
+        posts a cancel); iterating on yields what was made before it and then ends."""
+        self._stream.cancel()
+
     def close(self) -> None:
         """Stop the reply: its decode is cancelled at the next step."""
         if self._ended:

@@ -140,6 +140,9 @@ class _RenderProcess:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=_worker_environment(),
+                # Its own session: a Ctrl-C in the terminal goes to the command, never to the
+                # render process (which would die mid-render, printing a traceback).
+                start_new_session=True,
             )
             self._await_ready(self._proc)
         return self._proc
