@@ -13,7 +13,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 from fuzz_budget import budget, count
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,11 +27,13 @@ SAVED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def store():
-    path = Path(tempfile.mkdtemp(prefix="clika-fuzz-store-")) / "c.db"
-    with SQLiteStore(path) as opened:
-        yield opened
+ROOT = Path(tempfile.mkdtemp(prefix="clika-fuzz-store-"))
+_STORES = iter(range(10**9))
+
+
+def fresh_store() -> SQLiteStore:
+    """A new store file per case, so no case reads what an earlier one damaged."""
+    return SQLiteStore(ROOT / f"c{next(_STORES)}.db")
 
 
 cells = st.one_of(
@@ -46,8 +47,13 @@ COLUMNS = [("conversations", "messages"), ("media", "height"), ("media", "width"
 
 @given(changes=st.lists(st.tuples(st.sampled_from(COLUMNS), cells), min_size=1, max_size=3))
 @budget(500)
-def test_damaged_rows_read_back_or_are_a_store_error(store, changes):
+def test_damaged_rows_read_back_or_are_a_store_error(changes):
     count("SQLite store rows (damaged)")
+    with fresh_store() as store:
+        _damage_and_read(store, changes)
+
+
+def _damage_and_read(store: SQLiteStore, changes) -> None:
     store.save_now("c", SAVED)
     with sqlite3.connect(store.path) as conn:
         for (table, column), value in changes:
@@ -61,8 +67,9 @@ def test_damaged_rows_read_back_or_are_a_store_error(store, changes):
         assert "'c'" in str(error) or str(store.path) in str(error)
     else:
         assert messages is None or isinstance(messages, list)
-    assert "c" in store.list_now() or store.get_now("c") is None
-    store.delete_now("c")
+    assert "c" in store.list_now()
+    store.save_now("d", [{"role": "user", "content": "after"}])  # the store goes on
+    assert store.get_now("d") == [{"role": "user", "content": "after"}]
 
 
 texts = st.text(max_size=20)
@@ -85,16 +92,16 @@ messages = st.lists(
 
 @given(transcript=messages, conversation_id=st.sampled_from(["a", "b-1"]) | st.text(max_size=8))
 @budget(500)
-def test_saved_transcripts_read_back_as_saved_or_are_refused(store, transcript, conversation_id):
+def test_saved_transcripts_read_back_as_saved_or_are_refused(transcript, conversation_id):
     count("SQLite store rows (saved transcripts)")
-    try:
-        store.save_now(conversation_id, transcript)
-    except ValueError as error:
-        assert str(error)
-        return
-    back = store.get_now(conversation_id)
+    with fresh_store() as store:
+        try:
+            store.save_now(conversation_id, transcript)
+        except ValueError as error:
+            assert str(error)
+            return
+        back = store.get_now(conversation_id)
     assert _comparable(back) == _comparable(transcript)
-    store.delete_now(conversation_id)
 
 
 def _comparable(value):
