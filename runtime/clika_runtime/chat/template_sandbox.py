@@ -118,6 +118,9 @@ class _RenderProcess:
             except (OSError, EOFError):
                 self.stop()
                 raise TemplateError("the template crashed its render process", name=name) from None
+            except BaseException:  # a KeyboardInterrupt mid-wait: its reply would answer the next call
+                self.stop()
+                raise
             if reply.get("fatal"):
                 self.stop()
         if not reply["ok"]:
