@@ -9,6 +9,7 @@ and saved again after every reply, so leaving never loses a turn of it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -19,6 +20,7 @@ from clika_cli.chat_images import restored
 from clika_cli.chat_input import read_message
 from clika_cli.common import dim, draft_tally, say
 from clika_cli.conversations import ConversationError, Conversations
+from clika_cli.interrupts import ReplyInterrupt, run_interruptibly
 
 if TYPE_CHECKING:
     from clika_runtime.chat.session import ChatSession
@@ -90,12 +92,20 @@ class ChatRepl:
                 say(f"Error: the line was not sent: {problem}")
                 continue
             if text.startswith("/"):
-                if not run_command(self, text):
-                    return
+                try:
+                    if not run_command(self, text):
+                        return
+                except KeyboardInterrupt:  # a slow command (/load, /save) given up on: the chat goes on
+                    click.echo()
+                    say(dim("[interrupted]"))
                 continue
             self.reply(text)
 
     def reply(self, text: str) -> None:
+        # Ctrl-C from here to the statistics stops the reply (see clika_cli.interrupts).
+        run_interruptibly(lambda interrupt: self._reply(text, interrupt), self.session.cancel)
+
+    def _reply(self, text: str, interrupt: ReplyInterrupt) -> None:
         try:
             pieces = self.session.send(
                 text,
@@ -109,19 +119,25 @@ class ChatRepl:
             say(f"Error: {exc}")
             return
         self.images, self.audio = [], []
-        try:
-            for piece in pieces:
-                if isinstance(piece, str):
-                    sys.stdout.write(piece)
-                    sys.stdout.flush()
-        except KeyboardInterrupt:
-            pieces.close()  # type: ignore[attr-defined]  # cancels the decode; the partial reply stays
-            click.echo()
-            say(dim("[stopped]"))
-        else:
-            click.echo()
+        self._show(pieces, interrupt)
         self.stats()
         self.autosave()
+
+    def _show(self, pieces: Iterator[Any], interrupt: ReplyInterrupt) -> None:
+        """Print the reply as it comes, until it ends or Ctrl-C stops it (the partial reply stays)."""
+        for piece in pieces:
+            if interrupt.happened:
+                break
+            if isinstance(piece, str):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        click.echo()
+        if interrupt.happened:
+            # A Ctrl-C during the render came before the request existed: cancel it now.
+            self.session.cancel()
+            for _ in pieces:  # the cancelled reply ends at the next step and joins the history
+                pass
+            say(dim("[stopped]"))
 
     def stats(self) -> None:
         report = self.session.report

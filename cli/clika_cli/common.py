@@ -15,6 +15,7 @@ import click
 from clika_cli.arguments import check_model_word
 from clika_runtime.engine.config import MAX_DRAFT_TOKENS
 from clika_runtime.engine.spec_decode.assistant import DEFAULT_ASSISTANT_TOKENS
+from clika_runtime.park_points import step_parks
 from clika_runtime.store import PRECISIONS, LocalModel, ModelError, human_size, resolve
 
 if TYPE_CHECKING:
@@ -206,6 +207,9 @@ def load_model(
     if not quiet:
         size = human_size(local.size)
         say(dim(f"loaded {local.name} ({local.precision}, {size}) in {time.perf_counter() - began:.1f} s"))
+    parks = step_parks()  # an interrupt test holds the engine at a step (CLIKA_PARK); None otherwise
+    if parks is not None:
+        model.set_stage_observer(parks)
     return model
 
 

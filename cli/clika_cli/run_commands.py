@@ -22,6 +22,8 @@ from clika_cli.common import (
     reply_options,
     say,
 )
+from clika_cli.interrupts import ReplyInterrupt, run_interruptibly
+from clika_runtime.park_points import release
 
 
 @click.command()
@@ -71,11 +73,10 @@ def generate(
         else:
             messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
             pieces = loaded.stream_generate(messages=messages, **options)
-        for piece in pieces:
-            sys.stdout.write(piece)  # type: ignore[arg-type]
-            sys.stdout.flush()
-        click.echo()
-    except KeyboardInterrupt:
+        # Ctrl-C stops the reply at the next step (a flag, see clika_cli.interrupts), then exits 130.
+        if run_interruptibly(lambda interrupt: _stream(pieces, interrupt), pieces.cancel):  # type: ignore[union-attr]
+            raise SystemExit(130)
+    except KeyboardInterrupt:  # before the reply began (reading the prompt, the render)
         click.echo()
         raise SystemExit(130) from None
     except ValueError as exc:
@@ -219,7 +220,21 @@ def serve(
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
     finally:
+        release()  # a shutdown test held the engine while the streams ended (CLIKA_PARK)
         loaded.close()
+
+
+def _stream(pieces, interrupt: ReplyInterrupt) -> bool:  # noqa: ANN001
+    """Print the reply as it comes; True when Ctrl-C stopped it."""
+    for piece in pieces:
+        if interrupt.happened:
+            break
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    click.echo()
+    if interrupt.happened:
+        pieces.close()
+    return interrupt.happened
 
 
 def _empty_prompt(words: ModelAndPrompt) -> str:

@@ -258,9 +258,12 @@ class Manifest:
                 rope_tables=_rope_tables(data.get("rope_tables"), context_window, architecture.head_dim),
                 format_version=version,
             )
+        except ManifestError:
+            raise
         except KeyError as exc:
             raise ManifestError(f"manifest is missing the field {exc.args[0]!r}") from None
-        except TypeError as exc:
+        except (TypeError, AttributeError, ValueError) as exc:
+            # A section of the wrong kind (null or a list where an object goes, text for a number).
             raise ManifestError(f"manifest has a malformed section: {exc}") from None
 
     @classmethod

@@ -934,11 +934,11 @@ class _StreamedReply(Iterator[Any]):
         self._stream.when_ended(pieces.close)  # type: ignore[attr-defined]
 
     def cancel(self) -> None:
-        """Stop the generation itself at the next step; returns once it ended (within one step)
-        with ``report`` set."""
+        """Stop the generation itself at the next step, from any thread or a signal handler; returns
+        once it ended (within one step) with ``report`` set. Iterating on yields what was made before
+        it, then ends."""
         self._stream.cancel()
-        self.close()
-        self.wait()
+        self._done.wait()  # the engine's thread ends the request; waiting here holds no lock it needs
 
     def wait(self, timeout: float | None = None) -> GenerationReport | None:
         """Block until the generation ended (``timeout`` seconds at most); its report."""

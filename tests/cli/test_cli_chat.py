@@ -239,7 +239,9 @@ def test_a_person_chats_saves_resets_interrupts_leaves_and_resumes(smollm2_gguf,
         assert "Ada" not in turn("What is my name?")[0]
 
         # The reply cannot end before the Ctrl-C lands: the end of sequence is ignored and the
-        # budget is the whole context, however long this test process is held up.
+        # budget is the whole context, however long this test process is held up. And the Ctrl-C
+        # is never lost, whichever thread the kernel hands it to (clika_cli.interrupts): it used
+        # to land on the engine's thread now and then, and the reply ran on to its budget.
         chat.sendline("/set ignore_eos on")
         chat.expect_exact("(ignore_eos = on)")
         chat.expect_exact(PROMPT)

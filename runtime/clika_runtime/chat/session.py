@@ -324,6 +324,14 @@ class ChatSession:
             prompt = self._transcript()
         return restore_kv(self._model, self.engine, prompt, path)
 
+    def cancel(self) -> None:
+        """Stop the live turn at its next decode step; the session goes on (what the reply said
+        joins the history as it ends). It takes no lock and only posts a cancel to the engine, so
+        a signal handler may call it."""
+        live = self._live
+        if live is not None:
+            live[1].cancel()
+
     def close(self) -> None:
         """Cancel the live turn at its next decode step (streamed or not, from any thread) and drop
         the turns queued behind it; later turns raise ValueError (the model's engine stays)."""

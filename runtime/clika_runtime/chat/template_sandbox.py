@@ -118,6 +118,9 @@ class _RenderProcess:
             except (OSError, EOFError):
                 self.stop()
                 raise TemplateError("the template crashed its render process", name=name) from None
+            except BaseException:  # a KeyboardInterrupt mid-wait: its reply would answer the next call
+                self.stop()
+                raise
             if reply.get("fatal"):
                 self.stop()
         if not reply["ok"]:
@@ -140,6 +143,9 @@ class _RenderProcess:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=_worker_environment(),
+                # Its own session: a Ctrl-C in the terminal goes to the command, never to the
+                # render process (which would die mid-render, printing a traceback).
+                start_new_session=True,
             )
             self._await_ready(self._proc)
         return self._proc

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import struct
 import sys
 from collections import OrderedDict
@@ -27,6 +28,7 @@ import jinja2
 import jinja2.meta
 
 from clika_runtime.chat.template_environment import make_environment, template_lineno
+from clika_runtime.park_points import park
 
 _HEADER = struct.Struct(">I")
 _CACHED_TEMPLATES = 8
@@ -48,6 +50,7 @@ class _Renderer:
             template, variables = self._compiled(request["source"])
             if request["op"] == "compile":
                 return {"ok": True, "variables": variables}
+            park("render")  # an interrupt test holds the render here
             return {"ok": True, "text": self._render(template, request["context"], request["max_chars"])}
         except jinja2.exceptions.TemplateSyntaxError as exc:
             return _failure(exc.message or "syntax error", exc.lineno)
@@ -115,6 +118,9 @@ def _cap_memory(max_bytes: int) -> None:
 
 
 def main() -> None:
+    # The parent owns Ctrl-C (this process has its own session; ignoring SIGINT holds as well
+    # when it is started some other way): a render is stopped by its parent, never by a signal.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     max_bytes = int(sys.argv[1])
     # The protocol owns the real stdout; anything else printed goes to stderr.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
@@ -132,4 +138,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (BrokenPipeError, KeyboardInterrupt):  # the parent went away: nothing to tell anyone
+        os._exit(0)

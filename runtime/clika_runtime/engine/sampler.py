@@ -147,7 +147,9 @@ def _apply_penalties(
 
 def sample_rows(logits: np.ndarray, configs: Sequence[GenerationConfig], draws: np.ndarray) -> np.ndarray:
     """Sample one token per row of ``logits`` given each row's uniform draw in [0, 1)."""
-    inverse_t = np.array([1.0 / c.temperature for c in configs], dtype=np.float32)[:, None]
+    # Capped: a temperature as small as 1e-300 is inf in float32, and 0 * inf at the best token is
+    # NaN; 1e30 keeps it the certain pick and every other weight exp(-huge) = 0 (the greedy limit).
+    inverse_t = np.array([min(1.0 / c.temperature, 1e30) for c in configs], dtype=np.float32)[:, None]
     f = _Filters(
         np.array([c.top_k for c in configs], dtype=np.int64),
         np.array([c.top_p for c in configs], dtype=np.float64),

@@ -21,8 +21,9 @@ with a :class:`GrammarError` naming the problem, never a hang.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,8 +134,9 @@ def compile_constraint(kind: str, source: Any, name: str, field: str) -> Constra
         raise GrammarError(
             f"{field}: the {kind} is {len(text)} characters; at most {MAX_SOURCE_CHARS} are taken"
         )
-    grammar = _grammar(llguidance, kind, text, field)
-    problem = llguidance.LLMatcher.validate_grammar(grammar, limits=parser_limits())
+    with _panics_named(kind, field):
+        grammar = _grammar(llguidance, kind, text, field)
+        problem = llguidance.LLMatcher.validate_grammar(grammar, limits=parser_limits())
     if problem and not problem.startswith("WARNING"):
         raise GrammarError(f"{field}: invalid {kind}: {problem.strip()}")
     return Constraint(kind, grammar, name)
@@ -156,6 +158,22 @@ def bounded_json(value: Any, kind: str, field: str) -> str:
             raise
         raise GrammarError(f"{field}: the {kind} is not JSON: {error}") from None
     return "".join(pieces)
+
+
+@contextlib.contextmanager
+def _panics_named(kind: str, field: str) -> Iterator[None]:
+    """A panic inside the grammar engine (a Rust ``PanicException``, which derives from
+    BaseException and so escapes ``except Exception``) as the GrammarError of the source that
+    caused it: some invalid schemas make it panic while writing its error message."""
+    try:
+        yield
+    except GrammarError:
+        raise
+    except BaseException as error:
+        if type(error).__name__ != "PanicException":
+            raise
+        first_line = str(error).splitlines()[0][:200] if str(error) else "the grammar engine failed"
+        raise GrammarError(f"{field}: invalid {kind}: {first_line}") from None
 
 
 def parser_limits() -> Any:

@@ -51,8 +51,9 @@ def read_wav(data: bytes, *, sampling_rate: int = 16000, max_seconds: float = 30
             frames = reader.readframes(count)
     except WavError:
         raise
-    except (wave.Error, EOFError, struct.error) as exc:
-        raise WavError(f"not a PCM WAV file: {exc or 'the file ends early'}") from None
+    except (wave.Error, EOFError, struct.error, RuntimeError) as exc:
+        # RuntimeError: the wave module's own, for a chunk whose length runs past its parent's.
+        raise WavError(f"not a PCM WAV file: {exc or 'a chunk runs past the end of the file'}") from None
     whole = len(frames) // (width * channels) * width * channels
     if whole == 0:
         raise WavError("the WAV holds no samples")

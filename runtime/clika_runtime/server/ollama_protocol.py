@@ -236,6 +236,8 @@ def _message(message: Any, index: int) -> dict[str, Any]:
             turn["name"] = name
         turn["tool_call_id"] = message.get("tool_call_id") or f"call_{index}"
     calls = message.get("tool_calls")
+    if calls and not isinstance(calls, list):
+        raise bad_request(f"{param}.tool_calls must be a list of calls", f"{param}.tool_calls")
     if calls:
         turn["tool_calls"] = [
             _call(call, f"{param}.tool_calls[{i}]", index, i) for i, call in enumerate(calls)

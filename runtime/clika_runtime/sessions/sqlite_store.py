@@ -260,7 +260,7 @@ class SQLiteStore:
     def _transcript(self, key: str, text: Any) -> list[dict[str, Any]]:
         try:
             messages = decode_messages(text)
-        except (TypeError, ValueError):  # not JSON (JSONDecodeError is a ValueError)
+        except (TypeError, ValueError, RecursionError):  # not JSON (or nested past the parser's depth)
             messages = None
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise StoreError(

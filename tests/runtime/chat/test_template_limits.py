@@ -85,3 +85,34 @@ def test_export_refuses_a_looping_template_by_name(tmp_path, make_tiny_hf) -> No
     with pytest.raises(CheckpointError, match="looping: the chat template: .*longer than"):
         export(source, tmp_path / "out", "fp32", progress=False)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["looping"]  # nothing half-written
+
+
+def test_the_render_process_ignores_ctrl_c_and_a_render_interrupted_in_its_wait_is_not_answered_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+    import signal
+
+    from clika_runtime.chat import template_sandbox
+
+    def render(text: str) -> str:
+        return template_sandbox.render_template("{{ text }}", {"text": text})
+
+    assert render("first") == "first"
+    process = template_sandbox._process(template_sandbox.DEFAULT_LIMITS.max_bytes)._proc
+    os.kill(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C would send to its process group
+    assert render("second") == "second" and process.poll() is None  # it took no notice
+
+    real = template_sandbox._read_frame
+    waits = iter([KeyboardInterrupt])
+
+    def interrupted(fd: int, deadline: float) -> bytes:
+        error = next(waits, None)
+        if error is not None:  # the interrupt lands while the render's reply is awaited
+            raise error
+        return real(fd, deadline)
+
+    monkeypatch.setattr(template_sandbox, "_read_frame", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        render("lost")
+    assert render("third") == "third"  # not the interrupted render's reply

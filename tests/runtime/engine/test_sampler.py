@@ -215,3 +215,14 @@ def test_checkpoint_defaults_read_like_hugging_face():
     sampled = config_from_checkpoint({"temperature": 0.6, "top_p": 0.95, "top_k": 20, "bos_token_id": 1})
     assert (sampled.temperature, sampled.top_p, sampled.top_k) == (0.6, 0.95, 20)
     assert config_from_checkpoint({"do_sample": True}).temperature == 1.0
+
+
+@pytest.mark.parametrize("top_k", [0, 40])
+def test_a_vanishing_temperature_samples_the_argmax_not_nan(top_k):
+    # Found by the fuzz tier: temperature 1e-300 made 1/T inf in float32 and the best token's
+    # weight 0 * inf = NaN.
+    logits = np.random.default_rng(2).normal(size=(3, 300)).astype(np.float32)
+    config = GenerationConfig(temperature=1e-300, top_k=top_k, seed=1)
+    with np.errstate(invalid="raise"):
+        tokens = Sampler(300).sample(logits, list(range(3)), [config] * 3, [[1]] * 3)
+    assert tokens.tolist() == np.argmax(logits, axis=1).tolist()

@@ -159,3 +159,11 @@ def test_a_draft_row_gets_a_mask_per_position(tokenizer, vocabulary):
     texts = [{tokenizer.decode([int(i)]) for i in np.flatnonzero(row)} for row in allowed]
     assert texts == [{"a"}, {"b"}, set("0123456789")]
     assert allowed_text(matcher, tokenizer) == {"a"}  # the matcher itself did not move
+
+
+def test_a_schema_the_grammar_engine_panics_on_is_a_grammar_error():
+    # Found by the fuzz tier: llguidance cuts an invalid value to 100 bytes for its message and
+    # panics when the cut falls inside a character (a PanicException, not an Exception).
+    schema = {"maximum": {"": "ú" * 60}}
+    with pytest.raises(GrammarError, match="response_format: invalid json"):
+        constraint_from({"type": "json_object", "schema": schema})

@@ -59,3 +59,12 @@ def test_a_float_wav_is_refused_by_name():
     data[20:22] = (3).to_bytes(2, "little")  # WAVE_FORMAT_IEEE_FLOAT
     with pytest.raises(WavError, match="not a PCM WAV file"):
         read_wav(bytes(data))
+
+
+def test_a_chunk_longer_than_the_file_is_a_wav_error_not_a_runtime_error():
+    # Found by the fuzz tier: a damaged 'fmt ' chunk id makes the wave module skip a chunk whose
+    # length runs past the RIFF body, and it raised a bare RuntimeError.
+    data = bytearray(wav_bytes(tone(1000)))
+    del data[12]  # "fmt " loses its "f": every later field shifts by one byte
+    with pytest.raises(WavError, match="not a PCM WAV file"):
+        read_wav(bytes(data))

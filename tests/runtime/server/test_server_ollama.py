@@ -116,6 +116,9 @@ def test_hostile_bodies_are_400s_in_ollamas_shape(server):
         b'{"model": "tiny", "messages": [{"role": "user", "content": "a\\ud800"}]}',
         b'{"model": "tiny", "messages": ' + b"[" * 1000 + b"]" * 1000 + b"}",
         b'{"model": "tiny", "prompt": "x", "options": {"seed": ' + b"7" * 5000 + b"}}",
+        # Found by the fuzz tier: tool_calls that are not a list were a TypeError, a 500.
+        b'{"model": "tiny", "messages": [{"role": "assistant", "content": "", "tool_calls": true}]}',
+        b'{"model": "tiny", "messages": [{"role": "assistant", "content": "", "tool_calls": {"a": 1}}]}',
     ):
         path = "/api/generate" if b'"prompt"' in raw else "/api/chat"
         response = httpx.post(server.base_url + path, content=raw, timeout=60)

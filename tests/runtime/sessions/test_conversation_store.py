@@ -157,7 +157,8 @@ def test_a_foreign_database_is_refused_before_anything_is_written(tmp_path, appl
     raw.close()
 
 
-@pytest.mark.parametrize("stored", ["{not json", '{"role": "user"}', "[1, 2]"])
+# "[" * 5000: found by the fuzz tier, a row nested past the JSON parser's depth (a RecursionError).
+@pytest.mark.parametrize("stored", ["{not json", '{"role": "user"}', "[1, 2]", "[" * 5000])
 def test_a_row_that_is_not_a_transcript_is_a_store_error(tmp_path, stored):
     path = tmp_path / "conversations.db"
     with SQLiteStore(path) as store:
