@@ -74,7 +74,8 @@ def generate(
             messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
             pieces = loaded.stream_generate(messages=messages, **options)
         # Ctrl-C stops the reply at the next step (a flag, see clika_cli.interrupts), then exits 130.
-        if run_interruptibly(lambda interrupt: _stream(pieces, interrupt), pieces.cancel):  # type: ignore[union-attr]
+        stop = lambda: pieces.cancel(wait=False)  # noqa: E731  (posted from the signal's wake-up)
+        if run_interruptibly(lambda interrupt: _stream(pieces, interrupt), stop):  # type: ignore[union-attr]
             raise SystemExit(130)
     except KeyboardInterrupt:  # before the reply began (reading the prompt, the render)
         click.echo()

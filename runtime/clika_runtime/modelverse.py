@@ -933,12 +933,13 @@ class _StreamedReply(Iterator[Any]):
         self._pieces = iter(())
         self._stream.when_ended(pieces.close)  # type: ignore[attr-defined]
 
-    def cancel(self) -> None:
-        """Stop the generation itself at the next step, from any thread or a signal handler; returns
-        once it ended (within one step) with ``report`` set. Iterating on yields what was made before
-        it, then ends."""
+    def cancel(self, wait: bool = True) -> None:
+        """Stop the generation itself at the next step; returns once it ended (within one step) with
+        ``report`` set, or at once with ``wait=False`` (it only posts the cancel: a signal handler's
+        way). Iterating on yields what was made before it, then ends."""
         self._stream.cancel()
-        self._done.wait()  # the engine's thread ends the request; waiting here holds no lock it needs
+        if wait:
+            self._done.wait()  # the engine's thread ends the request; waiting here holds no lock it needs
 
     def wait(self, timeout: float | None = None) -> GenerationReport | None:
         """Block until the generation ended (``timeout`` seconds at most); its report."""
