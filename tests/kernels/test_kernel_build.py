@@ -12,7 +12,9 @@ from clika_runtime.kernels.library import kernel_status, library_path
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this machine: the library is optional")
 def test_the_library_is_built_where_gxx_exists():
-    assert library_path() is not None, "no _clika_kernels*.so: run `pip install -e .` (or build_ext --inplace)"
+    assert library_path() is not None, (
+        "no _clika_kernels*.so: run `pip install -e .` (or build_ext --inplace)"
+    )
     status = kernel_status()
     assert status.available, status.reason
     assert status.fp32_engine and status.int8_engine
