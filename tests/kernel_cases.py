@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gguf_blocks import FP16_FIELDS, gguf_values
 
-from clika_runtime.kernels.library import kernel_status
+from clika_runtime.kernels.library import kernel_status, kernels_enabled
 from clika_runtime.kernels.op import BLOCK_LAYOUT
 
 FORMATS = tuple(BLOCK_LAYOUT)
@@ -25,9 +25,10 @@ RUNNER = Path(__file__).resolve().parent / "kernel_isa_runner.py"
 
 
 def require_library() -> None:
+    """Skips where the library is not built or ``CLIKA_KERNELS=off`` turns it off."""
     status = kernel_status()
-    if status.path is None:
-        pytest.skip(f"kernel library not built: {status.reason}")
+    if status.path is None or not kernels_enabled():
+        pytest.skip(f"kernel library not in use: {status.reason}")
 
 
 def k_for(ggml_type: str) -> int:
