@@ -1,0 +1,102 @@
+"""Cases for the kernel tests: random and adversarial GGUF blocks, their float64 products,
+and a runner that computes them under one forced ISA in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf_blocks import FP16_FIELDS, gguf_values
+
+from clika_runtime.kernels.library import kernel_status, kernels_enabled
+from clika_runtime.kernels.op import BLOCK_LAYOUT
+
+FORMATS = tuple(BLOCK_LAYOUT)
+ROW_COUNTS = (1, 2, 3, 5, 8, 64)
+N_ODD = 37
+X86_ISAS = ("scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16")
+RUNNER = Path(__file__).resolve().parent / "kernel_isa_runner.py"
+
+
+def require_library() -> None:
+    """Skips where the library is not built or ``CLIKA_KERNELS=off`` turns it off."""
+    status = kernel_status()
+    if status.path is None or not kernels_enabled():
+        pytest.skip(f"kernel library not in use: {status.reason}")
+
+
+def k_for(ggml_type: str) -> int:
+    """Several blocks: 3 super-blocks for the K formats, 9 blocks for the others."""
+    weights = BLOCK_LAYOUT[ggml_type][0]
+    return weights * (3 if weights == 256 else 9)
+
+
+def activations(k: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((max(ROW_COUNTS), k)).astype(np.float32)
+
+
+def subnormal_scales(blocks: np.ndarray, ggml_type: str, seed: int) -> np.ndarray:
+    """Every fp16 scale field set to a random subnormal of either sign (raw bits 0x0001..0x03ff)."""
+    rng = np.random.default_rng(seed)
+    flat = blocks.reshape(-1, BLOCK_LAYOUT[ggml_type][1]).copy()
+    for start in FP16_FIELDS[ggml_type]:
+        bits = rng.integers(1, 0x400, len(flat), dtype=np.uint16) | (
+            rng.integers(0, 2, len(flat)) << 15
+        ).astype(np.uint16)
+        flat[:, start : start + 2] = bits.view(np.uint8).reshape(-1, 2)
+    return flat.reshape(blocks.shape)
+
+
+def poison_rows(blocks: np.ndarray, ggml_type: str, rows: dict[int, float]) -> np.ndarray:
+    """The first scale of the first block of each given row set to the given non-finite value."""
+    out = blocks.copy()
+    start = FP16_FIELDS[ggml_type][0]
+    for row, value in rows.items():
+        out[row, start : start + 2] = np.array([value], np.float16).view(np.uint8)
+    return out
+
+
+def make_case(ggml_type: str, precision: str, blocks: np.ndarray, k: int, seed: int) -> dict:
+    return {
+        "ggml_type": ggml_type,
+        "k": k,
+        "n": blocks.shape[0],
+        "precision": precision,
+        "a": activations(k, seed),
+        "b": blocks,
+        "ms": ROW_COUNTS,
+    }
+
+
+def reference(case: dict) -> np.ndarray:
+    """gguf-py's dequantization times the activations, in float64."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        weights = gguf_values(case["ggml_type"], case["b"], case["n"], case["k"]).astype(np.float64)
+        return case["a"].astype(np.float64) @ weights.T
+
+
+def run_under_isa(isa: str, cases: list[dict]) -> dict:
+    """Computes ``cases`` in a subprocess with ``CLIKA_KERNEL_ISA=isa``; returns its status and results."""
+    with tempfile.TemporaryDirectory() as folder:
+        cases_path, out_path = Path(folder, "cases.pkl"), Path(folder, "out.pkl")
+        cases_path.write_bytes(pickle.dumps(cases))
+        env = {**os.environ, "CLIKA_KERNEL_ISA": isa}
+        done = subprocess.run(
+            [sys.executable, str(RUNNER), str(cases_path), str(out_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, f"runner under {isa} failed:\n{done.stderr[-3000:]}"
+        return pickle.loads(out_path.read_bytes())
+
+
+def relative_error(y: np.ndarray, ref: np.ndarray) -> float:
+    """max |y - ref| over max |ref|: the error relative to the output's scale."""
+    return float(np.max(np.abs(y.astype(np.float64) - ref)) / np.max(np.abs(ref)))
