@@ -42,7 +42,9 @@ def cache_root() -> Path:
 
 
 def debian_arch() -> str | None:
-    return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower())
+    return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        platform.machine().lower()
+    )
 
 
 def find_include_dir(log=print) -> Path | None:

@@ -57,7 +57,9 @@ def kernels_enabled() -> bool:
         return False
     if value in _ON:
         return True
-    raise ValueError(f"{KERNELS_ENV}={value!r}: use off (or 0) to disable the kernels, on (or unset) to use them")
+    raise ValueError(
+        f"{KERNELS_ENV}={value!r}: use off (or 0) to disable the kernels, on (or unset) to use them"
+    )
 
 
 def kernel_status() -> KernelStatus:
