@@ -251,7 +251,9 @@ def test_the_default_is_the_measured_int4_scheme():
         "where its blocks are narrower)"
     )
     assert options.sensitivity_budget == 0.2 and options.sensitivity_target_kl == 0.0004
-    assert not options.gguf_matmul  # GgufMatMul is asked for (clika-export --gguf-blocks) until it decodes faster
+    assert (
+        not options.gguf_matmul
+    )  # GgufMatMul is asked for (clika-export --gguf-blocks) until it decodes faster
     assert "ai.clika.GgufMatMul" in QuantOptions(gguf_matmul=True).describe("int4")
 
 
