@@ -125,6 +125,24 @@ def generate(
     is_flag=True,
     help="Let image_url parts name local files (data: URLs are always read; remote URLs never).",
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Serve from N engine replicas on Ray Serve (the 'cluster' extra), each with --threads.",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="ADDR",
+    help="With --replicas: the Ray cluster to join (default: a local Ray on 127.0.0.1, stopped on exit).",
+)
+@click.option(
+    "--kv-store",
+    default=None,
+    metavar="DIR",
+    help="With --replicas: a folder all replicas reach, keeping conversations' KV across replicas.",
+)
 @assistant_option
 @engine_options
 def serve(
@@ -139,6 +157,9 @@ def serve(
     model_id: str | None,
     cors_origins: str,
     allow_image_files: bool,
+    replicas: int | None,
+    ray_address: str | None,
+    kv_store: str | None,
     assistant: str | None,
     engine: EngineChoice,
 ) -> None:
@@ -154,8 +175,21 @@ def serve(
     pulled_note(local)
     if api_key is None and not _is_loopback(host):
         say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
-    loaded = load_model(local, engine, assistant=assistant)
     name = model_id or local.name
+    if replicas is not None:
+        from clika_cli.serve_replicas import serve_replicas
+
+        if assistant is not None or cors_origins or allow_image_files:
+            raise click.UsageError("--replicas takes no --assistant, --cors-origins or --allow-image-files")
+        serve_replicas(
+            str(local.folder), replicas=replicas, ray_address=ray_address, host=host, port=port,
+            engine=engine, kv_store=kv_store, api_key=api_key, model_id=name, max_active=max_active,
+            max_queued=max_queued, default_max_tokens=default_max_tokens,
+        )  # fmt: skip
+        return
+    if ray_address is not None or kv_store is not None:
+        raise click.UsageError("--ray-address and --kv-store go with --replicas")
+    loaded = load_model(local, engine, assistant=assistant)
 
     def ready(url: str) -> None:
         say(f"serving {name} at {url} (model id {name!r}; Ctrl-C stops)")
