@@ -37,6 +37,8 @@ def merged_metrics(texts: Mapping[str, str]) -> str:
                 lines.append(f"{sample.name}{{{_labels(labels)}}} {_value(sample.value)}")
     out: list[str] = []
     for family_name, (kind, documentation, lines) in families.items():
+        if kind == "counter":  # named as prometheus_client's own text names it
+            family_name += "_total"
         out.append(f"# HELP {family_name} {_escape_help(documentation)}")
         out.append(f"# TYPE {family_name} {kind}")
         out.extend(lines)

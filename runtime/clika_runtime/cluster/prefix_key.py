@@ -3,10 +3,10 @@
 The paged cache knows a block by its chain hash (``clika_runtime.engine.prefix_cache``:
 the hash of the prefix before it and its tokens). Every turn of one conversation starts
 with the same tokens, the chat template's rendering of the messages up to the first user
-turn, so the chain hash after those tokens' full blocks (at most ``MAX_BLOCKS``) names the
-conversation for as long as it lasts, and two conversations that differ only after a shared
-system prompt still get different keys. A prompt shorter than one block is keyed by its
-tokens whole. Sending equal keys to one replica is what keeps its cached prefix warm.
+turn, so the chain hash over those tokens' blocks (the last one partial, as the cache keeps
+a turn's unfilled last block) names the conversation for as long as it lasts, and two
+conversations that differ only after a shared system prompt still get different keys.
+Sending equal keys to one replica is what keeps its cached prefix warm.
 
 The key needs the tokenizer and the chat template, never the model's graphs: the front
 deployment reads them from the model folder without loading the model.
@@ -28,7 +28,7 @@ from clika_runtime.text.tokenizer import Tokenizer
 
 SESSION_HEADER = b"x-session-id"
 DEFAULT_BLOCK_SIZE = 16  # the paged graph's block when a folder has none
-MAX_BLOCKS = 8  # a long first turn: its first 8 blocks name the conversation well enough
+MAX_TOKENS = 8192  # a first turn longer than this is named by its beginning (bounded work per request)
 CHAT_PATHS = ("/v1/chat/completions", "/api/chat", "/v1/responses")
 PROMPT_PATHS = ("/v1/completions", "/api/generate")
 
@@ -72,15 +72,12 @@ class PrefixKeyer:
         return None if not tokens else f"prefix:{self.key_of(tokens)}"
 
     def key_of(self, tokens: Sequence[int]) -> int:
-        """The chain hash after ``tokens``' full blocks (at most ``MAX_BLOCKS``); a shorter prompt's
-        tokens hashed as one partial block."""
-        size = self.block_size
-        full = min(len(tokens) // size, MAX_BLOCKS)
-        if full == 0:
-            return chain_hash(ROOT_HASH, tuple(tokens))
+        """The chain hash over ``tokens``' blocks of ``block_size`` (the last one partial when they
+        do not fill it), as the paged cache chains them; at most ``MAX_TOKENS`` tokens."""
+        tokens = tokens[:MAX_TOKENS]
         parent = ROOT_HASH
-        for start in range(0, full * size, size):
-            parent = chain_hash(parent, tuple(tokens[start : start + size]))
+        for start in range(0, len(tokens), self.block_size):
+            parent = chain_hash(parent, tuple(tokens[start : start + self.block_size]))
         return parent
 
     def _first_turn_tokens(self, path: str, request: Mapping[str, Any]) -> list[int]:
