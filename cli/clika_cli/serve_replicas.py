@@ -5,7 +5,6 @@ Ray is imported only on this path; ``clika serve`` without ``--replicas`` never 
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
 import click
@@ -50,13 +49,7 @@ def serve_replicas(
             say(
                 f"serving {server['model_id']} at http://{host}:{port}/v1 on {replicas} replicas (Ctrl-C stops)"
             )
-            # SIGTERM (a service manager's stop) takes Ctrl-C's way out: the replicas and a local Ray go too.
-            signal.signal(signal.SIGTERM, _interrupt)
             try:
                 wait_forever()
             except KeyboardInterrupt:
                 say("stopping the replicas")
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
