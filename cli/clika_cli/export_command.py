@@ -11,9 +11,13 @@ from clika_cli.common import at_most_max_threads
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("source", type=click.Path(exists=True, path_type=Path))
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option(
-    "-o", "--out", required=True, type=click.Path(path_type=Path), help="The model folder to write."
+    "-o",
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The model folder to write (with --ray: the folder the model folders go in).",
 )
 @click.option(
     "--precision",
@@ -62,10 +66,20 @@ from clika_cli.common import at_most_max_threads
     ),
 )
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
+@click.option(
+    "--ray",
+    "on_ray",
+    is_flag=True,
+    help="Export every SOURCE as a Ray task (the 'cluster' extra), in parallel, into OUT/<key>, "
+    "each linked as OUT/<source name>; an export already in OUT is not repeated.",
+)
+@click.option(
+    "--ray-address", default=None, metavar="ADDR", help="With --ray: the cluster (default: a local Ray)."
+)
 @click.option("--no-verify", is_flag=True, help="Skip the check against the float reference.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def export_command(
-    source: Path,
+    sources: tuple[Path, ...],
     out: Path,
     precision: str,
     context: int | None,
@@ -74,10 +88,24 @@ def export_command(
     mmproj: Path | None,
     gguf_blocks: bool,
     overwrite: bool,
+    on_ray: bool,
+    ray_address: str | None,
     no_verify: bool,
     quiet: bool,
 ) -> None:
-    """Export SOURCE (a Hugging Face model folder or a .gguf file) to an ONNX model folder."""
+    """Export SOURCE (a Hugging Face model folder or a .gguf file) to an ONNX model folder.
+
+    With --ray, many SOURCEs at once, as Ray tasks."""
+    if on_ray:
+        if mmproj is not None:
+            raise click.UsageError("--ray exports text models; export a --mmproj pair on its own")
+        _export_on_ray(sources, out, precision, context, builder, not no_verify, ray_address, quiet)
+        return
+    if ray_address is not None:
+        raise click.UsageError("--ray-address goes with --ray")
+    if len(sources) != 1:
+        raise click.UsageError(f"one SOURCE at a time ({len(sources)} given); --ray exports many")
+    source = sources[0]
     from clika_export.api import ExportError, export
     from clika_export.checkpoint import CheckpointError
     from clika_quant import QuantError
@@ -99,6 +127,39 @@ def export_command(
     except (ExportError, CheckpointError, QuantError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(str(folder), file=sys.stdout)
+
+
+def _export_on_ray(
+    sources: tuple[Path, ...],
+    out: Path,
+    precision: str,
+    context: int | None,
+    builder: str,
+    verify: bool,
+    address: str | None,
+    quiet: bool,
+) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise click.ClickException("--ray needs Ray: pip install 'clika-runtime[cluster]'") from None
+    from clika_export.ray_batch import ExportOptions, export_batch, start_local_ray
+
+    start_local_ray(address)
+    try:
+        result = export_batch(
+            sources,
+            out,
+            ExportOptions(precision, context, builder, verify),
+            report=(lambda _line: None) if quiet else (lambda line: click.echo(line, err=True)),
+        )
+    finally:
+        ray.shutdown()
+    for source, folder in result.folders.items():
+        click.echo(f"{source}\t{folder}")
+    if result.failed:
+        names = ", ".join(result.failed)
+        raise click.ClickException(f"{len(result.failed)} of {len(sources)} sources failed: {names}")
 
 
 def main() -> None:

@@ -145,6 +145,24 @@ def generate(
     "used idle model is unloaded to make room.",
 )
 @click.option("--no-web", is_flag=True, help="No chat page at /.")
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Serve from N engine replicas on Ray Serve (the 'cluster' extra), each with --threads.",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="ADDR",
+    help="With --replicas: the Ray cluster to join (default: a local Ray on 127.0.0.1, stopped on exit).",
+)
+@click.option(
+    "--kv-store",
+    default=None,
+    metavar="DIR",
+    help="With --replicas: a folder all replicas reach, keeping conversations' KV across replicas.",
+)
 @assistant_option
 @engine_options
 def serve(
@@ -163,6 +181,9 @@ def serve(
     max_loaded: int | None,
     memory_budget: str | None,
     no_web: bool,
+    replicas: int | None,
+    ray_address: str | None,
+    kv_store: str | None,
     assistant: str | None,
     engine: EngineChoice,
 ) -> None:
@@ -181,6 +202,22 @@ def serve(
         pulled_note(local)
     if api_key is None and not _is_loopback(host):
         say(f"warning: serving on {host} without --api-key: anyone who can reach it may use it")
+    if replicas is not None:
+        from clika_cli.serve_replicas import serve_replicas
+
+        if local is None:
+            raise click.UsageError("--replicas serves one MODEL: name it")
+        name = model_id or local.name
+        if assistant is not None or cors_origins or allow_image_files:
+            raise click.UsageError("--replicas takes no --assistant, --cors-origins or --allow-image-files")
+        serve_replicas(
+            str(local.folder), replicas=replicas, ray_address=ray_address, host=host, port=port,
+            engine=engine, kv_store=kv_store, api_key=api_key, model_id=name, max_active=max_active,
+            max_queued=max_queued, default_max_tokens=default_max_tokens,
+        )  # fmt: skip
+        return
+    if ray_address is not None or kv_store is not None:
+        raise click.UsageError("--ray-address and --kv-store go with --replicas")
     alone = local is not None and (local.in_place or model_id is not None or assistant is not None)
     if alone:
         assert local is not None
