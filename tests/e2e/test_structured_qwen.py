@@ -77,7 +77,15 @@ SCHEMAS = [
         ),
     ),
     ("a language", obj({"language": {"enum": ["python", "rust", "go"]}, "reason": STR})),
-    ("an optional note", obj({"title": STR}, {"note": STR, "priority": {"enum": ["low", "high"]}})),
+    # Bounded free text: the reply's end within max_tokens is the grammar's guarantee, not the model's
+    # choice (an unbounded note let Qwen ramble past 160 tokens after a last-digit change in the logits).
+    (
+        "an optional note",
+        obj(
+            {"title": {"type": "string", "maxLength": 60}},
+            {"note": {"type": "string", "maxLength": 200}, "priority": {"enum": ["low", "high"]}},
+        ),
+    ),
     ("a temperature", obj({"celsius": NUM, "unit": {"const": "C"}})),
     ("a key-value pair", obj({"key": {"type": "string", "maxLength": 20}, "value": {"anyOf": [STR, INT]}})),
     (
