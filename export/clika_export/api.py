@@ -55,6 +55,7 @@ from clika_export.template_check import check_chat_template
 from clika_export.termination import terminated_as_exit
 from clika_export.verify import CHECK_PLAN, FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
+from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM
 from clika_runtime.manifest import (
     BUILDERS,
     COMPUTED_TABLES_VERSION,
@@ -408,6 +409,7 @@ def cache_key(
             pass  # the export itself refuses, naming what is missing
         else:
             parts["quant_options"] = QuantOptions.for_precision(precision).to_dict()
+            parts["block_sum_form"] = BLOCK_SUM_FORM  # the offsets' graph form changes the numerics
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -10,7 +10,9 @@ runtime's rewrite of GgufMatMul (``fallback_graph``) write the same one.
 from __future__ import annotations
 
 BLOCK_SUM_FORMS = ("reduce", "matmul")
-BLOCK_SUM_FORM = "reduce"
+# "matmul" stays the default: the "reduce" form made a row's embedding differ alone and in a batch
+# (SmolLM2 int4, 4.4e-3 absolute) for a 4.5% faster decode step, measured once on a loaded machine.
+BLOCK_SUM_FORM = "matmul"
 
 
 def block_sum_shape_names(k: int, block: int) -> tuple[str, str]:
