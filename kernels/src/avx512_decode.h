@@ -39,15 +39,19 @@ inline float half_at(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
 
 inline __m512i nibble_mask() { return _mm512_set1_epi8(0x0f); }
 
-// The 16 codes of two 16-byte nibble runs q0, q1 (one 32-weight block each): weight j of a
-// block is the low nibble of byte j, weight j + 16 its high nibble.
+// The 64 codes of two 32-weight blocks from their 16-byte nibble runs q0, q1: weight j of
+// a block is the low nibble of byte j, weight j + 16 its high nibble. Each run is
+// broadcast to two 128-bit lanes, [q0, q0, q1, q1], and the second of each pair shifted.
 inline __m512i block_pair_nibbles(const uint8_t* q0, const uint8_t* q1, bool half) {
   const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q0));
-  const __m128i b1 = half ? _mm_setzero_si128() : _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1));
-  const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1);
-  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-  // [b0, b1, b0 >> 4, b1 >> 4] -> [b0, b0 >> 4, b1, b1 >> 4]: weight order.
-  return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), nibble_mask());
+  __m512i z = _mm512_broadcast_i32x4(b0);
+  if (half) {
+    z = _mm512_maskz_mov_epi32(0x00ff, z);
+  } else {
+    z = _mm512_mask_broadcast_i32x4(z, 0xff00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)));
+  }
+  const __m512i shifts = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+  return _mm512_and_si512(_mm512_srlv_epi64(z, shifts), nibble_mask());
 }
 
 // The 4 bytes at `at` of each of `blocks` (<= 8) blocks, zero past the last. Plain loads:
