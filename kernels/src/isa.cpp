@@ -10,7 +10,7 @@
 namespace clika_kernels {
 namespace {
 
-const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kNeon};
+const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kNeon, Isa::kNeonDotprod};
 
 #if defined(__x86_64__)
 bool has_avx512_base() {
@@ -31,7 +31,7 @@ bool has_dotprod() {
 #endif
 
 // The best ISA first.
-const Isa kPreference[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2, Isa::kNeon, Isa::kScalar};
+const Isa kPreference[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2, Isa::kNeonDotprod, Isa::kNeon, Isa::kScalar};
 
 IsaChoice choose() {
   IsaChoice choice;
@@ -49,7 +49,7 @@ IsaChoice choose() {
       return choice;
     }
     choice.message = std::string("CLIKA_KERNEL_ISA=") + forced +
-                     " is not one of scalar, avx2, avx512, avx512_vnni, neon, auto";
+                     " is not one of scalar, avx2, avx512, avx512_vnni, neon, neon_dotprod, auto";
     return choice;
   }
   for (Isa isa : kPreference) {
@@ -71,6 +71,7 @@ const char* isa_name(Isa isa) {
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Vnni: return "avx512_vnni";
     case Isa::kNeon: return "neon";
+    case Isa::kNeonDotprod: return "neon_dotprod";
   }
   return "unknown";
 }
@@ -85,6 +86,7 @@ bool isa_supported(Isa isa) {
 #endif
 #if defined(__aarch64__)
     case Isa::kNeon: return true;
+    case Isa::kNeonDotprod: return has_dotprod();
 #endif
     default: return false;
   }
@@ -105,7 +107,8 @@ RangeKernel find_kernel(Isa isa, Precision precision) {
     case Isa::kAvx512Vnni: return fp32 ? avx512_fp32_range : avx512_vnni_int8_range;
 #endif
 #if defined(__aarch64__)
-    case Isa::kNeon: return fp32 ? neon_fp32_range : (has_dotprod() ? neon_dotprod_int8_range : neon_int8_range);
+    case Isa::kNeon: return fp32 ? neon_fp32_range : neon_int8_range;
+    case Isa::kNeonDotprod: return fp32 ? neon_fp32_range : neon_dotprod_int8_range;
 #endif
     default: return nullptr;
   }
@@ -120,7 +123,8 @@ const char* kernel_description(Isa isa, Precision precision) {
     case Isa::kAvx512Vnni:
       return fp32 ? "AVX-512 fp32 FMA, weights in registers" : "AVX-512 int8 (VNNI vpdpbusd), weights in registers";
 #if defined(__aarch64__)
-    case Isa::kNeon: return fp32 ? "NEON fp32 FMA" : (has_dotprod() ? "NEON int8 (sdot)" : "NEON int8 (smull)");
+    case Isa::kNeon: return fp32 ? "NEON fp32 FMA" : "NEON int8 (widening multiply)";
+    case Isa::kNeonDotprod: return fp32 ? "NEON fp32 FMA" : "NEON int8 (sdot)";
 #endif
     default: return "none";
   }

@@ -11,7 +11,7 @@
 
 namespace clika_kernels {
 
-enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Vnni, kNeon };
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Vnni, kNeon, kNeonDotprod };
 enum class Precision { kFp32, kInt8 };
 
 struct Problem {
