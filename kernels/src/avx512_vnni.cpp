@@ -26,7 +26,7 @@ struct VnniRows {
   const int8_t* qa[R];
   const float* group_da[R];
   const float* sum16[R];
-  __m512 acc[R][2];
+  __m512 acc[R];
   __m512 bias[R];
   __m512 scale[R];
 
@@ -35,7 +35,7 @@ struct VnniRows {
       qa[r] = x.qa + (m0 + r) * p.k;
       group_da[r] = x.group_da + (m0 + r) * (p.k / 16);
       sum16[r] = x.sum16 + (m0 + r) * (p.k / 16);
-      acc[r][0] = acc[r][1] = bias[r] = _mm512_setzero_ps();
+      acc[r] = bias[r] = _mm512_setzero_ps();
     }
   }
 
@@ -55,13 +55,12 @@ struct VnniRows {
     for (int r = 0; r < R; ++r) {
       const __m512i a = _mm512_maskz_loadu_epi8(bytes, qa[r] + k);
       const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, a));
-      acc[r][0] = _mm512_fmadd_ps(dot, _mm512_permutexvar_ps(lanes, scale[r]), acc[r][0]);
-      std::swap(acc[r][0], acc[r][1]);
+      acc[r] = _mm512_fmadd_ps(dot, _mm512_permutexvar_ps(lanes, scale[r]), acc[r]);
     }
   }
 
   void finish(float* out) {
-    for (int r = 0; r < R; ++r) out[r] = reduce_pair(acc[r][0], acc[r][1]) + _mm512_reduce_add_ps(bias[r]);
+    for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(bias[r]);
   }
 };
 
