@@ -40,7 +40,7 @@ struct Fp32Rows {
     for (int r = 0; r < R; ++r) acc[r][J & 1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(a[r] + k + 16 * J), acc[r][J & 1]);
   }
 
-  void chunk(__m512i codes, int64_t k, int c, bool half, const float* scale16, const float* bias16) {
+  void chunk(__m512i codes, const uint8_t*, int64_t k, int c, bool half, const float* scale16, const float* bias16) {
     const float* scale4 = scale16 + 4 * c;
     const float* bias4 = bias16 + 4 * c;
     group<0>(codes, k, scale4, bias4);
@@ -91,21 +91,11 @@ struct NibbleRows {
     }
   }
 
-  void walk(const uint8_t* row, int64_t k) {
-    alignas(64) float scale16[kMaxUnitGroups];
-    alignas(64) float bias16[kMaxUnitGroups];
-    const int64_t blocks = k / Format::kWeights;
-    for (int64_t b = 0; b < blocks; b += Format::kUnitBlocks) {
-      const int count = static_cast<int>(std::min<int64_t>(Format::kUnitBlocks, blocks - b));
-      const uint8_t* unit = row + b * Format::kBytes;
-      const int64_t k0 = b * Format::kWeights;
-      const int weights = count * Format::kWeights;
-      Format::scales(unit, count, scale16, bias16);
-      for (int c = 0; 64 * c < weights; ++c) {
-        run(unit, k0 + 64 * c, c, 0, scale16, bias16);
-        if (weights - 64 * c >= 64) run(unit, k0 + 64 * c, c, 1, scale16, bias16);
-      }
-    }
+  void unit(int64_t, int, const float*, const float*) {}
+
+  void chunk(__m512i, const uint8_t* unit, int64_t k, int c, bool half, const float* scale16, const float* bias16) {
+    run(unit, k, c, 0, scale16, bias16);
+    if (!half) run(unit, k, c, 1, scale16, bias16);
   }
 
   void finish(float* out) {
@@ -113,35 +103,19 @@ struct NibbleRows {
   }
 };
 
-template <class Format, int R>
-void nibble_tile(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
-  NibbleRows<Format, R> rows(p, x, m0);
-  rows.walk(p.b + n * p.row_bytes, p.k);
-  float out[R];
-  rows.finish(out);
-  for (int r = 0; r < R; ++r) p.y[(m0 + r) * p.n + n] = out[r];
-}
-
-template <class Format>
-void nibble_range(const Problem& p, const Activations& x, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n) {
-    int64_t m = 0;
-    for (; m + 4 <= p.m; m += 4) nibble_tile<Format, 4>(p, x, n, m);
-    switch (p.m - m) {
-      case 3: nibble_tile<Format, 3>(p, x, n, m); break;
-      case 2: nibble_tile<Format, 2>(p, x, n, m); break;
-      case 1: nibble_tile<Format, 1>(p, x, n, m); break;
-      default: break;
-    }
-  }
-}
+template <int R>
+using Q4_0Nibbles = NibbleRows<Q4_0Blocks, R>;
+template <int R>
+using Q4_1Nibbles = NibbleRows<Q4_1Blocks, R>;
+template <int R>
+using Q4_KNibbles = NibbleRows<Q4_KBlocks, R>;
 
 }  // namespace
 
 void avx512_fp32_range(const Problem& p, const Activations& x, const RowScratch&, int64_t n0, int64_t n1) {
-  if (p.type == kQ4_0) return nibble_range<Q4_0Blocks>(p, x, n0, n1);
-  if (p.type == kQ4_1) return nibble_range<Q4_1Blocks>(p, x, n0, n1);
-  if (p.type == kQ4_K) return nibble_range<Q4_KBlocks>(p, x, n0, n1);
+  if (p.type == kQ4_0) return rows_range<Q4_0Blocks, Q4_0Nibbles>(p, x, n0, n1);
+  if (p.type == kQ4_1) return rows_range<Q4_1Blocks, Q4_1Nibbles>(p, x, n0, n1);
+  if (p.type == kQ4_K) return rows_range<Q4_KBlocks, Q4_KNibbles>(p, x, n0, n1);
   run_by_format<Fp32Rows>(p, x, n0, n1);
 }
 

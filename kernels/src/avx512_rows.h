@@ -15,7 +15,9 @@ namespace clika_kernels {
 namespace {
 
 // Rows: void unit(int64_t k0, int groups, const float* scale16, const float* bias16);
-//       void chunk(__m512i codes, int64_t k, int c, bool half, const float* scale16, const float* bias16);
+//       void chunk(__m512i codes, const uint8_t* unit, int64_t k, int c, bool half,
+//                  const float* scale16, const float* bias16);
+// (Rows that read the unit's bytes themselves leave codes unused, and the compiler drops them.)
 //       void finish(float* out);
 template <class Format, class Rows>
 inline void walk_row(const uint8_t* row, int64_t k, Rows& rows) {
@@ -31,7 +33,7 @@ inline void walk_row(const uint8_t* row, int64_t k, Rows& rows) {
     rows.unit(k0, weights / 16, scale16, bias16);
     for (int c = 0; 64 * c < weights; ++c) {
       const bool half = weights - 64 * c < 64;
-      rows.chunk(Format::codes(unit, c, half), k0 + 64 * c, c, half, scale16, bias16);
+      rows.chunk(Format::codes(unit, c, half), unit, k0 + 64 * c, c, half, scale16, bias16);
     }
   }
 }

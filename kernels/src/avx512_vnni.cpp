@@ -49,7 +49,7 @@ struct VnniRows {
     }
   }
 
-  void chunk(__m512i codes, int64_t k, int c, bool half, const float*, const float*) {
+  void chunk(__m512i codes, const uint8_t*, int64_t k, int c, bool half, const float*, const float*) {
     const __m512i lanes = lane_groups(c);
     const __mmask64 bytes = half ? 0xffffffffull : ~0ull;
     for (int r = 0; r < R; ++r) {
