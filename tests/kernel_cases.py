@@ -12,15 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf_blocks import FP16_FIELDS, gguf_values
+from gguf_blocks import FP16_FIELDS, gguf_values, random_blocks
 
 from clika_runtime.kernels.library import kernel_status, kernels_enabled
-from clika_runtime.kernels.op import BLOCK_LAYOUT
+from clika_runtime.kernels.op import BLOCK_LAYOUT, PRECISIONS
 
 FORMATS = tuple(BLOCK_LAYOUT)
 ROW_COUNTS = (1, 2, 3, 5, 8, 64)
 N_ODD = 37
-X86_ISAS = ("scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16")
+X86_ISAS = ("scalar", "avx2", "avx512", "avx512_vnni")
 RUNNER = Path(__file__).resolve().parent / "kernel_isa_runner.py"
 
 
@@ -100,3 +100,32 @@ def run_under_isa(isa: str, cases: list[dict]) -> dict:
 def relative_error(y: np.ndarray, ref: np.ndarray) -> float:
     """max |y - ref| over max |ref|: the error relative to the output's scale."""
     return float(np.max(np.abs(y.astype(np.float64) - ref)) / np.max(np.abs(ref)))
+
+
+FP32_FMA = 1e-6
+INT8 = 2e-2
+POISONED = {3: np.nan, 10: np.inf, 20: -np.inf}
+
+
+def bound(precision: str) -> float:
+    return INT8 if precision == "int8" else FP32_FMA
+
+
+def all_cases() -> list[dict]:
+    cases = []
+    for i, ggml_type in enumerate(FORMATS):
+        k = k_for(ggml_type)
+        plain = random_blocks(ggml_type, N_ODD, k, seed=i)
+        subnormal = subnormal_scales(plain, ggml_type, seed=i)
+        poisoned = poison_rows(plain, ggml_type, POISONED)
+        for precision in PRECISIONS:
+            for kind, blocks in (("random", plain), ("subnormal", subnormal), ("nonfinite", poisoned)):
+                cases.append({**make_case(ggml_type, precision, blocks, k, seed=100 + i), "kind": kind})
+    return cases
+
+
+def checked_columns(case: dict) -> np.ndarray:
+    columns = np.ones(case["n"], bool)
+    if case["kind"] == "nonfinite":
+        columns[list(POISONED)] = False
+    return columns

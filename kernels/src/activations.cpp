@@ -1,45 +1,13 @@
 #include "activations.h"
 
 #include <cmath>
-#include <cstring>
 
 namespace clika_kernels {
 namespace {
 
-inline uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-inline float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Round to nearest even bf16; a NaN stays a (quiet) NaN.
-inline uint16_t to_bf16(float f) {
-  const uint32_t u = bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-void split_row(const float* a, int64_t k, uint16_t* hi, uint16_t* lo, float* sum16) {
-  for (int64_t i = 0; i < k; ++i) {
-    hi[i] = to_bf16(a[i]);
-    lo[i] = to_bf16(a[i] - from_bits(static_cast<uint32_t>(hi[i]) << 16));
-  }
-  for (int64_t g = 0; g < k / 16; ++g) {
-    float s = 0.0f;
-    for (int j = 0; j < 16; ++j) s += a[16 * g + j];
-    sum16[g] = s;
-  }
-}
-
 // int8 per 32-block: d = max|a| / 127, q = round-half-even(a / d) clamped to [-127, 127];
 // rounding through 1.5 * 2^23 so the loop vectorizes, and a NaN input quantizes to 0.
-void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* sum16) {
+void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* group_da, float* sum16) {
   for (int64_t b = 0; b < k / 32; ++b) {
     const float* x = a + 32 * b;
     float amax = 0.0f;
@@ -56,6 +24,7 @@ void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* 
       q[j] = static_cast<int8_t>(v);
     }
     for (int j = 0; j < 8; ++j) lane_da[8 * b + j] = d;
+    group_da[2 * b] = group_da[2 * b + 1] = d;
     for (int h = 0; h < 2; ++h) {
       int32_t s = 0;
       for (int j = 0; j < 16; ++j) s += q[16 * h + j];
@@ -69,29 +38,23 @@ void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* 
 void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm form, PreparedActivations* out) {
   out->view = Activations{};
   out->view.a = a;
-  if (form == ActivationForm::kBf16Split) {
-    out->hi.resize(m * k);
-    out->lo.resize(m * k);
-    out->sum16.resize(m * k / 16);
-    out->view.a_hi = out->hi.data();
-    out->view.a_lo = out->lo.data();
-    out->view.sum16 = out->sum16.data();
-  } else if (form == ActivationForm::kInt8) {
+  if (form == ActivationForm::kInt8) {
     out->qa.resize(m * k);
     out->lane_da.resize(m * k / 4);
+    out->group_da.resize(m * k / 16);
     out->sum16.resize(m * k / 16);
     out->view.qa = out->qa.data();
     out->view.lane_da = out->lane_da.data();
+    out->view.group_da = out->group_da.data();
     out->view.sum16 = out->sum16.data();
   }
 }
 
 void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActivations* out, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
-    if (form == ActivationForm::kBf16Split) {
-      split_row(a + r * k, k, out->hi.data() + r * k, out->lo.data() + r * k, out->sum16.data() + r * k / 16);
-    } else if (form == ActivationForm::kInt8) {
+    if (form == ActivationForm::kInt8) {
       quantize_row(a + r * k, k, out->qa.data() + r * k, out->lane_da.data() + r * k / 4,
+                   out->group_da.data() + r * k / 16,
                    out->sum16.data() + r * k / 16);
     }
   }

@@ -1,5 +1,5 @@
-// Activations prepared once per call for the engine that will run: the bf16 hi + lo split,
-// or int8 per 32-block with its scales; each row on its own, so rows never interact.
+// Activations prepared once per call for the engine that will run: fp32 as given, or int8
+// per 32-block with its scales; each row on its own, so rows never interact.
 #pragma once
 
 #include <cstdint>
@@ -9,12 +9,11 @@
 
 namespace clika_kernels {
 
-enum class ActivationForm { kFp32, kBf16Split, kInt8 };
+enum class ActivationForm { kFp32, kInt8 };
 
 struct PreparedActivations {
-  std::vector<uint16_t> hi, lo;
   std::vector<int8_t> qa;
-  std::vector<float> lane_da, sum16;
+  std::vector<float> lane_da, group_da, sum16;
   Activations view{};
 };
 

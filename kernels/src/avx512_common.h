@@ -22,10 +22,5 @@ inline float avx512_bias_dot(const float* bias16, const float* sum16, int64_t gr
   return _mm512_reduce_add_ps(acc);
 }
 
-// Lane scales for 32 weights in two 16-groups, one lane per pair of weights (vdpbf16ps).
-inline __m512 avx512_pair_scales(const float* scale16) {
-  return _mm512_insertf32x8(_mm512_set1_ps(scale16[0]), _mm256_set1_ps(scale16[1]), 1);
-}
-
 }  // namespace
 }  // namespace clika_kernels

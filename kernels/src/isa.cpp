@@ -10,7 +10,7 @@
 namespace clika_kernels {
 namespace {
 
-const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kNeon};
+const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kNeon, Isa::kNeonDotprod};
 
 #if defined(__x86_64__)
 bool has_avx512_base() {
@@ -31,7 +31,7 @@ bool has_dotprod() {
 #endif
 
 // The best ISA first.
-const Isa kPreference[] = {Isa::kAvx512Bf16, Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2, Isa::kNeon, Isa::kScalar};
+const Isa kPreference[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2, Isa::kNeonDotprod, Isa::kNeon, Isa::kScalar};
 
 IsaChoice choose() {
   IsaChoice choice;
@@ -49,7 +49,7 @@ IsaChoice choose() {
       return choice;
     }
     choice.message = std::string("CLIKA_KERNEL_ISA=") + forced +
-                     " is not one of scalar, avx2, avx512, avx512_vnni, avx512_bf16, neon, auto";
+                     " is not one of scalar, avx2, avx512, avx512_vnni, neon, neon_dotprod, auto";
     return choice;
   }
   for (Isa isa : kPreference) {
@@ -70,8 +70,8 @@ const char* isa_name(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Vnni: return "avx512_vnni";
-    case Isa::kAvx512Bf16: return "avx512_bf16";
     case Isa::kNeon: return "neon";
+    case Isa::kNeonDotprod: return "neon_dotprod";
   }
   return "unknown";
 }
@@ -83,11 +83,10 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case Isa::kAvx512: return has_avx512_base();
     case Isa::kAvx512Vnni: return has_avx512_base() && __builtin_cpu_supports("avx512vnni");
-    case Isa::kAvx512Bf16:
-      return has_avx512_base() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
 #endif
 #if defined(__aarch64__)
     case Isa::kNeon: return true;
+    case Isa::kNeonDotprod: return has_dotprod();
 #endif
     default: return false;
   }
@@ -106,10 +105,10 @@ RangeKernel find_kernel(Isa isa, Precision precision) {
     case Isa::kAvx2: return fp32 ? avx2_fp32_range : avx2_int8_range;
     case Isa::kAvx512: return fp32 ? avx512_fp32_range : avx512_int8_range;
     case Isa::kAvx512Vnni: return fp32 ? avx512_fp32_range : avx512_vnni_int8_range;
-    case Isa::kAvx512Bf16: return fp32 ? avx512_bf16_range : avx512_vnni_int8_range;
 #endif
 #if defined(__aarch64__)
-    case Isa::kNeon: return fp32 ? neon_fp32_range : (has_dotprod() ? neon_dotprod_int8_range : neon_int8_range);
+    case Isa::kNeon: return fp32 ? neon_fp32_range : neon_int8_range;
+    case Isa::kNeonDotprod: return fp32 ? neon_fp32_range : neon_dotprod_int8_range;
 #endif
     default: return nullptr;
   }
@@ -120,11 +119,12 @@ const char* kernel_description(Isa isa, Precision precision) {
   switch (isa) {
     case Isa::kScalar: return fp32 ? "scalar fp32" : "scalar int8";
     case Isa::kAvx2: return fp32 ? "AVX2 fp32 FMA" : "AVX2 int8 (vpmaddubsw)";
-    case Isa::kAvx512: return fp32 ? "AVX-512 fp32 FMA" : "AVX-512 int8 (vpmaddubsw)";
-    case Isa::kAvx512Vnni: return fp32 ? "AVX-512 fp32 FMA" : "AVX-512 int8 (VNNI vpdpbusd)";
-    case Isa::kAvx512Bf16: return fp32 ? "AVX-512 BF16 hi+lo split (vdpbf16ps)" : "AVX-512 int8 (VNNI vpdpbusd)";
+    case Isa::kAvx512: return fp32 ? "AVX-512 fp32 FMA, weights in registers" : "AVX-512 int8 (vpmaddubsw)";
+    case Isa::kAvx512Vnni:
+      return fp32 ? "AVX-512 fp32 FMA, weights in registers" : "AVX-512 int8 (VNNI vpdpbusd), weights in registers";
 #if defined(__aarch64__)
-    case Isa::kNeon: return fp32 ? "NEON fp32 FMA" : (has_dotprod() ? "NEON int8 (sdot)" : "NEON int8 (smull)");
+    case Isa::kNeon: return fp32 ? "NEON fp32 FMA" : "NEON int8 (widening multiply)";
+    case Isa::kNeonDotprod: return fp32 ? "NEON fp32 FMA" : "NEON int8 (sdot)";
 #endif
     default: return "none";
   }

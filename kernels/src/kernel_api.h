@@ -11,7 +11,7 @@
 
 namespace clika_kernels {
 
-enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Vnni, kAvx512Bf16, kNeon };
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Vnni, kNeon, kNeonDotprod };
 enum class Precision { kFp32, kInt8 };
 
 struct Problem {
@@ -26,11 +26,10 @@ struct Problem {
 // Activations as every engine reads them, prepared once per call (rows are independent).
 struct Activations {
   const float* a;         // [m, k] fp32 (fp32 FMA engines)
-  const uint16_t* a_hi;   // [m, k] bf16 of a            (bf16 split engine)
-  const uint16_t* a_lo;   // [m, k] bf16 of a - a_hi     (bf16 split engine)
   const int8_t* qa;       // [m, k] int8 per 32-block    (int8 engines)
   const float* lane_da;   // [m, k/4] the int8 scale of each 4-byte lane (int8 engines)
-  const float* sum16;     // [m, k/16] sum of a (bf16) or da * sum of qa (int8) per 16 weights
+  const float* group_da;  // [m, k/16] the int8 scale of each 16-group (int8 engines)
+  const float* sum16;     // [m, k/16] da * sum of qa per 16 weights (int8 engines)
 };
 
 // One thread's buffers for the weight row being computed (k elements unless stated).
@@ -39,7 +38,6 @@ struct RowScratch {
   float* scale16;     // k/16
   float* bias16;      // k/16
   float* wf;          // fp32 weights
-  uint16_t* wbf;      // bf16 codes
   float* lane_scale;  // k/4
 };
 
@@ -53,7 +51,6 @@ void scalar_int8_range(const Problem&, const Activations&, const RowScratch&, in
 void avx2_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx2_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx512_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
-void avx512_bf16_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx512_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx512_vnni_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 #endif

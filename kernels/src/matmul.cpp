@@ -14,18 +14,16 @@ namespace {
 struct ScratchBuffers {
   std::vector<uint8_t> codes;
   std::vector<float> scale16, bias16, wf, lane_scale;
-  std::vector<uint16_t> wbf;
 
   RowScratch view(int64_t k) {
     if (static_cast<int64_t>(codes.size()) < k) {
       codes.resize(k);
       wf.resize(k);
-      wbf.resize(k);
       scale16.resize(k / 16);
       bias16.resize(k / 16);
       lane_scale.resize(k / 4);
     }
-    return RowScratch{codes.data(), scale16.data(), bias16.data(), wf.data(), wbf.data(), lane_scale.data()};
+    return RowScratch{codes.data(), scale16.data(), bias16.data(), wf.data(), lane_scale.data()};
   }
 };
 
@@ -63,9 +61,8 @@ void run_prepare(void* data, size_t i) {
   prepare_rows(t.a, t.k, t.form, t.out, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1);
 }
 
-ActivationForm form_for(Isa isa, Precision precision) {
-  if (precision == Precision::kInt8) return ActivationForm::kInt8;
-  return isa == Isa::kAvx512Bf16 ? ActivationForm::kBf16Split : ActivationForm::kFp32;
+ActivationForm form_for(Precision precision) {
+  return precision == Precision::kInt8 ? ActivationForm::kInt8 : ActivationForm::kFp32;
 }
 
 bool serial_run(void*, void (*fn)(void*, size_t), size_t total, void* data) {
@@ -105,7 +102,7 @@ std::string run_matmul(const Problem& p, Precision precision, Isa isa, const Par
   if (p.m == 0 || p.n == 0) return "";
 
   PreparedActivations acts;
-  const ActivationForm form = form_for(isa, precision);
+  const ActivationForm form = form_for(precision);
   allocate_activations(p.a, p.m, p.k, form, &acts);
   if (form != ActivationForm::kFp32) {
     PrepareTask prepare{p.a, p.k, form, &acts};

@@ -122,13 +122,15 @@ def test_ci_runs_the_readme_test_command() -> None:
         if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
     ]
     assert ci_lines[-1] == test_command
-    # Before it, only the browser tests' Chromium, installed where CI runs as root with apt, as the README says.
-    apt = "apt-get install -y chromium chromium-driver"
+    # Before it, only the test packages (Chromium, the ARM cross compiler and qemu), installed where CI runs
+    # as root with apt, as the README says.
+    apt = "apt-get install -y chromium chromium-driver g++-aarch64-linux-gnu qemu-user-static"
     assert f"`{apt}`" in readme
     before = ci_lines[:-1]
     assert before[0].startswith("if ") and before[-1] == "fi"
     installs = " ".join(before[1:-1])
-    assert "apt-get update" in installs and "install -y -qq chromium chromium-driver" in installs
+    packages = "chromium chromium-driver g++-aarch64-linux-gnu qemu-user-static"
+    assert "apt-get update" in installs and f"install -y -qq {packages}" in installs
     assert "|| echo" in installs  # a failed install skips the browser tests, it does not fail CI
 
 

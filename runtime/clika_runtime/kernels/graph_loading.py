@@ -4,8 +4,8 @@
 as before. One with it opens as it is where the kernel library is loaded (its
 ops registered on the session options); otherwise (no library built for this
 machine, ``CLIKA_KERNELS=off``) its GgufMatMul nodes are rewritten into the
-MatMulNBits form (``fallback_graph``) and the computed weights handed to the
-session. ``GraphPath`` says which of the two ran and why; it is logged and kept
+MatMulNBits form (``fallback_graph``; kept between loads by ``fallback_cache``) and the
+computed weights handed to the session. ``GraphPath`` says which of the two ran and why; it is logged and kept
 on the session (``session.kernel_path``) for ``clika show``.
 """
 
@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from clika_runtime.kernels.fallback_graph import has_gguf_matmul, rewrite
+from clika_runtime.kernels.fallback_cache import cached_rewrite
+from clika_runtime.kernels.fallback_graph import has_gguf_matmul
 
 log = logging.getLogger("clika_runtime.kernels")
 # Where ORT finds the external data of a graph opened from bytes (the folder's data file).
@@ -82,7 +83,7 @@ def prepare_bytes(data: bytes, folder: Path, options: ort.SessionOptions, label:
         path = GraphPath(True, detail)
         log.info("%s: %s", label, path.describe())
         return OpenableGraph(data, path)
-    rewritten = rewrite(data, folder)
+    rewritten = cached_rewrite(data, folder)
     names = list(rewritten.supplied)
     values = [ort.OrtValue.ortvalue_from_numpy(rewritten.supplied[n]) for n in names]
     if names:

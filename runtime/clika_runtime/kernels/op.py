@@ -3,7 +3,7 @@
 Inputs ``A`` float32 ``[..., K]`` and ``B`` uint8 ``[N, row_bytes]`` (a GGUF tensor's blocks
 exactly as stored, one output feature per row); output ``Y`` float32 ``[..., N]`` =
 ``A @ dequant(B)^T``. Attributes: ``ggml_type`` (a GGML type id below), ``K``, ``N`` and
-``precision``: ``"fp32"`` (the default; fp32 FMA or the BF16 hi + lo split, fp32-grade
+``precision``: ``"fp32"`` (the default; fp32 activations and FMA, fp32-grade
 error) or ``"int8"`` (activations quantized to int8 per 32-block, llama.cpp's numerics).
 Each output element has one fixed reduction order, so a row's result is the same whatever
 rows are computed beside it.

@@ -1,0 +1,82 @@
+"""The kernel library built for another architecture and run under an emulator: the
+sources (less the ONNX Runtime op) and tests/kernels/native_driver.cpp cross-compiled into
+one static program, fed the shared cases through a file (see the driver's comment)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clika_runtime.kernels.op import BLOCK_LAYOUT, GGML_TYPE_IDS
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ROOT / "kernels" / "src"
+DRIVER = ROOT / "tests" / "kernels" / "native_driver.cpp"
+FLAGS = ["-O2", "-std=c++17", "-fno-wrapv", "-ffp-contract=off", "-static"]
+
+
+def toolchain(compiler: str, emulators: tuple[str, ...]) -> tuple[str, str]:
+    """The cross compiler and emulator found on PATH; skips, naming what is missing."""
+    found_compiler = shutil.which(compiler)
+    found_emulator = next((e for e in map(shutil.which, emulators) if e), None)
+    if found_compiler is None or found_emulator is None:
+        missing = compiler if found_compiler is None else " or ".join(emulators)
+        pytest.skip(f"{missing} not installed (Debian: g++-aarch64-linux-gnu, qemu-user-static)")
+    return found_compiler, found_emulator
+
+
+def build_driver(compiler: str, out: Path) -> Path:
+    sources = [str(p) for p in sorted(SOURCES.glob("*.cpp")) if p.name != "ort_op.cpp"]
+    subprocess.run([compiler, *FLAGS, f"-I{SOURCES}", str(DRIVER), *sources, "-o", str(out)], check=True)
+    return out
+
+
+def write_cases(cases: list[dict], path: Path) -> None:
+    with path.open("wb") as f:
+        for case in cases:
+            head = [GGML_TYPE_IDS[case["ggml_type"]], case["k"], case["n"], len(case["a"])]
+            head += [int(case["precision"] == "int8"), len(case["ms"]), *case["ms"]]
+            f.write(np.array(head, np.int64).tobytes())
+            f.write(np.ascontiguousarray(case["b"], np.uint8).tobytes())
+            f.write(np.ascontiguousarray(case["a"], np.float32).tobytes())
+
+
+def read_results(cases: list[dict], path: Path) -> list[dict]:
+    flat = np.fromfile(path, np.float32)
+    results, at = [], 0
+    for case in cases:
+        result = {}
+        for m in case["ms"]:
+            size = m * case["n"]
+            result[m] = flat[at : at + size].reshape(m, case["n"])
+            at += size
+        results.append(result)
+    assert at == flat.size, "the driver wrote more than the cases asked for"
+    return results
+
+
+def run_native(
+    emulator: str, driver: Path, isa: str, cases: list[dict], folder: Path
+) -> tuple[list[str], list[dict]]:
+    """(ISA and engine lines the driver printed, results) of ``cases`` under ``CLIKA_KERNEL_ISA=isa``."""
+    for case in cases:  # the driver reads each case's blocks as [n, row bytes]
+        assert (
+            case["b"].size
+            == case["n"]
+            * case["k"]
+            // BLOCK_LAYOUT[case["ggml_type"]][0]
+            * BLOCK_LAYOUT[case["ggml_type"]][1]
+        )
+    cases_path, out_path = folder / f"{isa}.cases", folder / f"{isa}.out"
+    write_cases(cases, cases_path)
+    env = {**os.environ, "CLIKA_KERNEL_ISA": isa}
+    done = subprocess.run(
+        [emulator, str(driver), str(cases_path), str(out_path)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{isa} under {emulator}: {done.stderr[-2000:]}"
+    return done.stdout.splitlines(), read_results(cases, out_path)

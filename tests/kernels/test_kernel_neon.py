@@ -1,0 +1,55 @@
+"""The ARM NEON paths, cross-compiled for aarch64 and run under qemu: every format and
+precision against gguf-py in float64, row independence, and against the scalar path,
+on the same cases as the x86 paths (kernel_cases.all_cases)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from kernel_cases import all_cases
+from kernel_checks import (
+    check_against_gguf_py,
+    check_against_scalar,
+    check_batch_independence,
+    check_nonfinite_rows,
+)
+from kernel_native import build_driver, run_native, toolchain
+
+ARM_ISAS = ("scalar", "neon", "neon_dotprod")
+
+
+@pytest.fixture(scope="module")
+def arm(tmp_path_factory):
+    compiler, emulator = toolchain("aarch64-linux-gnu-g++", ("qemu-aarch64-static", "qemu-aarch64"))
+    folder = tmp_path_factory.mktemp("aarch64")
+    driver = build_driver(compiler, folder / "native_driver")
+    cases = all_cases()
+
+    @functools.cache
+    def computed(isa: str):
+        return run_native(emulator, driver, isa, cases, folder)
+
+    return cases, computed
+
+
+@pytest.mark.parametrize("isa", ARM_ISAS)
+def test_arm_paths_match_gguf_py_and_keep_rows_independent(arm, isa):
+    cases, computed = arm
+    lines, results = computed(isa)
+    assert lines[0] == isa
+    check_against_gguf_py(cases, results)
+    check_nonfinite_rows(cases, results)
+    check_batch_independence(cases, results)
+
+
+@pytest.mark.parametrize("isa", ARM_ISAS[1:])
+def test_neon_paths_equal_the_scalar_reference_within_bounds(arm, isa):
+    cases, computed = arm
+    check_against_scalar(cases, computed(isa)[1], computed("scalar")[1])
+
+
+def test_the_dot_product_engine_is_the_one_that_runs(arm):
+    _, computed = arm
+    assert computed("neon_dotprod")[0][1:] == ["NEON fp32 FMA", "NEON int8 (sdot)"]
+    assert computed("neon")[0][1:] == ["NEON fp32 FMA", "NEON int8 (widening multiply)"]
