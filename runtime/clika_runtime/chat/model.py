@@ -52,7 +52,9 @@ class ChatModel(Protocol):
     @property
     def supports_video(self) -> bool: ...
 
-    def encode_with_images(self, text: str, images: Sequence[Any]) -> tuple[list[int], PromptMedia | None]:
+    def encode_with_images(
+        self, text: str, images: Sequence[Any], *, request_id: int | None = None
+    ) -> tuple[list[int], PromptMedia | None]:
         """``text`` (with one image marker per image) as token ids, each marker expanded to its
         image's tokens, and the images' embeddings for them."""
         ...
@@ -60,7 +62,9 @@ class ChatModel(Protocol):
     @property
     def supports_audio(self) -> bool: ...
 
-    def encode_with_audio(self, text: str, audio: Sequence[Any]) -> tuple[list[int], PromptMedia | None]:
+    def encode_with_audio(
+        self, text: str, audio: Sequence[Any], *, request_id: int | None = None
+    ) -> tuple[list[int], PromptMedia | None]:
         """``text`` (with one audio marker per clip) as token ids, each marker expanded to its
         clip's tokens, and the clips' embeddings for them."""
         ...

@@ -36,13 +36,13 @@ from clika_runtime.chat.media_turns import (
 )
 from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.outcome import ChatOutcome
-from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn, submit_prepared
 from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.reply_events import ReplyEvent, ReplyReader, TextDelta
 from clika_runtime.chat.tool_loop import LoopHooks, LoopResult, run_tool_loop
 from clika_runtime.chat.tool_turns import ChatConversation
 from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.turn import check_chat_arguments, offered_tools, prepare_turn, submit_turn
 from clika_runtime.engine.config import GenerationConfig
 
 if TYPE_CHECKING:
@@ -402,7 +402,7 @@ class ChatSession:
         offered = offered_tools(self._model, tools) if tools is not None else self._tools
         policy = GenerationConfig.resolve(self._defaults, config, overrides)
         prepared = prepare_turn(self._model, messages, offered, policy)
-        request = submit_prepared(self._model.engine, prepared, policy)
+        request = submit_turn(self._model.engine, prepared, policy)
         return request, self._pieces(request, prepared.parser, commit)
 
     def _pieces(

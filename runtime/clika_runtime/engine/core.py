@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.errors import QueueFullError
+from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, QueueFullError, TurnError
 from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.logprobs import TokenLogprob, log_softmax
 from clika_runtime.engine.options import EngineOptions
@@ -135,9 +135,10 @@ class EngineCore:
         if not prompt:
             raise ValueError("the prompt is empty: there is nothing to continue")
         if len(prompt) >= self.max_seq:
-            raise ValueError(
+            raise TurnError(
                 f"the prompt has {len(prompt)} tokens; the context window is {self.max_seq} tokens "
-                f"and the reply needs room for at least one more"
+                f"and the reply needs room for at least one more",
+                code=CONTEXT_LENGTH_EXCEEDED,
             )
         if len(prompt) >= self.cache.token_capacity:
             raise ValueError(
@@ -153,9 +154,10 @@ class EngineCore:
                 f"stop_token_ids holds {bad[0]}, outside the vocabulary (0..{self.vocab_size - 1})"
             )
         if config.num_assistant_tokens and "assistant" not in self.drafters:
-            raise ValueError(
+            raise TurnError(
                 "num_assistant_tokens needs an assistant model: attach one with set_assistant() "
-                "or load(..., assistant_model=)"
+                "or load(..., assistant_model=)",
+                field="num_assistant_tokens",
             )
         return prompt
 

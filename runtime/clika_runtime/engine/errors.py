@@ -1,4 +1,4 @@
-"""The engine's refusals: a full queue, a closed engine (capacity results, not bugs)."""
+"""The engine's refusals: a full queue, a closed engine (capacity results, not bugs), a refused turn."""
 
 from __future__ import annotations
 
@@ -18,3 +18,26 @@ class GenerationError(RuntimeError):
     def __init__(self, message: str, report: object = None) -> None:
         super().__init__(message)
         self.report = report
+
+
+# A prompt longer than the context window allows (OpenAI's error code for it).
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+
+
+class TurnError(ValueError):
+    """A turn refused for its input, typed so that no front end reads the message to classify it.
+
+    ``field`` names the part at fault (a decode option's name, "messages", "tools",
+    "tool_choice"; None: the prompt as a whole), ``code`` a machine-readable reason
+    (``CONTEXT_LENGTH_EXCEEDED``) or None, and ``context`` what the turn was doing when it
+    failed ("the images cannot be used"), for a front end that words the whole request;
+    the message itself stays the problem's own words.
+    """
+
+    def __init__(
+        self, message: str, *, field: str | None = None, code: str | None = None, context: str | None = None
+    ) -> None:
+        Exception.__init__(self, message)  # not the next class's own: a TemplateError's adds a prefix
+        self.field = field
+        self.code = code
+        self.context = context

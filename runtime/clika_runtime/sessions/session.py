@@ -42,7 +42,7 @@ from clika_runtime.sessions.turn import TurnHandle, TurnRun, TurnSpec, TurnStrea
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
-    from clika_runtime.chat.prepare import Prepared
+    from clika_runtime.chat.turn import Turn
     from clika_runtime.engine.engine import Engine, RequestStream
 
 
@@ -59,9 +59,9 @@ class SessionHost(Protocol):
         messages: Sequence[Mapping[str, Any]],
         tools: list[dict[str, Any]] | None,
         policy: GenerationConfig,
-    ) -> Prepared: ...
+    ) -> Turn: ...
 
-    def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream: ...
+    def submit(self, prepared: Turn, policy: GenerationConfig) -> RequestStream: ...
 
     def encode(self, text: str) -> list[int]: ...
 
