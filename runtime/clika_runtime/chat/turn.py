@@ -22,11 +22,10 @@ from clika_runtime.chat.media_turns import split_audio, split_images
 from clika_runtime.chat.model import supports_tools
 from clika_runtime.chat.render import render_prompt
 from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
-from clika_runtime.chat.template_errors import TemplateError
 from clika_runtime.chat.tool_choice import ToolChoice, chosen_tools, tool_choice_from
 from clika_runtime.chat.tool_grammar import required_call_constraint
 from clika_runtime.chat.tools import normalize_tools
-from clika_runtime.engine.errors import TurnError
+from clika_runtime.engine.errors import TurnError, as_turn_error
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.grammar.constraint import GrammarError
 
@@ -41,20 +40,6 @@ if TYPE_CHECKING:
 RENDERING = "the conversation cannot be rendered"
 READING_IMAGES = "the images cannot be used"
 READING_AUDIO = "the audio cannot be used"
-
-
-class TurnTemplateError(TurnError, TemplateError):
-    """A chat template that failed on a turn: a :class:`TurnError` that callers catching a
-    :class:`TemplateError` still catch, its message the template's own."""
-
-    def __init__(self, cause: TemplateError) -> None:
-        super().__init__(str(cause), field="messages", context=RENDERING)
-        self.reason = cause.reason
-        self.lineno = cause.lineno
-
-
-class TurnGrammarError(TurnError, GrammarError):
-    """A required call whose grammar cannot be built (a :class:`GrammarError` too)."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +116,11 @@ def prepare_turn(
     function holds the reply to a valid call (``parallel``, default
     ``policy.parallel_tool_calls``: one call or several). ``encode``: text to ids (default:
     the model's tokenizer). ``request_id``: the id media stages report under."""
-    choice = tool_choice_from(policy.tool_choice, tools) if choice is None else choice
+    if choice is None:
+        try:
+            choice = tool_choice_from(policy.tool_choice, tools)
+        except ValueError as exc:
+            raise as_turn_error(exc, field="tool_choice") from exc
     tools = chosen_tools(tools, choice)
     template = model.chat_template
     text, images, audio = _prompt_and_media(model, messages, prompt, media, tools, policy)
@@ -176,10 +165,8 @@ def _prompt_and_media(
         images, audio = media
     try:
         text = render_prompt(model.chat_template, messages, policy, tools=tools)
-    except TemplateError as exc:
-        raise TurnTemplateError(exc) from exc
-    except ValueError as exc:
-        raise TurnError(str(exc), field="messages", context=RENDERING) from exc
+    except ValueError as exc:  # a TemplateError among them
+        raise as_turn_error(exc, field="messages", context=RENDERING) from exc
     return text, images, audio
 
 
@@ -191,7 +178,7 @@ def _call_constraint(
             model.chat_template, text, tools, choice, model.tokenizer, model.vocab_size, parallel=parallel
         )
     except GrammarError as exc:
-        raise TurnGrammarError(str(exc), field="tools") from exc
+        raise as_turn_error(exc, field="tools") from exc
 
 
 def _encode(
@@ -216,8 +203,9 @@ def _encode(
     try:
         return reader(text, images or audio, request_id=request_id)
     except ValueError as exc:
-        context = READING_IMAGES if images else READING_AUDIO
-        raise TurnError(str(exc), field="messages", code=getattr(exc, "code", None), context=context) from exc
+        raise as_turn_error(
+            exc, field="messages", context=READING_IMAGES if images else READING_AUDIO
+        ) from exc
 
 
 def submit_turn(

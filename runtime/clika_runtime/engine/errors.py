@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 
 class QueueFullError(RuntimeError):
     """The engine's waiting queue is full; the request was not accepted (nothing else changed)."""
@@ -41,3 +43,21 @@ class TurnError(ValueError):
         self.field = field
         self.code = code
         self.context = context
+
+
+def as_turn_error(cause: ValueError, *, field: str | None, context: str | None = None) -> TurnError:
+    """``cause`` as a :class:`TurnError` naming ``field`` (its code kept when it had one) that is
+    still an instance of its own class, with its attributes: a caller catching a TemplateError
+    or a ManifestError around a turn still catches it, with the same message."""
+    error = _turn_kind(type(cause))(
+        str(cause), field=field, code=getattr(cause, "code", None), context=context
+    )
+    error.__dict__.update({k: v for k, v in vars(cause).items() if k not in ("field", "code", "context")})
+    return error
+
+
+@functools.cache
+def _turn_kind(kind: type[ValueError]) -> type[TurnError]:
+    if issubclass(kind, TurnError):
+        return kind
+    return type(f"Turn{kind.__name__}", (TurnError, kind), {"__module__": kind.__module__})

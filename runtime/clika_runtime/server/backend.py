@@ -232,9 +232,10 @@ class ModelBackend:
     def _config(self, options: Mapping[str, Any]) -> GenerationConfig:
         try:
             return self.model.defaults.overlay(options)
+        except TurnError as exc:  # each option is checked by name
+            raise refusal(exc) from None
         except (ValueError, TypeError) as exc:
-            field = next((name for name in options if name in str(exc)), None)
-            raise bad_request(str(exc), REQUEST_FIELD.get(field or "", field)) from None
+            raise bad_request(str(exc)) from None
 
     def _submit(
         self, ids: Sequence[int], config: GenerationConfig, max_tokens_given: bool, **options: Any
