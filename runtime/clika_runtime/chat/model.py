@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from clika_runtime.text.tokenizer import Tokenizer
 
 
+# A prompt read with its media: the token ids and the media's embeddings by prompt position.
+Encoded = tuple[list[int], "PromptMedia | None"]
+
+
 class ChatModel(Protocol):
     """A loaded model as the chat layer sees it."""
 
@@ -54,17 +58,15 @@ class ChatModel(Protocol):
 
     def encode_with_images(
         self, text: str, images: Sequence[Any], *, request_id: int | None = None
-    ) -> tuple[list[int], PromptMedia | None]:
+    ) -> Encoded:
         """``text`` (with one image marker per image) as token ids, each marker expanded to its
-        image's tokens, and the images' embeddings for them."""
+        image's tokens, and the images' embeddings for them (``request_id``: the stage's)."""
         ...
 
     @property
     def supports_audio(self) -> bool: ...
 
-    def encode_with_audio(
-        self, text: str, audio: Sequence[Any], *, request_id: int | None = None
-    ) -> tuple[list[int], PromptMedia | None]:
+    def encode_with_audio(self, text: str, audio: Sequence[Any], *, request_id: int | None = None) -> Encoded:
         """``text`` (with one audio marker per clip) as token ids, each marker expanded to its
         clip's tokens, and the clips' embeddings for them."""
         ...
