@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from clika_runtime.chat.media_turns import (
-    refuse_media,
+    refuse_media_for,
     with_audio_on_last_user_turn,
     with_images_on_last_user_turn,
 )
@@ -328,14 +328,7 @@ class GenerativeModel(ModelFacts):
         """
         if prompt is not None and messages is not None:
             raise ValueError("pass either a prompt or messages= (exactly one of them), not both")
-        refuse_media(
-            images,
-            audio,
-            videos,
-            vision=self.supports_vision,
-            video=self.supports_video,
-            hearing=self.supports_audio,
-        )
+        refuse_media_for(self, images, audio, videos)
         cfg = self._config(config, overrides)
         if messages is not None and (images or videos):
             messages = with_images_on_last_user_turn(messages, images, videos)

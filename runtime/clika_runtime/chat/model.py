@@ -8,6 +8,7 @@ tokenizer, and submits turns to the model's engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -80,3 +81,34 @@ def supports_tools(template: ChatTemplate | None) -> bool:
 def reasoning_mode(template: ChatTemplate | None) -> str:
     """How the reasoning channel behaves ("never" without a template)."""
     return template.reasoning_mode if template is not None else "never"
+
+
+@dataclass(frozen=True)
+class ChatCard:
+    """What a chat engine advertises about its model."""
+
+    model_id: str
+    context_window: int
+    has_chat_template: bool
+    supports_tools: bool
+    tool_call_format: str | None
+    template_renders_tools: bool
+    reasoning_mode: str
+    supports_thinking: bool
+
+
+def chat_card(model: ChatModel, model_id: str = "") -> ChatCard:
+    """The card of ``model`` (``model_id`` names it to clients, e.g. in an OpenAI ``model`` field)."""
+    template = model.chat_template
+    tools = supports_tools(template)
+    mode = reasoning_mode(template)
+    return ChatCard(
+        model_id=model_id,
+        context_window=model.max_seq,
+        has_chat_template=template is not None,
+        supports_tools=tools,
+        tool_call_format=template.tool_call_format if tools and template is not None else None,
+        template_renders_tools=template is not None and template.renders_tools,
+        reasoning_mode=mode,
+        supports_thinking=mode != "never",
+    )
