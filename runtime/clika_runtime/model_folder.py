@@ -1,4 +1,4 @@
-"""Open an exported model folder: manifest, ONNX Runtime session, tokenizer, chat template.
+"""Open an exported model folder: manifest, ONNX Runtime session, tokenizer, chat template source.
 
 Everything the runtime needs comes from ``manifest.json``; file names are read
 from it, never guessed. Problems surface as ``ManifestError`` naming the file
@@ -34,6 +34,7 @@ from clika_runtime.manifest import (
     graph_key,
 )
 from clika_runtime.rope_tables import RopeTable, RopeTableError, computed_initializers
+from clika_runtime.text.tokenizer import Tokenizer as TextTokenizer
 
 DEFAULT_KV_MODE = "continuous"
 
@@ -49,6 +50,10 @@ class ModelFolder:
     session: ort.InferenceSession
     tokenizer: Tokenizer
     chat_template: str | None
+
+    def text_tokenizer(self) -> TextTokenizer:
+        """The folder's tokenizer with the manifest's special tokens: what the runtime encodes with."""
+        return TextTokenizer.with_specials(self.tokenizer, self.manifest.tokenizer)
 
 
 def session_options(threads: int | None = None, *, allow_spinning: bool = True) -> ort.SessionOptions:

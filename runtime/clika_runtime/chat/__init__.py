@@ -6,7 +6,7 @@
 * :mod:`~clika_runtime.chat.tool_stream`: the streaming call parser;
 * :mod:`~clika_runtime.chat.reasoning`: the ``<think>`` channel and its switch;
 * :mod:`~clika_runtime.chat.reply`: a reply's channels (reasoning, visible text, calls) together;
-* :mod:`~clika_runtime.chat.prepare`: a turn's argument checks, offered tools and rendered prompt;
+* :mod:`~clika_runtime.chat.turn`: the one turn path (:func:`prepare_turn` builds a :class:`Turn`) every front end takes;
 * :mod:`~clika_runtime.chat.toolkit`: Python functions as tools (:func:`tool`, :class:`Toolkit`),
   their schemas from type hints and docstrings (:mod:`~clika_runtime.chat.tool_schema`);
 * :mod:`~clika_runtime.chat.tool_loop`: the tool-running loop (hooks, ``max_turns``) every session kind drives;

@@ -31,3 +31,13 @@ def checked_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
             raise ValueError(f"messages[{index}]: content must be a string or a list of parts")
         checked.append(copy.deepcopy(dict(message)))
     return checked
+
+
+def seed_history(system: str | None, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The history a session starts from: ``messages`` copied (checked), or the system turn alone."""
+    checked = checked_messages(messages)
+    if checked and system is not None:
+        raise ValueError("give the system prompt inside messages or as system=, not both")
+    if checked:
+        return checked
+    return [{"role": "system", "content": system}] if system else []

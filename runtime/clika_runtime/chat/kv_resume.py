@@ -60,7 +60,7 @@ def conversation_prompt(
     policy: GenerationConfig,
 ) -> ConversationPrompt:
     """What every next turn of ``messages`` starts with (no assistant turn opened); the images its
-    turns carry are expanded and embedded as a turn's are (``chat.prepare``)."""
+    turns carry are expanded and embedded as a turn's are (``chat.turn``)."""
     if not messages:
         return ConversationPrompt([])
     rendered, images = split_images(messages)

@@ -45,6 +45,18 @@ def refuse_media(
             raise ValueError(f"this model reads {reads}; it takes no {name}")
 
 
+def refuse_media_for(model: Any, images: Sequence[Any], audio: Sequence[Any], videos: Sequence[Any]) -> None:
+    """``refuse_media`` with what ``model`` (a ``ChatModel``) reads."""
+    refuse_media(
+        images,
+        audio,
+        videos,
+        vision=model.supports_vision,
+        video=model.supports_video,
+        hearing=model.supports_audio,
+    )
+
+
 def _given(value: Any, name: str) -> bool:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise TypeError(f"{name} must be a sequence (a list of tensors), got {type(value).__name__}")

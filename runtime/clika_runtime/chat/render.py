@@ -1,15 +1,28 @@
-"""A conversation's prompt text: the chat template's rendering with a request's reasoning switch folded in."""
+"""A model folder's chat template, and a conversation's prompt text: the template's rendering with a
+request's reasoning switch folded in."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.templates import plain_conversation_text
+from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
 
 if TYPE_CHECKING:
-    from clika_runtime.chat.templates import ChatTemplate
     from clika_runtime.engine.config import GenerationConfig
+    from clika_runtime.model_folder import ModelFolder
+    from clika_runtime.text.tokenizer import Tokenizer
+
+
+def folder_template(folder: ModelFolder, tokenizer: Tokenizer) -> ChatTemplate | None:
+    """The chat template ``folder`` ships (None: it has none), its special tokens set from
+    ``tokenizer`` and probed now, so serving never waits on a render to describe the model."""
+    if not folder.chat_template:
+        return None
+    specials = {
+        k: v for k, v in (("bos_token", tokenizer.bos_token), ("eos_token", tokenizer.eos_token)) if v
+    }
+    return ChatTemplate(folder.chat_template, special_tokens=specials).probe()
 
 
 def render_prompt(

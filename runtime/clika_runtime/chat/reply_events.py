@@ -104,3 +104,8 @@ def reply_events(pieces: Iterable[str], reader: ReplyReader) -> Iterator[ReplyEv
     for piece in pieces:
         yield from reader.feed(piece)
     yield from reader.finish()
+
+
+def visible_text(events: list[ReplyEvent]) -> list[str]:
+    """The visible text pieces among a reply's events."""
+    return [event.text for event in events if isinstance(event, TextDelta)]

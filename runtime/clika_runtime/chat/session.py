@@ -21,64 +21,32 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.history import checked_messages
+from clika_runtime.chat.history import checked_messages, seed_history
 from clika_runtime.chat.kv_resume import ConversationPrompt, conversation_prompt, restore_kv, save_kv
 from clika_runtime.chat.media_turns import (
     attach_audio,
     attach_images,
-    refuse_media,
+    refuse_media_for,
     with_audio_on_last_user_turn,
     with_images_on_last_user_turn,
 )
-from clika_runtime.chat.model import reasoning_mode, supports_tools
+from clika_runtime.chat.model import ChatCard, chat_card
 from clika_runtime.chat.outcome import ChatOutcome
-from clika_runtime.chat.prepare import check_chat_arguments, offered_tools, prepare_turn, submit_prepared
 from clika_runtime.chat.reply import ReplyParser
-from clika_runtime.chat.reply_events import ReplyEvent, ReplyReader, TextDelta
+from clika_runtime.chat.reply_events import ReplyReader, visible_text
 from clika_runtime.chat.tool_loop import LoopHooks, LoopResult, run_tool_loop
 from clika_runtime.chat.tool_turns import ChatConversation
 from clika_runtime.chat.toolkit import Toolkit
 from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.turn import check_chat_arguments, offered_tools, prepare_turn, submit_turn
 from clika_runtime.engine.config import GenerationConfig
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
     from clika_runtime.engine.engine import Engine, RequestStream
-
-
-@dataclass(frozen=True)
-class ChatCard:
-    """What a chat engine advertises about its model."""
-
-    model_id: str
-    context_window: int
-    has_chat_template: bool
-    supports_tools: bool
-    tool_call_format: str | None
-    template_renders_tools: bool
-    reasoning_mode: str
-    supports_thinking: bool
-
-
-def chat_card(model: ChatModel, model_id: str = "") -> ChatCard:
-    """The card of ``model`` (``model_id`` names it to clients, e.g. in an OpenAI ``model`` field)."""
-    template = model.chat_template
-    tools = supports_tools(template)
-    mode = reasoning_mode(template)
-    return ChatCard(
-        model_id=model_id,
-        context_window=model.max_seq,
-        has_chat_template=template is not None,
-        supports_tools=tools,
-        tool_call_format=template.tool_call_format if tools and template is not None else None,
-        template_renders_tools=template is not None and template.renders_tools,
-        reasoning_mode=mode,
-        supports_thinking=mode != "never",
-    )
 
 
 class ChatSession:
@@ -119,7 +87,7 @@ class ChatSession:
         messages: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         check_chat_arguments(default_budget, system)
-        history = _seed_history(system, messages)
+        history = seed_history(system, messages)
         self._model = model
         self._tools = offered_tools(model, tools)
         self._defaults = model.defaults.overlay({"max_new_tokens": default_budget})
@@ -204,14 +172,7 @@ class ChatSession:
         """
         if not isinstance(content, str):
             raise ValueError(f"content must be a string, got {type(content).__name__}")
-        refuse_media(
-            images,
-            audio,
-            videos,
-            vision=self._model.supports_vision,
-            video=self._model.supports_video,
-            hearing=self._model.supports_audio,
-        )
+        refuse_media_for(self._model, images, audio, videos)
         # The media stay in the history: every later turn renders (and reuses) them again.
         turn = attach_audio(attach_images({"role": "user", "content": content}, images, videos), audio)
         return self._turn(lambda: ([*self._history, turn], [turn]), stream, config, tools, overrides)
@@ -246,14 +207,7 @@ class ChatSession:
         **overrides: Any,
     ) -> str | Iterator[str | ToolCall]:
         """The assistant's reply to an explicit conversation, leaving the session's history untouched."""
-        refuse_media(
-            images,
-            audio,
-            videos,
-            vision=self._model.supports_vision,
-            video=self._model.supports_video,
-            hearing=self._model.supports_audio,
-        )
+        refuse_media_for(self._model, images, audio, videos)
         conversation = with_audio_on_last_user_turn(
             with_images_on_last_user_turn(messages, images, videos), audio
         )
@@ -402,7 +356,7 @@ class ChatSession:
         offered = offered_tools(self._model, tools) if tools is not None else self._tools
         policy = GenerationConfig.resolve(self._defaults, config, overrides)
         prepared = prepare_turn(self._model, messages, offered, policy)
-        request = submit_prepared(self._model.engine, prepared, policy)
+        request = submit_turn(self._model.engine, prepared, policy)
         return request, self._pieces(request, prepared.parser, commit)
 
     def _pieces(
@@ -413,8 +367,8 @@ class ChatSession:
         try:
             with request:
                 for text in request.texts():
-                    yield from _visible(reader.feed(text))
-            yield from _visible(reader.finish())
+                    yield from visible_text(reader.feed(text))
+            yield from visible_text(reader.finish())
             complete = True
             yield from list(parser.tool_calls)  # a streamed reply's calls come after its text
         finally:
@@ -444,18 +398,3 @@ class ChatSession:
             if parser.reasoning:
                 reply["reasoning_content"] = parser.reasoning
             self._history.extend([*commit, reply])
-
-
-def _visible(events: list[ReplyEvent]) -> list[str]:
-    """The visible text pieces among a reply's events."""
-    return [event.text for event in events if isinstance(event, TextDelta)]
-
-
-def _seed_history(system: str | None, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The history a session starts from: ``messages`` copied (checked), or the system turn alone."""
-    checked = checked_messages(messages)
-    if checked and system is not None:
-        raise ValueError("give the system prompt inside messages or as system=, not both")
-    if checked:
-        return checked
-    return [{"role": "system", "content": system}] if system else []

@@ -40,15 +40,7 @@ class PrefixKeyer:
         folder = Path(folder)
         manifest = Manifest.read(folder)
         spec = manifest.tokenizer
-        self.tokenizer = Tokenizer(
-            HFTokenizer.from_file(str(folder / spec.file)),
-            bos_token_id=spec.bos_token_id,
-            eos_token_ids=spec.eos_token_ids,
-            pad_token_id=spec.pad_token_id,
-            add_bos_token=spec.add_bos_token,
-            bos_token=spec.bos_token,
-            eos_token=spec.eos_token,
-        )
+        self.tokenizer = Tokenizer.with_specials(HFTokenizer.from_file(str(folder / spec.file)), spec)
         self.template = None
         if manifest.chat_template_file:
             specials = {k: v for k, v in (("bos_token", spec.bos_token), ("eos_token", spec.eos_token)) if v}

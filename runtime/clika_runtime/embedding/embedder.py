@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clika_runtime.embedding.pooling import POOLING_MODES, normalized, pool
+from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, TurnError
 from clika_runtime.engine.hidden_states import HiddenStateRunner
 from clika_runtime.model_folder import ModelFolder
 from clika_runtime.step_graph import HIDDEN_STATES
@@ -30,11 +31,14 @@ DEFAULT_CALL_TOKENS = 2048
 DEFAULT_CHUNK_TOKENS = 512
 
 
-class EmbeddingError(ValueError):
-    """Input that cannot be embedded; ``index`` is the offending input's position (None: the request)."""
+class EmbeddingError(TurnError):
+    """Input that cannot be embedded; ``index`` is the offending input's position (None: the request),
+    ``field`` the argument at fault ("input" unless named) and ``code`` why, when typed."""
 
-    def __init__(self, message: str, index: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, index: int | None = None, *, field: str = "input", code: str | None = None
+    ) -> None:
+        super().__init__(message, field=field, code=code)
         self.index = index
 
 
@@ -96,7 +100,9 @@ class Embedder:
     ) -> Embeddings:
         """Vectors of ``inputs`` (texts or token-id lists), ``dimensions`` long (None: the model's)."""
         if dimensions is not None and not 1 <= dimensions <= self.dimensions:
-            raise EmbeddingError(f"dimensions must be between 1 and {self.dimensions}, got {dimensions}")
+            raise EmbeddingError(
+                f"dimensions must be between 1 and {self.dimensions}, got {dimensions}", field="dimensions"
+            )
         if len(inputs) == 0:
             raise EmbeddingError("there is nothing to embed: the input is empty")
         rows = [self._tokens(item, index, truncate) for index, item in enumerate(inputs)]
@@ -137,6 +143,7 @@ class Embedder:
                     f"input {index} is {len(ids)} tokens, more than the model's context window of "
                     f"{self.context_window} tokens",
                     index,
+                    code=CONTEXT_LENGTH_EXCEEDED,
                 )
             ids = ids[: self.context_window]
         return ids

@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
-from clika_runtime.grammar.constraint import Constraint, constraint_from
+from clika_runtime.engine.errors import TurnError, as_turn_error
+from clika_runtime.grammar.constraint import Constraint, GrammarError, constraint_from
 
 
 def _is_int(value: Any) -> bool:
@@ -83,7 +84,10 @@ class GenerationConfig:
             object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         if self.response_format is not None and not isinstance(self.response_format, Constraint):
-            object.__setattr__(self, "response_format", constraint_from(self.response_format))
+            try:
+                object.__setattr__(self, "response_format", constraint_from(self.response_format))
+            except GrammarError as exc:
+                raise as_turn_error(exc, field="response_format") from exc
         for check in _CHECKS:
             check(self)
 
@@ -112,9 +116,10 @@ class GenerationConfig:
             return self
         unknown = sorted(set(overrides) - CONFIG_FIELDS)
         if unknown:
-            raise ValueError(
+            raise TurnError(
                 f"unknown generation option(s) {', '.join(map(repr, unknown))}; "
-                f"known options: {', '.join(sorted(CONFIG_FIELDS))}"
+                f"known options: {', '.join(sorted(CONFIG_FIELDS))}",
+                field=unknown[0],
             )
         return replace(self, **dict(overrides))
 
@@ -142,69 +147,86 @@ CONFIG_FIELDS = frozenset(f.name for f in fields(GenerationConfig))
 
 def _check_max_new_tokens(c: GenerationConfig) -> None:
     if not _is_int(c.max_new_tokens) or c.max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {c.max_new_tokens!r}")
+        raise TurnError(
+            f"max_new_tokens must be an integer >= 1, got {c.max_new_tokens!r}", field="max_new_tokens"
+        )
 
 
 def _check_temperature(c: GenerationConfig) -> None:
     if not _is_real(c.temperature) or c.temperature < 0:
-        raise ValueError(f"temperature must be a finite number >= 0, got {c.temperature!r}")
+        raise TurnError(
+            f"temperature must be a finite number >= 0, got {c.temperature!r}", field="temperature"
+        )
 
 
 def _check_top_p(c: GenerationConfig) -> None:
     if not _is_real(c.top_p) or not 0.0 < c.top_p <= 1.0:
-        raise ValueError(f"top_p must be a number in (0, 1], got {c.top_p!r}")
+        raise TurnError(f"top_p must be a number in (0, 1], got {c.top_p!r}", field="top_p")
 
 
 def _check_top_k(c: GenerationConfig) -> None:
     if not _is_int(c.top_k) or c.top_k < 0:
-        raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {c.top_k!r}")
+        raise TurnError(f"top_k must be an integer >= 0 (0 = off), got {c.top_k!r}", field="top_k")
 
 
 def _check_min_p(c: GenerationConfig) -> None:
     if not _is_real(c.min_p) or not 0.0 <= c.min_p <= 1.0:
-        raise ValueError(f"min_p must be a number in [0, 1], got {c.min_p!r}")
+        raise TurnError(f"min_p must be a number in [0, 1], got {c.min_p!r}", field="min_p")
 
 
 def _check_penalties(c: GenerationConfig) -> None:
     if not _is_real(c.repetition_penalty) or c.repetition_penalty <= 0:
-        raise ValueError(f"repetition_penalty must be a finite number > 0, got {c.repetition_penalty!r}")
+        raise TurnError(
+            f"repetition_penalty must be a finite number > 0, got {c.repetition_penalty!r}",
+            field="repetition_penalty",
+        )
     for name in ("presence_penalty", "frequency_penalty"):
         value = getattr(c, name)
         if not _is_real(value) or not -2.0 <= value <= 2.0:
-            raise ValueError(f"{name} must be a number in [-2, 2], got {value!r}")
+            raise TurnError(f"{name} must be a number in [-2, 2], got {value!r}", field=name)
 
 
 def _check_logprobs(c: GenerationConfig) -> None:
     if c.logprobs is not None and (not _is_int(c.logprobs) or not 0 <= c.logprobs <= MAX_LOGPROBS):
-        raise ValueError(f"logprobs must be an integer in 0..{MAX_LOGPROBS} or None, got {c.logprobs!r}")
+        raise TurnError(
+            f"logprobs must be an integer in 0..{MAX_LOGPROBS} or None, got {c.logprobs!r}", field="logprobs"
+        )
 
 
 def _check_seed(c: GenerationConfig) -> None:
     if c.seed is not None and (not _is_int(c.seed) or c.seed < 0):
-        raise ValueError(f"seed must be an integer >= 0 or None, got {c.seed!r}")
+        raise TurnError(f"seed must be an integer >= 0 or None, got {c.seed!r}", field="seed")
 
 
 def _check_stops(c: GenerationConfig) -> None:
     for s in c.stop:
         if not isinstance(s, str) or not s:
-            raise ValueError(f"stop must hold non-empty strings, got {s!r}")
+            raise TurnError(f"stop must hold non-empty strings, got {s!r}", field="stop")
     for t in c.stop_token_ids:
         if not _is_int(t) or t < 0:
-            raise ValueError(f"stop_token_ids must hold token ids >= 0, got {t!r}")
+            raise TurnError(f"stop_token_ids must hold token ids >= 0, got {t!r}", field="stop_token_ids")
 
 
 def _check_flags(c: GenerationConfig) -> None:
     if not isinstance(c.ignore_eos, bool):
-        raise ValueError(f"ignore_eos must be True or False, got {c.ignore_eos!r}")
+        raise TurnError(f"ignore_eos must be True or False, got {c.ignore_eos!r}", field="ignore_eos")
     if c.enable_thinking is not None and not isinstance(c.enable_thinking, bool):
-        raise ValueError(f"enable_thinking must be True, False or None, got {c.enable_thinking!r}")
+        raise TurnError(
+            f"enable_thinking must be True, False or None, got {c.enable_thinking!r}", field="enable_thinking"
+        )
     if c.reasoning_effort is not None and not isinstance(c.reasoning_effort, str):
-        raise ValueError(f"reasoning_effort must be a string or None, got {c.reasoning_effort!r}")
+        raise TurnError(
+            f"reasoning_effort must be a string or None, got {c.reasoning_effort!r}", field="reasoning_effort"
+        )
     if not isinstance(c.parallel_tool_calls, bool):
-        raise ValueError(f"parallel_tool_calls must be True or False, got {c.parallel_tool_calls!r}")
+        raise TurnError(
+            f"parallel_tool_calls must be True or False, got {c.parallel_tool_calls!r}",
+            field="parallel_tool_calls",
+        )
     if c.tool_choice is not None and not isinstance(c.tool_choice, (str, Mapping)):
-        raise ValueError(
-            f"tool_choice must be 'auto', 'none', 'required', a function name or a mapping, got {c.tool_choice!r}"
+        raise TurnError(
+            f"tool_choice must be 'auto', 'none', 'required', a function name or a mapping, got {c.tool_choice!r}",
+            field="tool_choice",
         )
 
 
@@ -217,7 +239,9 @@ def _check_drafting(c: GenerationConfig) -> None:
     for name in ("prompt_lookup_num_tokens", "num_assistant_tokens"):
         n = getattr(c, name)
         if not _is_int(n) or not 0 <= n <= MAX_DRAFT_TOKENS:
-            raise ValueError(f"{name} must be an integer in 0..{MAX_DRAFT_TOKENS} (0 = off), got {n!r}")
+            raise TurnError(
+                f"{name} must be an integer in 0..{MAX_DRAFT_TOKENS} (0 = off), got {n!r}", field=name
+            )
 
 
 _CHECKS: tuple[Callable[[GenerationConfig], None], ...] = (

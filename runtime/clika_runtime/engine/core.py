@@ -37,6 +37,7 @@ from clika_runtime.engine.output import (
     report_of,
 )
 from clika_runtime.engine.prompt_media import PromptMedia
+from clika_runtime.engine.request_checks import RequestLimits, checked_prompt
 from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Sequence as Seq
@@ -52,8 +53,8 @@ from clika_runtime.engine.spec_decode.drafting import (
 )
 from clika_runtime.engine.stage_record import StageRecorder
 from clika_runtime.engine.stages import StageObserver
+from clika_runtime.engine.step_grammar import dead_ends, grammar_masks
 from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
-from clika_runtime.grammar.masks import MaskedRow, StepMasks
 from clika_runtime.grammar.matcher import GrammarMatcher
 from clika_runtime.grammar.vocabulary import grammar_vocabulary
 from clika_runtime.text.detokenizer import StreamingDetokenizer
@@ -129,56 +130,10 @@ class EngineCore:
         self, prompt_ids: Sequence[int], config: GenerationConfig, media: PromptMedia | None = None
     ) -> tuple[int, ...]:
         """``prompt_ids`` as a tuple, or ValueError naming what this engine cannot run (any thread)."""
-        prompt = tuple(int(t) for t in prompt_ids)
-        if media is not None:
-            self._check_media(media, len(prompt))
-        if not prompt:
-            raise ValueError("the prompt is empty: there is nothing to continue")
-        if len(prompt) >= self.max_seq:
-            raise ValueError(
-                f"the prompt has {len(prompt)} tokens; the context window is {self.max_seq} tokens "
-                f"and the reply needs room for at least one more"
-            )
-        if len(prompt) >= self.cache.token_capacity:
-            raise ValueError(
-                f"the prompt has {len(prompt)} tokens; the KV cache holds at most "
-                f"{self.cache.token_capacity} tokens of one request and the reply needs room for one more"
-            )
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
-        bad = [t for t in config.stop_token_ids if t >= self.vocab_size]
-        if bad:
-            raise ValueError(
-                f"stop_token_ids holds {bad[0]}, outside the vocabulary (0..{self.vocab_size - 1})"
-            )
-        if config.num_assistant_tokens and "assistant" not in self.drafters:
-            raise ValueError(
-                "num_assistant_tokens needs an assistant model: attach one with set_assistant() "
-                "or load(..., assistant_model=)"
-            )
-        return prompt
-
-    def _check_media(self, media: PromptMedia, prompt_len: int) -> None:
-        if not getattr(self.executor, "takes_media", False):
-            raise ValueError("images: this model reads text only (its step graph takes no media embeddings)")
-        width = getattr(self.executor, "media_width", None)
-        if width is not None and media.hidden_size != width:
-            raise ValueError(f"images: the embeddings are {media.hidden_size} wide, the model takes {width}")
-        if len(media.positions) and not 0 <= int(media.positions[0]) <= int(media.positions[-1]) < prompt_len:
-            raise ValueError("images: a media position lies outside the prompt")
-        mrope = bool(getattr(self.executor, "takes_mrope", False))
-        if mrope and media.rope is None:
-            raise ValueError("images: this model rotates by M-RoPE and the media carry no rotary positions")
-        if media.rope is not None and not mrope:
-            raise ValueError(
-                "images: the media carry M-RoPE positions, which this model's step graph does not take"
-            )
-        if media.rope is not None and media.rope.prompt_len != prompt_len:
-            raise ValueError(
-                f"images: the media's rotary positions are for a {media.rope.prompt_len}-token prompt, "
-                f"not this {prompt_len}-token one"
-            )
+        limits = RequestLimits(
+            self.max_seq, self.cache.token_capacity, self.vocab_size, frozenset(self.drafters)
+        )
+        return checked_prompt(prompt_ids, config, media, limits, self.executor)
 
     def decoder_for(
         self, prompt: Sequence[int], config: GenerationConfig, *, skip_special_tokens: bool, detokenize: bool
@@ -246,10 +201,10 @@ class EngineCore:
         if plan is None:
             return None
         try:
-            masks = self._grammar_masks(plan).start()  # computed while the model runs
+            masks = grammar_masks(plan, self._live, self.vocab_size).start()  # computed while the model runs
             logits = self.executor.run(plan, before_call=self.deliver_pending)
             raw = self._raw_logprobs(plan, logits)  # before any mask: the model's own view
-            dead = self._dead_ends(plan, masks.apply(logits), logits)
+            dead = dead_ends(plan, masks.apply(logits), logits)
             picks = self._picks(plan, logits)
             outputs, texts = self._read(plan, picks, dead)
             _record_drafts(plan, outputs)
@@ -319,32 +274,6 @@ class EngineCore:
             if grammar is not None:
                 drafts[rid] = draft[: grammar.accepted_prefix(draft)]
         return drafts
-
-    def _grammar_masks(self, plan: StepPlan) -> StepMasks:
-        """The masks of the plan's constrained sample rows, laid out as the logits rows are."""
-        rows: list[MaskedRow] = []
-        at = 0
-        for row in plan.sample_rows:
-            grammar = self._live[row.seq.request_id].grammar
-            if grammar is not None:
-                rows.append(MaskedRow(grammar, at, row.draft))
-            at += row.num_new if row.draft else 1
-        return StepMasks(rows, at, self.vocab_size)
-
-    def _dead_ends(self, plan: StepPlan, dead_logits_rows: Sequence[int], logits: np.ndarray) -> set[int]:
-        """The request ids whose grammar allows no token of this vocabulary (their logits rows are
-        zeroed so sampling them stays defined; what they pick is dropped)."""
-        if not dead_logits_rows:
-            return set()
-        dead_rows = set(dead_logits_rows)
-        dead: set[int] = set()
-        at = 0
-        for row in plan.sample_rows:
-            if at in dead_rows:
-                dead.add(row.seq.request_id)
-                logits[at : at + (row.num_new if row.draft else 1)] = 0.0
-            at += row.num_new if row.draft else 1
-        return dead
 
     def _end_dead_ends(self, dead: set[int]) -> None:
         for rid in dead:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, TurnError
 from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import AudioSpec, ManifestError
@@ -87,8 +88,9 @@ class AudioPrompts:
         audio_id = int(self.spec.audio_token_id)  # type: ignore[arg-type]
         media = prompt_media(ids, audio_id, [(e.embeds, e.digest) for e in embeddings], argument="audio")
         if len(ids) >= token_budget + 1:
-            raise ValueError(
+            raise TurnError(
                 f"audio: the prompt takes {len(ids)} tokens with its clips, more than the context "
-                f"window leaves ({token_budget + 1}); pass fewer or shorter clips"
+                f"window leaves ({token_budget + 1}); pass fewer or shorter clips",
+                code=CONTEXT_LENGTH_EXCEEDED,
             )
         return ids, media

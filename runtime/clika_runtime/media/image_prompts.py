@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, TurnError
 from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import ManifestError, VisionSpec
@@ -126,9 +127,10 @@ class ImagePrompts:
             grids = [e.grid for e in embeddings if e.grid is not None]
             media = dataclasses.replace(media, rope=mrope_span(len(ids), media.positions, grids))
         if len(ids) >= token_budget + 1:
-            raise ValueError(
+            raise TurnError(
                 f"images: the prompt takes {len(ids)} tokens with its images, more than the context "
-                f"window leaves ({token_budget + 1}); pass fewer or smaller images"
+                f"window leaves ({token_budget + 1}); pass fewer or smaller images",
+                code=CONTEXT_LENGTH_EXCEEDED,
             )
         return ids, media
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, TurnError
 from clika_runtime.manifest import Manifest, ManifestError, VisionSpec
 from clika_runtime.media.arguments import VideoClip, image_arrays, video_clips
 from clika_runtime.media.idefics3 import Idefics3Settings, preprocess_idefics3
@@ -81,9 +82,10 @@ def check_token_budget(
     for i, embedding in enumerate(embeddings):
         used += embedding.num_tokens
         if used > budget:
-            raise ValueError(
+            raise TurnError(
                 f"{argument}[{i}]: the media take {used} prompt tokens by this item, more than the "
-                f"{budget} the context window leaves; pass fewer or smaller ones"
+                f"{budget} the context window leaves; pass fewer or smaller ones",
+                code=CONTEXT_LENGTH_EXCEEDED,
             )
     return embeddings
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
+from clika_runtime.chat.reply import ReplyParser
 from clika_runtime.chat.reply_events import (
     CallDelta,
     Finished,
@@ -29,15 +29,12 @@ from clika_runtime.chat.reply_events import (
     TextDelta,
     reply_events,
 )
-from clika_runtime.chat.templates import TemplateError
 from clika_runtime.chat.tool_choice import chosen_tools
-from clika_runtime.chat.tool_grammar import required_call_constraint
-from clika_runtime.chat.tools import normalize_tools
+from clika_runtime.chat.turn import offered_tools, prepare_turn
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, RequestStream
-from clika_runtime.engine.errors import EngineClosedError, QueueFullError
+from clika_runtime.engine.errors import EngineClosedError, QueueFullError, TurnError
 from clika_runtime.engine.logprobs import TokenLogprob
-from clika_runtime.grammar import GrammarError
 from clika_runtime.modelverse import GenerativeModel
 from clika_runtime.server.audio_parts import request_audio
 from clika_runtime.server.errors import ApiError, bad_request
@@ -185,64 +182,28 @@ class ModelBackend:
         messages, images = request_images(request.messages, self.model.supports_vision, self.image_files)
         messages, audio = request_audio(messages, self.model.supports_audio, self.model.audio_sampling_rate)
         try:
-            prompt = self.model.render(messages, tools=offered, config=config)
-        except (TemplateError, ValueError) as exc:
-            raise bad_request(f"the conversation cannot be rendered: {exc}", "messages") from None
-        template = self.model.chat_template
-        config = self._held_to_a_call(config, request, prompt, offered)
-        media = None
-        if images:
-            try:
-                ids, media = self.model.encode_with_images(prompt, images)
-            except ValueError as exc:
-                code = "context_length_exceeded" if "context window" in str(exc) else None
-                raise bad_request(f"the images cannot be used: {exc}", "messages", code) from None
-        elif audio:
-            try:
-                ids, media = self.model.encode_with_audio(prompt, audio)
-            except ValueError as exc:
-                code = "context_length_exceeded" if "context window" in str(exc) else None
-                raise bad_request(f"the audio cannot be used: {exc}", "messages", code) from None
-        else:
-            ids = self.prompt_bound.encode(prompt, "messages")
-        keep_special = keeps_special_tokens(template, offered)
+            turn = prepare_turn(
+                self.model,
+                messages,
+                offered,
+                config,
+                media=(images, audio),
+                choice=request.tool_choice,
+                parallel=request.parallel_tool_calls,
+                encode=partial(self.prompt_bound.encode, param="messages"),
+            )
+        except TurnError as exc:
+            raise refusal(exc) from None
+        config = turn.policy_for(config)
 
         def start(choice: int) -> ReplyRun:
-            config_i = _choice_config(config, choice)
+            options = {"skip_special_tokens": turn.skip_special_tokens, "media": turn.media}
             stream = self._submit(
-                ids, config_i, request.max_tokens_given, skip_special_tokens=not keep_special, media=media
+                turn.prompt_ids, _choice_config(config, choice), request.max_tokens_given, **options
             )
-            return ReplyRun(stream, reply_parser_for(template, prompt, offered))
+            return ReplyRun(stream, turn.new_parser())
 
         return start_all(partial(start, choice) for choice in range(n))
-
-    def _held_to_a_call(
-        self,
-        config: GenerationConfig,
-        request: ChatRequest,
-        prompt: str,
-        offered: list[dict[str, Any]] | None,
-    ) -> GenerationConfig:
-        """``config`` holding the reply to a valid call of ``offered`` when the request requires one."""
-        if not request.tool_choice.required or not offered:
-            return config
-        if config.response_format is not None:
-            raise bad_request(
-                "a required tool call and a response_format cannot both hold the reply", "tool_choice"
-            )
-        try:
-            constraint = required_call_constraint(
-                self.model.chat_template,
-                prompt,
-                offered,
-                request.tool_choice,
-                self.model.tokenizer,
-                self.model.vocab_size,
-                parallel=request.parallel_tool_calls,
-            )
-        except GrammarError as exc:
-            raise bad_request(str(exc), "tools") from None
-        return config if constraint is None else config.overlay({"response_format": constraint})
 
     def start_completion(
         self, prompt: str | list[int], options: Mapping[str, Any], max_tokens_given: bool, choice: int = 0
@@ -264,16 +225,17 @@ class ModelBackend:
                 f"the model {self.model_id!r} takes no tools (its chat template has no tools slot)", "tools"
             )
         try:
-            return normalize_tools(tools)
-        except ValueError as exc:
-            raise bad_request(str(exc), "tools") from None
+            return offered_tools(self.model, tools)
+        except TurnError as exc:
+            raise refusal(exc) from None
 
     def _config(self, options: Mapping[str, Any]) -> GenerationConfig:
         try:
             return self.model.defaults.overlay(options)
+        except TurnError as exc:  # each option is checked by name
+            raise refusal(exc) from None
         except (ValueError, TypeError) as exc:
-            field = next((name for name in options if name in str(exc)), None)
-            raise bad_request(str(exc), REQUEST_FIELD.get(field or "", field)) from None
+            raise bad_request(str(exc)) from None
 
     def _submit(
         self, ids: Sequence[int], config: GenerationConfig, max_tokens_given: bool, **options: Any
@@ -303,13 +265,10 @@ class ModelBackend:
             raise ApiError(503, f"the server is busy: {exc}", code="queue_full") from None
         except EngineClosedError as exc:
             raise ApiError(503, str(exc), code="engine_closed") from None
+        except TurnError as exc:  # an option the engine cannot honour, a prompt too long for it
+            raise refusal(exc) from None
         except ValueError as exc:
-            # The engine names a request option it cannot honour first (num_assistant_tokens without an assistant).
-            named = next((name for name in REQUEST_FIELD if str(exc).startswith(name)), None)
-            if named is not None:
-                raise bad_request(str(exc), REQUEST_FIELD[named]) from None
-            code = "context_length_exceeded" if "context window" in str(exc) else None
-            raise bad_request(str(exc), "messages", code) from None
+            raise bad_request(str(exc), "messages") from None
 
     @contextlib.contextmanager
     def admitted(self) -> Iterator[None]:
@@ -357,6 +316,14 @@ def start_all(starts: Iterable[Callable[[], ReplyRun]]) -> list[ReplyRun]:
             run.cancel()
         raise
     return runs
+
+
+def refusal(exc: TurnError) -> ApiError:
+    """The 400 a refused turn answers: its context before its message, the request field it names
+    ("messages" when it names none) and its code."""
+    message = f"{exc.context}: {exc}" if exc.context else str(exc)
+    param = REQUEST_FIELD.get(exc.field, exc.field) if exc.field else "messages"
+    return bad_request(message, param, exc.code)
 
 
 def _choice_config(config: GenerationConfig, choice: int) -> GenerationConfig:

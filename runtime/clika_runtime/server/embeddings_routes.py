@@ -111,9 +111,7 @@ class _Embeddings:
             except EmbeddingCancelled:
                 raise ApiError(503, SHUTDOWN_MESSAGE, code="server_shutting_down") from None
             except EmbeddingError as exc:
-                param = "dimensions" if str(exc).startswith("dimensions") else "input"
-                code = "context_length_exceeded" if "context window" in str(exc) else None
-                raise bad_request(str(exc), param, code) from None
+                raise bad_request(str(exc), exc.field, exc.code) from None
         self.served.metrics.record_embeddings(done.prompt_tokens)
         return done
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from clika_runtime.manifest import Manifest
 
 KV_DTYPE_BYTES = {"float32": 4, "int8": 1}
-PAGED_DEFAULT_BYTES = 1 << 30  # the paged cache's default cap (modelverse.DEFAULT_KV_CACHE_BYTES)
+PAGED_DEFAULT_BYTES = 1 << 30  # the paged cache's default cap (engine.factory.DEFAULT_KV_CACHE_BYTES)
 
 
 def weight_bytes(folder: Path, manifest: Manifest | None = None) -> int:

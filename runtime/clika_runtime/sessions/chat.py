@@ -27,15 +27,9 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.prepare import (
-    Prepared,
-    check_chat_arguments,
-    offered_tools,
-    prepare_turn,
-    submit_prepared,
-)
 from clika_runtime.chat.tool_loop import LoopHooks, checked_max_turns
 from clika_runtime.chat.toolkit import Toolkit
+from clika_runtime.chat.turn import Turn, check_chat_arguments, offered_tools, prepare_turn, submit_turn
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.foreign_toolkit import as_toolkit, toolkit_instructions
 from clika_runtime.sessions.results import TurnResult
@@ -353,7 +347,7 @@ class AsyncChat:
         messages: Sequence[Mapping[str, Any]],
         tools: list[dict[str, Any]] | None,
         policy: GenerationConfig,
-    ) -> Prepared:
+    ) -> Turn:
         """Render ``messages`` for the model, tokenize them and make the reply's parser."""
         return prepare_turn(self._model, messages, tools, policy)
 
@@ -361,9 +355,9 @@ class AsyncChat:
         """Token ids of ``text`` as the model reads a rendered prompt."""
         return self._model.tokenizer.encode(text)
 
-    def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream:
+    def submit(self, prepared: Turn, policy: GenerationConfig) -> RequestStream:
         """Submit a prepared turn to the chat's engine; ``close`` cancels it while it runs."""
-        request = submit_prepared(self.engine, prepared, policy)
+        request = submit_turn(self.engine, prepared, policy)
         with self._requests_lock:
             self._requests.add(request)
         request.when_ended(lambda: self._forget(request))

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from clika_runtime.chat.prepare import Prepared
+from clika_runtime.chat.turn import Turn
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import RequestStream
 
@@ -34,11 +34,11 @@ class PrefillHost(Protocol):
         messages: Sequence[Mapping[str, Any]],
         tools: list[dict[str, Any]] | None,
         policy: GenerationConfig,
-    ) -> Prepared: ...
+    ) -> Turn: ...
 
     def encode(self, text: str) -> list[int]: ...
 
-    def submit(self, prepared: Prepared, policy: GenerationConfig) -> RequestStream: ...
+    def submit(self, prepared: Turn, policy: GenerationConfig) -> RequestStream: ...
 
 
 def partial_prompt(
@@ -47,7 +47,7 @@ def partial_prompt(
     partial_text: str,
     tools: list[dict[str, Any]] | None,
     policy: GenerationConfig,
-) -> Prepared | None:
+) -> Turn | None:
     """The prompt a turn starting with ``partial_text`` is sure to begin with (None when the
     template does not keep the text as it was given, or nothing is sure yet)."""
     messages = [*history, {"role": "user", "content": partial_text + _END_OF_INPUT}]

@@ -16,13 +16,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clika_runtime.chat.prepare import Prepared
 from clika_runtime.chat.reply_events import CallDelta, ReasoningDelta, ReplyEvent, ReplyReader, TextDelta
+from clika_runtime.chat.turn import Turn
 from clika_runtime.engine.async_bridge import AsyncBridge
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import RequestStream
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.sessions.results import Event, RunCancelled, TurnResult
+
+# The prepared turn a run carries, by the name the sessions knew it under.
+Prepared = Turn
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class TurnRun:
         self.cancel_reason: str | None = None
         self.bridge: AsyncBridge | None = None
         self.request: RequestStream | None = None
-        self.prepared: Prepared | None = None
+        self.prepared: Turn | None = None
         self._watchers: list[asyncio.Task[Any]] = []
         for event in spec.cancels:
             self._watch(event, loop)

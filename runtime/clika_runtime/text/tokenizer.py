@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer as _HFTokenizer
 
@@ -42,6 +43,12 @@ class Tokenizer:
         self.special_token_ids = frozenset(
             token_id for token_id, added in inner.get_added_tokens_decoder().items() if added.special
         )
+
+    @classmethod
+    def with_specials(cls, inner: _HFTokenizer, spec: Any) -> Tokenizer:
+        """``inner`` with the special tokens a manifest's tokenizer entry (``spec``) names."""
+        names = ("bos_token_id", "eos_token_ids", "pad_token_id", "add_bos_token", "bos_token", "eos_token")
+        return cls(inner, **{name: getattr(spec, name) for name in names})
 
     @classmethod
     def from_file(cls, path: str | Path, **special: object) -> Tokenizer:
