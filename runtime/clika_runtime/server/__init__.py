@@ -22,7 +22,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,11 +34,17 @@ if TYPE_CHECKING:
     from clika_runtime.server.model_entries import ModelEntry
     from clika_runtime.server.router import ModelRouter
 
-__all__ = ["RunningServer", "build_backend", "build_router", "require_server_stack", "serve", "start_server"]
+from clika_runtime.server.serve_options import BACKGROUND, ServeOptions, resolve_options
 
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
+__all__ = [
+    "RunningServer",
+    "ServeOptions",
+    "build_backend",
+    "build_router",
+    "require_server_stack",
+    "serve",
+    "start_server",
+]
 
 
 def build_backend(
@@ -161,38 +167,18 @@ def build_router(
 
 def serve(
     model: GenerativeModel | ChatSession | str | Path | ModelRouter,
+    options: ServeOptions | None = None,
     *,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
-    api_key: str | None = None,
-    model_id: str | None = None,
-    max_active: int = 8,
-    max_queued: int = 64,
-    max_body_bytes: int | None = None,
-    engine: Engine | None = None,
-    default_max_tokens: int = 1024,
-    log_level: str = "info",
-    on_ready: Any = None,
-    cors_origins: Sequence[str] = (),
-    read_timeout: float | None = None,
-    access_log: bool = True,
-    image_files: bool = False,
-    web: bool = True,
-    conversations: Path | None = None,
+    on_ready: Callable[[str], Any] | None = None,
+    **overrides: Any,
 ) -> None:
     """Serve ``model`` (a GenerativeModel, a ChatSession's engine, a model folder, or a
     :func:`build_router` over the store's models) until Ctrl-C.
 
-    ``api_key``: clients must send ``Authorization: Bearer <key>``.
-    ``cors_origins``: the origins browsers may call from (``*``: any).
-    ``read_timeout``: seconds a client has to send a whole request (default 30).
-    ``access_log``: one line per request on stderr.
-    ``image_files``: ``image_url`` parts may name local files (off: data: URLs only).
-    ``web``: the chat page at ``/`` (``conversations``: the SQLite file of its stored
-    conversations, default the one ``clika chat`` saves to).
+    ``options`` and keyword ``overrides`` of its fields: :class:`ServeOptions`.
     ``on_ready(url)`` is called once the socket listens.
     """
-    router, server, sock = _listening(model, locals())  # first: locals() are the arguments
+    router, server, sock = _listening(model, resolve_options(options, overrides, ServeOptions()))
     try:
         if on_ready is not None:
             on_ready(_url(sock))
@@ -253,29 +239,15 @@ class RunningServer:
 
 def start_server(
     model: GenerativeModel | ChatSession | str | Path | ModelRouter,
-    *,
-    host: str = DEFAULT_HOST,
-    port: int = 0,
-    api_key: str | None = None,
-    model_id: str | None = None,
-    max_active: int = 8,
-    max_queued: int = 64,
-    max_body_bytes: int | None = None,
-    engine: Engine | None = None,
-    default_max_tokens: int = 1024,
-    log_level: str = "warning",
-    cors_origins: Sequence[str] = (),
-    read_timeout: float | None = None,
-    access_log: bool = False,
-    image_files: bool = False,
-    web: bool = True,
-    conversations: Path | None = None,
+    options: ServeOptions | None = None,
+    **overrides: Any,
 ) -> RunningServer:
     """Serve ``model`` on a background thread (``port=0``: an ephemeral port); returns once it listens.
 
-    The options are :func:`serve`'s; the access log is off unless asked for.
+    The options are :func:`serve`'s, from :data:`~clika_runtime.server.serve_options.BACKGROUND`
+    (port 0, the access log off) unless ``options`` is given.
     """
-    router, server, sock = _listening(model, locals())  # first: locals() are the arguments
+    router, server, sock = _listening(model, resolve_options(options, overrides, BACKGROUND))
     try:
         running = RunningServer(router, server, sock)
         running.wait_started()
@@ -286,10 +258,10 @@ def start_server(
 
 
 def _listening(
-    model: GenerativeModel | ChatSession | str | Path | ModelRouter, options: Mapping[str, Any]
+    model: GenerativeModel | ChatSession | str | Path | ModelRouter, options: ServeOptions
 ) -> tuple[ModelRouter, Any, socket.socket]:
-    """The router and a bound (not yet serving) uvicorn server for ``model`` under ``options``,
-    :func:`serve`'s keyword arguments; the router is closed again when binding fails."""
+    """The router and a bound (not yet serving) uvicorn server for ``model`` under ``options``;
+    the router is closed again when binding fails."""
     require_server_stack()
     from clika_runtime.server.router import ModelRouter, pinned_router
 
@@ -299,12 +271,12 @@ def _listening(
         router = pinned_router(
             build_backend(
                 model,
-                model_id=options["model_id"],
-                max_active=options["max_active"],
-                max_queued=options["max_queued"],
-                engine=options["engine"],
-                default_max_tokens=options["default_max_tokens"],
-                image_files=options["image_files"],
+                model_id=options.model_id,
+                max_active=options.max_active,
+                max_queued=options.max_queued,
+                engine=options.engine,
+                default_max_tokens=options.default_max_tokens,
+                image_files=options.image_files,
             )
         )
     try:
@@ -314,28 +286,27 @@ def _listening(
         raise
 
 
-def _uvicorn_server(router: ModelRouter, options: Mapping[str, Any]) -> tuple[Any, socket.socket]:
+def _uvicorn_server(router: ModelRouter, options: ServeOptions) -> tuple[Any, socket.socket]:
     from clika_runtime.server.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, create_app
     from clika_runtime.server.lifecycle import configure_logging, uvicorn_server
     from clika_runtime.server.streaming import Closing
 
     closing = Closing()
-    timeout = options["read_timeout"] or DEFAULT_READ_TIMEOUT
+    timeout = options.read_timeout or DEFAULT_READ_TIMEOUT
     app = create_app(
         router,
-        api_key=options["api_key"],
-        max_body_bytes=options["max_body_bytes"] or DEFAULT_MAX_BODY_BYTES,
+        api_key=options.api_key,
+        max_body_bytes=options.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         read_timeout=timeout,
-        cors_origins=options["cors_origins"],
+        cors_origins=options.cors_origins,
         closing=closing,
-        web=options["web"],
-        conversations=options["conversations"],
+        web=options.web,
+        conversations=options.conversations,
     )
-    configure_logging(options["log_level"], options["access_log"])
+    configure_logging(options.log_level, options.access_log)
     # Bound here (not by uvicorn) so port 0 yields its real port before serving starts.
-    host = options["host"]
-    sock = socket.create_server((host, options["port"]), family=_family(host), reuse_port=False)
-    return uvicorn_server(app, closing, log_level=options["log_level"], read_timeout=timeout), sock
+    sock = socket.create_server((options.host, options.port), family=_family(options.host), reuse_port=False)
+    return uvicorn_server(app, closing, log_level=options.log_level, read_timeout=timeout), sock
 
 
 def require_server_stack() -> None:
