@@ -55,10 +55,14 @@ class ServeOptions:
 BACKGROUND = ServeOptions(port=0, log_level="warning", access_log=False)
 
 
-def resolve_options(options: ServeOptions | None, overrides: Mapping[str, Any], base: ServeOptions) -> ServeOptions:
+def resolve_options(
+    options: ServeOptions | None, overrides: Mapping[str, Any], base: ServeOptions
+) -> ServeOptions:
     """``options`` (else ``base``) with ``overrides`` applied; an unknown name is refused, named."""
     known = {f.name for f in fields(ServeOptions)}
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise TypeError(f"unknown server option(s) {', '.join(unknown)}; the options are {', '.join(sorted(known))}")
+        raise TypeError(
+            f"unknown server option(s) {', '.join(unknown)}; the options are {', '.join(sorted(known))}"
+        )
     return replace(options or base, **overrides)
