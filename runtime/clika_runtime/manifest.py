@@ -262,8 +262,9 @@ class Manifest:
             raise
         except KeyError as exc:
             raise ManifestError(f"manifest is missing the field {exc.args[0]!r}") from None
-        except (TypeError, AttributeError, ValueError) as exc:
-            # A section of the wrong kind (null or a list where an object goes, text for a number).
+        except (TypeError, AttributeError, ValueError, OverflowError) as exc:
+            # A section of the wrong kind (null or a list where an object goes, text for a number,
+            # Infinity, which Python's JSON reader takes, where a whole number goes).
             raise ManifestError(f"manifest has a malformed section: {exc}") from None
 
     @classmethod

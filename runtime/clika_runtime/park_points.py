@@ -1,7 +1,7 @@
 """Park points: a test holds a process at a named place until its Ctrl-C handler releases it.
 
 An interrupt test must make the interrupt arrive while the process waits at a
-given place (the first token, between tokens, inside the template render),
+given place (the first token, between tokens, inside the template render, a tool call),
 whatever the machine's load. With ``CLIKA_PARK=POINT:FIFO`` set, ``park(POINT)``
 prints ``[parked at POINT]`` on stderr and blocks until one byte arrives on the
 named pipe FIFO; ``release()`` writes that byte (the command's SIGINT handler

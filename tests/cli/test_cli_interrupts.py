@@ -140,13 +140,15 @@ def test_ctrl_c_ends_every_open_stream_of_clika_serve_with_an_error_event(tiny_l
         _wait_for_line(process, "[parked at between-tokens]")
         process.send_signal(2)  # Ctrl-C
         for client in clients:
-            client.join(timeout=120)
+            client.join(timeout=120)  # a bound for the wait (a loaded machine), not a speed
+        assert not any(client.is_alive() for client in clients), "a stream stayed open"
         assert process.wait(timeout=120) == 0
     finally:
         process.kill()
         process.wait()
     for lines in bodies:
         events = [line for line in lines if line.startswith("data: ")]
+        assert len(events) >= 2, lines  # at least the error event and the end
         assert events[-1] == "data: [DONE]", lines[-3:]
         assert '"code": "server_shutting_down"' in events[-2], lines[-3:]  # the error event, last
     assert "Traceback" not in process.stderr.read()

@@ -157,10 +157,18 @@ def test_manifest_file_name_that_is_not_a_string(tiny_llama_model: Path, tmp_pat
 
 
 @pytest.mark.parametrize(
-    "section,value", [("graphs", None), ("graphs", []), ("context_window", "many"), ("tokenizer", None)]
+    "section,value",
+    [
+        ("graphs", None),
+        ("graphs", []),
+        ("context_window", "many"),
+        ("context_window", float("inf")),
+        ("tokenizer", None),
+    ],
 )
 def test_a_section_of_the_wrong_kind_is_a_manifest_error(tiny_llama_model: Path, section, value) -> None:
-    # Found by the fuzz tier: "graphs": null raised AttributeError, a word for a number ValueError.
+    # Found by the fuzz tier: "graphs": null raised AttributeError, a word for a number ValueError,
+    # Infinity (JSON's reader takes it) for a number OverflowError.
     data = json.loads((tiny_llama_model / "manifest.json").read_text())
     data[section] = value
     with pytest.raises(ManifestError, match="manifest has a malformed section"):

@@ -1,5 +1,6 @@
-"""The tool loop's driver over a synchronous ChatSession: each model turn runs on a worker
-thread so the loop's event loop stays free to run one reply's tool calls concurrently."""
+"""The tool loop's driver over a synchronous ChatSession: each model turn runs on a thread of its
+own so the loop's event loop stays free to run one reply's tool calls concurrently, and a Ctrl-C
+during the turn cancels the reply and returns without waiting for it to end."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from clika_runtime.chat.own_thread import on_own_thread
 from clika_runtime.chat.tool_loop import LoopCancelled, ModelTurn
 from clika_runtime.chat.toolkit import ToolOutput
 
@@ -28,6 +30,8 @@ class ChatSession(Protocol):
     def respond(self, **options: Any) -> Any: ...
 
     def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None: ...
+
+    def cancel(self) -> None: ...
 
 
 class ChatConversation:
@@ -56,7 +60,10 @@ class ChatConversation:
 
     async def _turn(self, method: Any, *args: Any, **kwargs: Any) -> ModelTurn:
         try:
-            text = await asyncio.to_thread(method, *args, **kwargs)
+            text = await on_own_thread(method, *args, **kwargs)
+        except asyncio.CancelledError:  # Ctrl-C, a caller's timeout: the reply stops at its next step
+            self._chat.cancel()
+            raise
         except ValueError:
             if self._chat.closed:  # closed from another thread while the turn ran
                 raise LoopCancelled("the chat session was closed") from None

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from clika_runtime.chat.own_thread import on_own_thread
 from clika_runtime.chat.tool_schema import function_schema
 from clika_runtime.chat.tools import ToolCall, normalize_tool
 
@@ -161,7 +162,7 @@ class Toolkit:
         return name in self._tools
 
     async def run(self, call: ToolCall) -> ToolOutput:
-        """Run one call (a plain function on a worker thread, a coroutine function on the loop)."""
+        """Run one call (a plain function on a thread of its own, a coroutine function on the loop)."""
         started = time.perf_counter()
         found = self._tools.get(call.name)
         if found is None:
@@ -223,7 +224,7 @@ def _has_type(value: Any, expected: str) -> bool:
 async def _invoke(function: Callable[..., Any], arguments: dict[str, Any]) -> Any:
     if inspect.iscoroutinefunction(function):
         return await function(**arguments)
-    value = await asyncio.to_thread(function, **arguments)
+    value = await on_own_thread(function, **arguments)  # a Ctrl-C meanwhile does not wait for it
     return await value if inspect.isawaitable(value) else value
 
 

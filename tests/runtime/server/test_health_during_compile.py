@@ -57,3 +57,15 @@ def test_health_is_answered_while_a_hostile_schema_compiles(tiny_model, monkeypa
             asking.join()
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert answers[0].status_code == 200
+
+
+def test_the_grammar_vocabulary_is_built_before_serving(tiny_model):
+    """Building it holds the GIL for up to a second (a 150k vocabulary): a first structured request
+    that built it would stall /health and every stream for as long."""
+    pytest.importorskip("llguidance")
+    from clika_runtime.grammar import vocabulary
+    from clika_runtime.server import build_backend
+
+    vocabulary._BUILT.pop(tiny_model.tokenizer, None)  # an earlier test's server may have built it
+    build_backend(tiny_model, model_id="tiny")
+    assert tiny_model.vocab_size in vocabulary._BUILT.get(tiny_model.tokenizer, {})
