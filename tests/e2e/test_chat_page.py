@@ -30,8 +30,9 @@ if CHROMIUM is None or DRIVER is None:
         allow_module_level=True,
     )
 
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException, UnexpectedAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 MODELS = ("qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct")
@@ -95,9 +96,20 @@ def browser(server):
     ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    # A prompt the page opens stays open for the test to answer (the default dismisses it).
+    options.set_capability("unhandledPromptBehavior", "ignore")
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
     yield driver
     driver.quit()
+
+
+def get_expecting_a_prompt(browser, url: str) -> None:
+    """Navigate to a page that asks something: its prompt may open before the page finishes
+    loading, which fails the navigation command but leaves the prompt open to be answered."""
+    try:
+        browser.get(url)
+    except UnexpectedAlertPresentException:
+        pass
 
 
 def open_page(browser, server, fragment: str = "") -> None:
@@ -251,8 +263,9 @@ def test_a_server_with_an_api_key_is_asked_for_it_once_and_behind_cors(browser, 
     options = {"api_key": "sesame", "cors_origins": ["https://elsewhere.example"]}
     with start_server(router, conversations=cache / "keyed.db", **options) as keyed:
         browser.get("about:blank")
-        browser.get(f"{keyed.base_url}/")  # a new origin (its own port): no key kept for it yet
-        prompt = WebDriverWait(browser, 60).until(lambda d: d.switch_to.alert)
+        get_expecting_a_prompt(browser, f"{keyed.base_url}/")  # a new origin (its own port): no key kept yet
+        # Polled until the page asks (switch_to.alert raises until then, which until() would not retry).
+        prompt = WebDriverWait(browser, 60).until(expected_conditions.alert_is_present())
         prompt.send_keys("sesame")
         prompt.accept()
         WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#model option"))
