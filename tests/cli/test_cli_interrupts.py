@@ -14,6 +14,7 @@ import re
 import sys
 
 import pytest
+from support.terminal_log import TerminalLog
 
 PROMPT = ">>> "
 ROUNDS = 50
@@ -44,7 +45,7 @@ def test_every_ctrl_c_during_a_reply_stops_it(tiny_llama_model, tmp_path, point)
     chat = _spawn(pexpect, [*options, "--max-tokens", str(BUDGET)], point=point, tmp_path=tmp_path)
     transcript: list[str] = []
     try:
-        chat.logfile_read = _Collect(transcript)
+        chat.logfile_read = TerminalLog(transcript)
         chat.expect_exact(PROMPT)
         chat.sendline("/set ignore_eos on")  # a reply never ends by itself before the interrupt
         chat.expect_exact("(ignore_eos = on)")
@@ -80,7 +81,7 @@ def test_ctrl_c_stops_clika_generate(tiny_llama_model, tmp_path, point):
     transcript: list[str] = []
     run = _spawn(pexpect, args, point=point, tmp_path=tmp_path)
     try:
-        run.logfile_read = _Collect(transcript)
+        run.logfile_read = TerminalLog(transcript)
         run.expect_exact(f"[parked at {point}]")
         run.sendintr()
         run.expect(pexpect.EOF)
@@ -88,19 +89,6 @@ def test_ctrl_c_stops_clika_generate(tiny_llama_model, tmp_path, point):
         run.close(force=True)
     assert run.exitstatus == 130
     assert "Traceback" not in "".join(transcript)
-
-
-class _Collect:
-    """A pexpect log that keeps what the terminal showed."""
-
-    def __init__(self, into: list[str]) -> None:
-        self.into = into
-
-    def write(self, text: str) -> None:
-        self.into.append(text)
-
-    def flush(self) -> None:
-        pass
 
 
 STREAMS = 8

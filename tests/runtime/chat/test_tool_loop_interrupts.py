@@ -15,6 +15,7 @@ import os
 import sys
 
 import pytest
+from support.terminal_log import TerminalLog
 
 ROUNDS = 50
 
@@ -77,7 +78,7 @@ def test_every_ctrl_c_during_a_tool_call_ends_the_loop_at_once(tmp_path):
     transcript: list[str] = []
     stopped = 0
     try:
-        run.logfile_read = _Collect(transcript)
+        run.logfile_read = TerminalLog(transcript)
         run.expect_exact("ready")
         for _ in range(ROUNDS):
             run.sendline("weather in Oslo?")
@@ -102,16 +103,3 @@ def _release(fifo) -> None:
         os.write(fd, b"x")
     finally:
         os.close(fd)
-
-
-class _Collect:
-    """A pexpect log that keeps what the terminal showed."""
-
-    def __init__(self, into: list[str]) -> None:
-        self.into = into
-
-    def write(self, text: str) -> None:
-        self.into.append(text)
-
-    def flush(self) -> None:
-        pass
