@@ -102,9 +102,5 @@ def _write(entry: Path, rewritten: RewrittenGraph) -> None:
         index = {"nodes": rewritten.nodes, "arrays": arrays}
         (scratch / "index.json").write_text(json.dumps(index))
         os.replace(scratch, entry)
-    except OSError:
+    finally:  # after a failure (or a rename refused: another process wrote the entry first)
         shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    finally:
-        if scratch.exists() and scratch != entry:
-            shutil.rmtree(scratch, ignore_errors=True)
