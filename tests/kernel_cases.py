@@ -18,7 +18,7 @@ from clika_runtime.kernels.library import kernel_status, kernels_enabled
 from clika_runtime.kernels.op import BLOCK_LAYOUT, PRECISIONS
 
 FORMATS = tuple(BLOCK_LAYOUT)
-ROW_COUNTS = (1, 2, 3, 5, 8, 64)
+ROW_COUNTS = (1, 2, 3, 5, 8, 13, 64)
 N_ODD = 37
 X86_ISAS = ("scalar", "avx2", "avx512", "avx512_vnni")
 RUNNER = Path(__file__).resolve().parent / "kernel_isa_runner.py"

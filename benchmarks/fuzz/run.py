@@ -80,8 +80,12 @@ def progress(done: int, total: int, started: float) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", type=int, default=1_000_000, help="generated cases in all (default 1,000,000)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--cases", type=int, default=1_000_000, help="generated cases in all (default 1,000,000)"
+    )
     parser.add_argument("-k", default=None, help="only the targets whose node id contains this")
     parser.add_argument("--chunk", type=int, default=25_000, help="most cases in one pytest run")
     parser.add_argument("--report", type=Path, default=None, help="write the figures as JSON here")
@@ -102,14 +106,22 @@ def main() -> int:
         if not passed:
             tally.failed_runs.append(target.node)
             print(output[-4000:], flush=True)
-        print(f"{'ok  ' if passed else 'FAIL'} {target.node} ({cases:,}); {progress(done, total, started)}", flush=True)
+        print(
+            f"{'ok  ' if passed else 'FAIL'} {target.node} ({cases:,}); {progress(done, total, started)}",
+            flush=True,
+        )
     elapsed = time.monotonic() - started
     print(f"\n{sum(tally.cases.values()):,} generated cases in {elapsed / 60:.1f} min, "
           f"{len(tally.failed_runs)} failed runs of {tally.runs}")  # fmt: skip
     for name, count in sorted(tally.cases.items()):
         print(f"  {name}: {count:,}")
     if args.report:
-        report = {"cases": tally.cases, "failed_runs": tally.failed_runs, "runs": tally.runs, "seconds": elapsed}
+        report = {
+            "cases": tally.cases,
+            "failed_runs": tally.failed_runs,
+            "runs": tally.runs,
+            "seconds": elapsed,
+        }
         args.report.write_text(json.dumps(report, indent=2) + "\n")
     return 1 if tally.failed_runs else 0
 

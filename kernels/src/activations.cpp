@@ -33,12 +33,37 @@ void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* 
   }
 }
 
+// The unit engines' order (avx512_units.h): within a unit of 256 weights, byte
+// 64j + 16i + 4d + b holds weight 64d + 16i + 4j + b, so int32 lane 4i + d of the four
+// chunk dot products sums exactly the 16 weights of group 4d + i. Lane scales follow.
+void order_units(const int8_t* qa, const float* group_da, const float* sum16, int64_t k, int64_t units,
+                 int8_t* unit_qa, float* unit_da, float* unit_sum16) {
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t k0 = 256 * u;
+    for (int j = 0; j < 4; ++j) {
+      for (int i = 0; i < 4; ++i) {
+        for (int d = 0; d < 4; ++d) {
+          for (int b = 0; b < 4; ++b) {
+            const int64_t w = k0 + 64 * d + 16 * i + 4 * j + b;
+            unit_qa[k0 + 64 * j + 16 * i + 4 * d + b] = w < k ? qa[w] : 0;
+          }
+        }
+      }
+    }
+    for (int lane = 0; lane < 16; ++lane) {
+      const int64_t g = 16 * u + 4 * (lane % 4) + lane / 4;
+      unit_da[16 * u + lane] = g < k / 16 ? group_da[g] : 0.0f;
+      unit_sum16[16 * u + lane] = 16 * u + lane < k / 16 ? sum16[16 * u + lane] : 0.0f;
+    }
+  }
+}
+
 }  // namespace
 
 void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm form, PreparedActivations* out) {
   out->view = Activations{};
   out->view.a = a;
-  if (form == ActivationForm::kInt8) {
+  if (form != ActivationForm::kFp32) {
     out->qa.resize(m * k);
     out->lane_da.resize(m * k / 4);
     out->group_da.resize(m * k / 16);
@@ -48,14 +73,28 @@ void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm f
     out->view.group_da = out->group_da.data();
     out->view.sum16 = out->sum16.data();
   }
+  if (form == ActivationForm::kInt8Units) {
+    const int64_t units = (k + 255) / 256;
+    out->unit_qa.resize(m * units * 256);
+    out->unit_da.resize(m * units * 16);
+    out->unit_sum16.resize(m * units * 16);
+    out->view.units = units;
+    out->view.unit_qa = out->unit_qa.data();
+    out->view.unit_da = out->unit_da.data();
+    out->view.unit_sum16 = out->unit_sum16.data();
+  }
 }
 
 void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActivations* out, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
-    if (form == ActivationForm::kInt8) {
-      quantize_row(a + r * k, k, out->qa.data() + r * k, out->lane_da.data() + r * k / 4,
-                   out->group_da.data() + r * k / 16,
-                   out->sum16.data() + r * k / 16);
+    if (form == ActivationForm::kFp32) continue;
+    quantize_row(a + r * k, k, out->qa.data() + r * k, out->lane_da.data() + r * k / 4,
+                 out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16);
+    if (form == ActivationForm::kInt8Units) {
+      const int64_t units = out->view.units;
+      order_units(out->qa.data() + r * k, out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16, k,
+                  units, out->unit_qa.data() + r * units * 256, out->unit_da.data() + r * units * 16,
+                  out->unit_sum16.data() + r * units * 16);
     }
   }
 }

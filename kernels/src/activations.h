@@ -9,11 +9,14 @@
 
 namespace clika_kernels {
 
-enum class ActivationForm { kFp32, kInt8 };
+// kInt8Units: kInt8 plus the unit-ordered copies the unit engines read.
+enum class ActivationForm { kFp32, kInt8, kInt8Units };
 
 struct PreparedActivations {
   std::vector<int8_t> qa;
   std::vector<float> lane_da, group_da, sum16;
+  std::vector<int8_t> unit_qa;
+  std::vector<float> unit_da, unit_sum16;
   Activations view{};
 };
 

@@ -59,14 +59,8 @@ inline __m512i block_pair_nibbles(const uint8_t* q0, const uint8_t* q1, bool hal
 template <int Bytes>
 inline __m256i block_words(const uint8_t* unit, int blocks, int at) {
   const uint8_t* p = unit + at;
-  if (blocks == 8) {
-    return _mm256_setr_epi32(load_u32(p), load_u32(p + Bytes), load_u32(p + 2 * Bytes), load_u32(p + 3 * Bytes),
-                             load_u32(p + 4 * Bytes), load_u32(p + 5 * Bytes), load_u32(p + 6 * Bytes),
-                             load_u32(p + 7 * Bytes));
-  }
-  alignas(32) uint32_t words[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int i = 0; i < blocks; ++i) words[i] = load_u32(p + i * Bytes);
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(words));
+  auto word = [p, blocks](int b) { return b < blocks ? load_u32(p + b * Bytes) : 0u; };
+  return _mm256_setr_epi32(word(0), word(1), word(2), word(3), word(4), word(5), word(6), word(7));
 }
 
 // Scales of 32-weight blocks: the fp16 d at the block's start and, when `has_m`, the fp16

@@ -30,6 +30,12 @@ struct Activations {
   const float* lane_da;   // [m, k/4] the int8 scale of each 4-byte lane (int8 engines)
   const float* group_da;  // [m, k/16] the int8 scale of each 16-group (int8 engines)
   const float* sum16;     // [m, k/16] da * sum of qa per 16 weights (int8 engines)
+  // The same int8 activations in the order the unit engines read them (avx512_units.h):
+  // per row, units of 256 weights, zero past k.
+  int64_t units;              // units per row: ceil(k / 256)
+  const int8_t* unit_qa;      // [m, units * 256] each unit's weights in lane order
+  const float* unit_da;       // [m, units * 16] each lane's activation scale
+  const float* unit_sum16;    // [m, units * 16] sum16, in group order, zero past k
 };
 
 // One thread's buffers for the weight row being computed (k elements unless stated).
@@ -39,7 +45,14 @@ struct RowScratch {
   float* bias16;      // k/16
   float* wf;          // fp32 weights
   float* lane_scale;  // k/4
+  uint8_t* units;        // kUnitScratchBytes per 256-weight unit of each row of a task
+  uint8_t* tile_states;  // kTileStateBytes per row of a task
 };
+
+// Scratch of the unit engines (avx512_units.h), 64-byte aligned: one decoded 256-weight
+// unit, and one output's accumulators for a tile of activation rows.
+constexpr int64_t kUnitScratchBytes = 384;
+constexpr int64_t kTileStateBytes = 1024;
 
 using RangeKernel = void (*)(const Problem&, const Activations&, const RowScratch&, int64_t n0, int64_t n1);
 

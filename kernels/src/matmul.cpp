@@ -10,12 +10,18 @@
 namespace clika_kernels {
 namespace {
 
-// One thread's row buffers, grown to the largest k it has seen.
+uint8_t* aligned64(std::vector<uint8_t>& bytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(bytes.data());
+  return bytes.data() + (64 - at % 64) % 64;
+}
+
+// One thread's buffers, grown to the largest task it has seen (k weights, `rows` rows).
 struct ScratchBuffers {
   std::vector<uint8_t> codes;
   std::vector<float> scale16, bias16, wf, lane_scale;
+  std::vector<uint8_t> units, tile_states;
 
-  RowScratch view(int64_t k) {
+  RowScratch view(int64_t k, int64_t rows) {
     if (static_cast<int64_t>(codes.size()) < k) {
       codes.resize(k);
       wf.resize(k);
@@ -23,7 +29,12 @@ struct ScratchBuffers {
       bias16.resize(k / 16);
       lane_scale.resize(k / 4);
     }
-    return RowScratch{codes.data(), scale16.data(), bias16.data(), wf.data(), lane_scale.data()};
+    const size_t unit_bytes = static_cast<size_t>(rows * ((k + 255) / 256) * kUnitScratchBytes + 64);
+    if (units.size() < unit_bytes) units.resize(unit_bytes);
+    const size_t state_bytes = static_cast<size_t>(rows * kTileStateBytes + 64);
+    if (tile_states.size() < state_bytes) tile_states.resize(state_bytes);
+    return RowScratch{codes.data(), scale16.data(),    bias16.data(), wf.data(), lane_scale.data(),
+                      aligned64(units), aligned64(tile_states)};
   }
 };
 
@@ -46,7 +57,7 @@ void run_task(void* data, size_t i) {
   const MatmulTask& t = *static_cast<const MatmulTask*>(data);
   const int64_t n0 = static_cast<int64_t>(i) * t.rows;
   const int64_t n1 = std::min(t.p->n, n0 + t.rows);
-  t.kernel(*t.p, *t.x, tls_scratch.view(t.p->k), n0, n1);
+  t.kernel(*t.p, *t.x, tls_scratch.view(t.p->k, t.rows), n0, n1);
 }
 
 struct PrepareTask {
@@ -61,8 +72,11 @@ void run_prepare(void* data, size_t i) {
   prepare_rows(t.a, t.k, t.form, t.out, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1);
 }
 
-ActivationForm form_for(Precision precision) {
-  return precision == Precision::kInt8 ? ActivationForm::kInt8 : ActivationForm::kFp32;
+// The AVX-512 int8 engines read the activations in unit order (avx512_units.h).
+ActivationForm form_for(Precision precision, Isa isa) {
+  if (precision != Precision::kInt8) return ActivationForm::kFp32;
+  const bool units = isa == Isa::kAvx512 || isa == Isa::kAvx512Vnni;
+  return units ? ActivationForm::kInt8Units : ActivationForm::kInt8;
 }
 
 bool serial_run(void*, void (*fn)(void*, size_t), size_t total, void* data) {
@@ -102,7 +116,7 @@ std::string run_matmul(const Problem& p, Precision precision, Isa isa, const Par
   if (p.m == 0 || p.n == 0) return "";
 
   PreparedActivations acts;
-  const ActivationForm form = form_for(precision);
+  const ActivationForm form = form_for(precision, isa);
   allocate_activations(p.a, p.m, p.k, form, &acts);
   if (form != ActivationForm::kFp32) {
     PrepareTask prepare{p.a, p.k, form, &acts};
