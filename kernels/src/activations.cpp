@@ -11,7 +11,10 @@ void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* 
   for (int64_t b = 0; b < k / 32; ++b) {
     const float* x = a + 32 * b;
     float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    for (int j = 0; j < 32; ++j) {
+      const float v = std::fabs(x[j]);
+      amax = v > amax ? v : amax;  // NaN never wins, as with fmax; and the loop vectorizes
+    }
     const float d = amax / 127.0f;
     const float inv = d > 0.0f ? 1.0f / d : 0.0f;
     int8_t* q = qa + 32 * b;
@@ -33,27 +36,39 @@ void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* 
   }
 }
 
-// The unit engines' order (avx512_units.h): within a unit of 256 weights, byte
+// The unit engines' records (kernel_api.h): within a unit of 256 weights, byte
 // 64j + 16i + 4d + b holds weight 64d + 16i + 4j + b, so int32 lane 4i + d of the four
-// chunk dot products sums exactly the 16 weights of group 4d + i. Lane scales follow.
-void order_units(const int8_t* qa, const float* group_da, const float* sum16, int64_t k, int64_t units,
-                 int8_t* unit_qa, float* unit_da, float* unit_sum16) {
+// chunk dot products sums exactly the 16 weights of group 4d + i.
+void unit_records(const int8_t* qa, const float* group_da, const float* sum16, int64_t k, int64_t units, int zero,
+                  uint8_t* first, int64_t stride) {
   for (int64_t u = 0; u < units; ++u) {
+    uint8_t* record = first + u * stride;
     const int64_t k0 = 256 * u;
+    int8_t* q = reinterpret_cast<int8_t*>(record);
     for (int j = 0; j < 4; ++j) {
       for (int i = 0; i < 4; ++i) {
         for (int d = 0; d < 4; ++d) {
           for (int b = 0; b < 4; ++b) {
             const int64_t w = k0 + 64 * d + 16 * i + 4 * j + b;
-            unit_qa[k0 + 64 * j + 16 * i + 4 * d + b] = w < k ? qa[w] : 0;
+            q[64 * j + 16 * i + 4 * d + b] = w < k ? qa[w] : 0;
           }
         }
       }
     }
+    float* da = reinterpret_cast<float*>(record + 256);
+    float* sums = reinterpret_cast<float*>(record + 320);
+    int32_t* seeds = reinterpret_cast<int32_t*>(record + 320);
     for (int lane = 0; lane < 16; ++lane) {
       const int64_t g = 16 * u + 4 * (lane % 4) + lane / 4;
-      unit_da[16 * u + lane] = g < k / 16 ? group_da[g] : 0.0f;
-      unit_sum16[16 * u + lane] = 16 * u + lane < k / 16 ? sum16[16 * u + lane] : 0.0f;
+      const bool live = g < k / 16;
+      da[lane] = live ? group_da[g] : 0.0f;
+      if (zero == 0) {
+        sums[lane] = 16 * u + lane < k / 16 ? sum16[16 * u + lane] : 0.0f;
+      } else {
+        int32_t sum = 0;
+        for (int t = 0; live && t < 16; ++t) sum += qa[16 * g + t];
+        seeds[lane] = -zero * sum;
+      }
     }
   }
 }
@@ -75,13 +90,11 @@ void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm f
   }
   if (form == ActivationForm::kInt8Units) {
     const int64_t units = (k + 255) / 256;
-    out->unit_qa.resize(m * units * 256);
-    out->unit_da.resize(m * units * 16);
-    out->unit_sum16.resize(m * units * 16);
+    const int64_t tiles = (m + kRecordRows - 1) / kRecordRows;
+    out->unit_records.resize(static_cast<size_t>(tiles * units * kRecordRows * kUnitRecordBytes + 64));
+    const uintptr_t at = reinterpret_cast<uintptr_t>(out->unit_records.data());
     out->view.units = units;
-    out->view.unit_qa = out->unit_qa.data();
-    out->view.unit_da = out->unit_da.data();
-    out->view.unit_sum16 = out->unit_sum16.data();
+    out->view.unit_records = out->unit_records.data() + (64 - at % 64) % 64;
   }
 }
 
@@ -92,9 +105,11 @@ void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActiva
                  out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16);
     if (form == ActivationForm::kInt8Units) {
       const int64_t units = out->view.units;
-      order_units(out->qa.data() + r * k, out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16, k,
-                  units, out->unit_qa.data() + r * units * 256, out->unit_da.data() + r * units * 16,
-                  out->unit_sum16.data() + r * units * 16);
+      const int64_t tile = r / kRecordRows, slot = r % kRecordRows;
+      uint8_t* first = const_cast<uint8_t*>(out->view.unit_records) +
+                       ((tile * units) * kRecordRows + slot) * kUnitRecordBytes;
+      unit_records(out->qa.data() + r * k, out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16, k, units,
+                   out->zero, first, kRecordRows * kUnitRecordBytes);
     }
   }
 }

@@ -15,8 +15,8 @@ enum class ActivationForm { kFp32, kInt8, kInt8Units };
 struct PreparedActivations {
   std::vector<int8_t> qa;
   std::vector<float> lane_da, group_da, sum16;
-  std::vector<int8_t> unit_qa;
-  std::vector<float> unit_da, unit_sum16;
+  std::vector<uint8_t> unit_records;
+  int zero = 0;  // kInt8Units: the format's symmetric zero point (formats.h), set before preparing
   Activations view{};
 };
 

@@ -40,34 +40,42 @@ template <class Format>
 }
 
 // Dot: static __m512i add(__m512i acc, __m512i codes_u8, __m512i acts_s8) -> acc plus 16
-// exact int32 sums of 4 products.
-template <class Dot, int R>
+// exact int32 sums of 4 products. Symmetric formats start each unit's dot from the
+// record's -zero * (sum of q) (the zero point in integers, exact), so they need no bias.
+template <class D, bool S>
+struct Arith {
+  using Dot = D;
+  static constexpr bool kSymmetric = S;
+};
+
+// A: an Arith, the integer dot and whether the format is symmetric.
+template <class A, int R>
 struct UnitRows {
-  const int8_t* qa[R];
-  const float* da[R];
-  const float* sum16[R];
+  using Dot = typename A::Dot;
+  static constexpr bool Symmetric = A::kSymmetric;
+  const uint8_t* records;  // the tile's first row, unit 0
   __m512 acc[R];
   __m512 bias[R];
 
-  UnitRows(const Activations& x, int64_t m0) {
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-      qa[r] = x.unit_qa + (m0 + r) * x.units * 256;
-      da[r] = x.unit_da + (m0 + r) * x.units * 16;
-      sum16[r] = x.unit_sum16 + (m0 + r) * x.units * 16;
-      acc[r] = bias[r] = _mm512_setzero_ps();
-    }
+  UnitRows(const Activations& x, int64_t m0)
+      : records(x.unit_records + (m0 / kRecordRows) * x.units * kRecordRows * kUnitRecordBytes) {
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) { acc[r] = bias[r] = _mm512_setzero_ps(); }
   }
 
   [[gnu::always_inline]] inline void add(const DecodedUnit& w, int64_t u) {
+    const uint8_t* unit = records + u * kRecordRows * kUnitRecordBytes;
     _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-      const int8_t* a = qa[r] + 256 * u;
-      __m512i dot = Dot::add(_mm512_setzero_si512(), w.codes[0], _mm512_loadu_si512(a));
-      dot = Dot::add(dot, w.codes[1], _mm512_loadu_si512(a + 64));
-      dot = Dot::add(dot, w.codes[2], _mm512_loadu_si512(a + 128));
-      dot = Dot::add(dot, w.codes[3], _mm512_loadu_si512(a + 192));
-      const __m512 scale = _mm512_mul_ps(w.lane_scale, _mm512_loadu_ps(da[r] + 16 * u));
+      const uint8_t* a = unit + r * kUnitRecordBytes;
+      __m512i dot = Symmetric ? _mm512_load_si512(a + 320) : _mm512_setzero_si512();
+      dot = Dot::add(dot, w.codes[0], _mm512_load_si512(a));
+      dot = Dot::add(dot, w.codes[1], _mm512_load_si512(a + 64));
+      dot = Dot::add(dot, w.codes[2], _mm512_load_si512(a + 128));
+      dot = Dot::add(dot, w.codes[3], _mm512_load_si512(a + 192));
+      const __m512 scale = _mm512_mul_ps(w.lane_scale, _mm512_load_ps(reinterpret_cast<const float*>(a + 256)));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
-      bias[r] = _mm512_fmadd_ps(w.bias, _mm512_loadu_ps(sum16[r] + 16 * u), bias[r]);
+      if (!Symmetric) {
+        bias[r] = _mm512_fmadd_ps(w.bias, _mm512_load_ps(reinterpret_cast<const float*>(a + 320)), bias[r]);
+      }
     }
   }
 
@@ -87,7 +95,8 @@ struct UnitRows {
 
   void store(const Problem& p, int64_t n, int64_t m0) const {
     _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-      p.y[(m0 + r) * p.n + n] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(bias[r]);
+      const float main = _mm512_reduce_add_ps(acc[r]);
+      p.y[(m0 + r) * p.n + n] = Symmetric ? main : main + _mm512_reduce_add_ps(bias[r]);
     }
   }
 };
@@ -201,15 +210,17 @@ inline void units_range(const Problem& p, const Activations& x, const RowScratch
 
 template <class Dot>
 inline void run_units(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+  using Biased = Arith<Dot, false>;
+  using Symmetric = Arith<Dot, true>;
   switch (p.type) {
-    case kQ4_0: units_range<Q4_0Blocks, Dot>(p, x, s, n0, n1); break;
-    case kQ4_1: units_range<Q4_1Blocks, Dot>(p, x, s, n0, n1); break;
-    case kQ5_0: units_range<Q5_0Blocks, Dot>(p, x, s, n0, n1); break;
-    case kQ5_1: units_range<Q5_1Blocks, Dot>(p, x, s, n0, n1); break;
-    case kQ8_0: units_range<Q8_0Blocks, Dot>(p, x, s, n0, n1); break;
-    case kQ4_K: units_range<Q4_KBlocks, Dot>(p, x, s, n0, n1); break;
-    case kQ5_K: units_range<Q5_KBlocks, Dot>(p, x, s, n0, n1); break;
-    case kQ6_K: units_range<Q6_KBlocks, Dot>(p, x, s, n0, n1); break;
+    case kQ4_0: units_range<Q4_0Blocks, Symmetric>(p, x, s, n0, n1); break;
+    case kQ4_1: units_range<Q4_1Blocks, Biased>(p, x, s, n0, n1); break;
+    case kQ5_0: units_range<Q5_0Blocks, Symmetric>(p, x, s, n0, n1); break;
+    case kQ5_1: units_range<Q5_1Blocks, Biased>(p, x, s, n0, n1); break;
+    case kQ8_0: units_range<Q8_0Blocks, Symmetric>(p, x, s, n0, n1); break;
+    case kQ4_K: units_range<Q4_KBlocks, Biased>(p, x, s, n0, n1); break;
+    case kQ5_K: units_range<Q5_KBlocks, Biased>(p, x, s, n0, n1); break;
+    case kQ6_K: units_range<Q6_KBlocks, Symmetric>(p, x, s, n0, n1); break;
     default: break;
   }
 }

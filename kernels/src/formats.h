@@ -229,6 +229,18 @@ inline void decode_row(int type, const uint8_t* row, int64_t k, uint8_t* codes, 
   }
 }
 
+// The zero point symmetric formats fold into their bias (weight = d * (code - zero)),
+// or 0 for the formats with a bias of their own (Q4_1, Q5_1, Q4_K, Q5_K).
+inline int symmetric_zero(int type) {
+  switch (type) {
+    case kQ4_0: return 8;
+    case kQ5_0: return 16;
+    case kQ8_0: return 128;
+    case kQ6_K: return 32;
+    default: return 0;
+  }
+}
+
 // Largest code a format produces: the int8 engines without VNNI multiply codes by
 // activations in saturating 16-bit pairs, safe only for codes below 128 (all but Q8_0).
 inline int max_code(int type) { return type == kQ8_0 ? 255 : 63; }

@@ -30,12 +30,10 @@ struct Activations {
   const float* lane_da;   // [m, k/4] the int8 scale of each 4-byte lane (int8 engines)
   const float* group_da;  // [m, k/16] the int8 scale of each 16-group (int8 engines)
   const float* sum16;     // [m, k/16] da * sum of qa per 16 weights (int8 engines)
-  // The same int8 activations in the order the unit engines read them (avx512_units.h):
-  // per row, units of 256 weights, zero past k.
-  int64_t units;              // units per row: ceil(k / 256)
-  const int8_t* unit_qa;      // [m, units * 256] each unit's weights in lane order
-  const float* unit_da;       // [m, units * 16] each lane's activation scale
-  const float* unit_sum16;    // [m, units * 16] sum16, in group order, zero past k
+  // The same int8 activations as the unit engines read them (avx512_units.h): per tile
+  // of 8 rows, per unit of 256 weights, per row, one record of kUnitRecordBytes.
+  int64_t units;                 // units per row: ceil(k / 256)
+  const uint8_t* unit_records;   // [ceil(m / 8), units, 8, kUnitRecordBytes], 64-byte aligned
 };
 
 // One thread's buffers for the weight row being computed (k elements unless stated).
@@ -53,6 +51,13 @@ struct RowScratch {
 // unit, and one output's accumulators for a tile of activation rows.
 constexpr int64_t kUnitScratchBytes = 384;
 constexpr int64_t kTileStateBytes = 1024;
+
+// One row's activations for one unit, as the unit engines read them: the 256 int8 values
+// in lane order, each lane's activation scale (16 floats), then for formats with a bias
+// of their own the 16 group sums (da * sum of q, floats, group order), for symmetric ones
+// each lane's integer sum times -zero (16 int32, lane order), the dot products' start.
+constexpr int64_t kUnitRecordBytes = 384;
+constexpr int kRecordRows = 8;
 
 using RangeKernel = void (*)(const Problem&, const Activations&, const RowScratch&, int64_t n0, int64_t n1);
 

@@ -117,6 +117,7 @@ std::string run_matmul(const Problem& p, Precision precision, Isa isa, const Par
 
   PreparedActivations acts;
   const ActivationForm form = form_for(precision, isa);
+  acts.zero = symmetric_zero(p.type);
   allocate_activations(p.a, p.m, p.k, form, &acts);
   if (form != ActivationForm::kFp32) {
     PrepareTask prepare{p.a, p.k, form, &acts};
