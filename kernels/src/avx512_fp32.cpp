@@ -110,13 +110,156 @@ using Q4_1Nibbles = NibbleRows<Q4_1Blocks, R>;
 template <int R>
 using Q4_KNibbles = NibbleRows<Q4_KBlocks, R>;
 
+// Prefill (more activation rows than a tile): the task's weight rows decoded once into
+// fp32 scratch, each weight the same fma(code, scale, bias) the in-register walk forms,
+// then read back by 2 weight rows x 4 activation rows at a time, K in pieces of kPiece
+// weights so a tile's activations stay in L1. Each (m, n) goes through its 16-groups in
+// the walk's order into the walk's two accumulators (kSteps: the group of each step of a
+// chunk, step I into accumulator I & 1), so the result is the in-register one, bit for bit.
+template <class Format>
+struct Steps {
+  static constexpr int kGroups[4] = {0, 1, 2, 3};
+};
+template <>
+struct Steps<Q4_KBlocks> {
+  static constexpr int kGroups[4] = {0, 2, 1, 3};
+};
+
+constexpr int64_t kPiece = 1024;
+
+template <class Format>
+void decode_weights(const uint8_t* row, int64_t k, float* out) {
+  alignas(64) float scale16[kMaxUnitGroups];
+  alignas(64) float bias16[kMaxUnitGroups];
+  const int64_t blocks = k / Format::kWeights;
+  for (int64_t b = 0; b < blocks; b += Format::kUnitBlocks) {
+    const int count = static_cast<int>(std::min<int64_t>(Format::kUnitBlocks, blocks - b));
+    const uint8_t* unit = row + b * Format::kBytes;
+    const int weights = count * Format::kWeights;
+    float* w = out + b * Format::kWeights;
+    Format::scales(unit, count, scale16, bias16);
+    for (int c = 0; 64 * c < weights; ++c) {
+      const __m512i codes = Format::codes(unit, c, weights - 64 * c < 64);
+      _mm512_storeu_ps(w + 64 * c, group_weights<0>(codes, scale16 + 4 * c, bias16 + 4 * c));
+      _mm512_storeu_ps(w + 64 * c + 16, group_weights<1>(codes, scale16 + 4 * c, bias16 + 4 * c));
+      if (weights - 64 * c < 64) break;
+      _mm512_storeu_ps(w + 64 * c + 32, group_weights<2>(codes, scale16 + 4 * c, bias16 + 4 * c));
+      _mm512_storeu_ps(w + 64 * c + 48, group_weights<3>(codes, scale16 + 4 * c, bias16 + 4 * c));
+    }
+  }
+}
+
+// NW weight rows (n, n + 1) x R activation rows (m0..): accumulators over k0..k1.
+template <class Format, int NW, int R>
+struct PanelTile {
+  __m512 acc[NW][R][2];
+
+  [[gnu::always_inline]] void load(const __m512* state) {
+    _Pragma("GCC unroll 2") for (int w = 0; w < NW; ++w) {
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+        acc[w][r][0] = state[w * 8 + 2 * r];
+        acc[w][r][1] = state[w * 8 + 2 * r + 1];
+      }
+    }
+  }
+  [[gnu::always_inline]] void save(__m512* state) const {
+    _Pragma("GCC unroll 2") for (int w = 0; w < NW; ++w) {
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+        state[w * 8 + 2 * r] = acc[w][r][0];
+        state[w * 8 + 2 * r + 1] = acc[w][r][1];
+      }
+    }
+  }
+
+  [[gnu::always_inline]] void step(const float* const* wrow, const float* const* arow, int64_t k, int i) {
+    __m512 wv[NW];
+    _Pragma("GCC unroll 2") for (int w = 0; w < NW; ++w) wv[w] = _mm512_loadu_ps(wrow[w] + k);
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_loadu_ps(arow[r] + k);
+      _Pragma("GCC unroll 2") for (int w = 0; w < NW; ++w) acc[w][r][i] = _mm512_fmadd_ps(wv[w], a, acc[w][r][i]);
+    }
+  }
+
+  static void run(const Problem& p, const Activations& x, const float* panel, int64_t n0, int64_t n, int64_t m0,
+                  int64_t k0, int64_t k1, __m512* state) {
+    PanelTile t;
+    if (k0 == 0) {
+      _Pragma("GCC unroll 2") for (int w = 0; w < NW; ++w) {
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) t.acc[w][r][0] = t.acc[w][r][1] = _mm512_setzero_ps();
+      }
+    } else {
+      t.load(state);
+    }
+    const float* wrow[NW];
+    const float* arow[R];
+    for (int w = 0; w < NW; ++w) wrow[w] = panel + (n - n0 + w) * p.k;
+    for (int r = 0; r < R; ++r) arow[r] = x.a + (m0 + r) * p.k;
+    for (int64_t c = k0; c < k1; c += 64) {
+      t.step(wrow, arow, c + 16 * Steps<Format>::kGroups[0], 0);
+      t.step(wrow, arow, c + 16 * Steps<Format>::kGroups[1], 1);
+      if (p.k - c < 64) break;
+      t.step(wrow, arow, c + 16 * Steps<Format>::kGroups[2], 0);
+      t.step(wrow, arow, c + 16 * Steps<Format>::kGroups[3], 1);
+    }
+    if (k1 < p.k) {
+      t.save(state);
+      return;
+    }
+    for (int w = 0; w < NW; ++w) {
+      for (int r = 0; r < R; ++r) p.y[(m0 + r) * p.n + n + w] = reduce_pair(t.acc[w][r][0], t.acc[w][r][1]);
+    }
+  }
+};
+
+template <class Format, int NW>
+void panel_rows(int rows, const Problem& p, const Activations& x, const float* panel, int64_t n0, int64_t n,
+                int64_t m0, int64_t k0, int64_t k1, __m512* state) {
+  switch (rows) {
+    case 4: PanelTile<Format, NW, 4>::run(p, x, panel, n0, n, m0, k0, k1, state); break;
+    case 3: PanelTile<Format, NW, 3>::run(p, x, panel, n0, n, m0, k0, k1, state); break;
+    case 2: PanelTile<Format, NW, 2>::run(p, x, panel, n0, n, m0, k0, k1, state); break;
+    default: PanelTile<Format, NW, 1>::run(p, x, panel, n0, n, m0, k0, k1, state); break;
+  }
+}
+
+template <class Format>
+void panel_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) decode_weights<Format>(p.b + n * p.row_bytes, p.k, s.panel + (n - n0) * p.k);
+  __m512* states = reinterpret_cast<__m512*>(s.tile_states);
+  for (int64_t m0 = 0; m0 < p.m; m0 += 4) {
+    const int rows = static_cast<int>(std::min<int64_t>(4, p.m - m0));
+    for (int64_t k0 = 0; k0 < p.k; k0 += kPiece) {
+      const int64_t k1 = std::min(p.k, k0 + kPiece);
+      int64_t n = n0;
+      for (; n + 2 <= n1; n += 2) panel_rows<Format, 2>(rows, p, x, s.panel, n0, n, m0, k0, k1, states + (n - n0) * 8);
+      if (n < n1) panel_rows<Format, 1>(rows, p, x, s.panel, n0, n, m0, k0, k1, states + (n - n0) * 8);
+    }
+  }
+}
+
+template <class Format, template <int> class Rows>
+void fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+  if (p.m > 4) {
+    panel_range<Format>(p, x, s, n0, n1);
+  } else {
+    rows_range<Format, Rows>(p, x, n0, n1);
+  }
+}
+
 }  // namespace
 
-void avx512_fp32_range(const Problem& p, const Activations& x, const RowScratch&, int64_t n0, int64_t n1) {
-  if (p.type == kQ4_0) return rows_range<Q4_0Blocks, Q4_0Nibbles>(p, x, n0, n1);
-  if (p.type == kQ4_1) return rows_range<Q4_1Blocks, Q4_1Nibbles>(p, x, n0, n1);
-  if (p.type == kQ4_K) return rows_range<Q4_KBlocks, Q4_KNibbles>(p, x, n0, n1);
-  run_by_format<Fp32Rows>(p, x, n0, n1);
+void avx512_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+  switch (p.type) {
+    case kQ4_0: fp32_range<Q4_0Blocks, Q4_0Nibbles>(p, x, s, n0, n1); break;
+    case kQ4_1: fp32_range<Q4_1Blocks, Q4_1Nibbles>(p, x, s, n0, n1); break;
+    case kQ4_K: fp32_range<Q4_KBlocks, Q4_KNibbles>(p, x, s, n0, n1); break;
+    case kQ5_0: fp32_range<Q5_0Blocks, Fp32Rows>(p, x, s, n0, n1); break;
+    case kQ5_1: fp32_range<Q5_1Blocks, Fp32Rows>(p, x, s, n0, n1); break;
+    case kQ8_0: fp32_range<Q8_0Blocks, Fp32Rows>(p, x, s, n0, n1); break;
+    case kQ5_K: fp32_range<Q5_KBlocks, Fp32Rows>(p, x, s, n0, n1); break;
+    case kQ6_K: fp32_range<Q6_KBlocks, Fp32Rows>(p, x, s, n0, n1); break;
+    default: break;
+  }
 }
 
 }  // namespace clika_kernels

@@ -45,6 +45,7 @@ struct RowScratch {
   float* lane_scale;  // k/4
   uint8_t* units;        // kUnitScratchBytes per 256-weight unit of each row of a task
   uint8_t* tile_states;  // kTileStateBytes per row of a task
+  float* panel;          // k fp32 weights per row of a task (the AVX-512 fp32 engine's prefill)
 };
 
 // Scratch of the unit engines (avx512_units.h), 64-byte aligned: one decoded 256-weight

@@ -20,6 +20,7 @@ struct ScratchBuffers {
   std::vector<uint8_t> codes;
   std::vector<float> scale16, bias16, wf, lane_scale;
   std::vector<uint8_t> units, tile_states;
+  std::vector<float> panel;
 
   RowScratch view(int64_t k, int64_t rows) {
     if (static_cast<int64_t>(codes.size()) < k) {
@@ -33,8 +34,9 @@ struct ScratchBuffers {
     if (units.size() < unit_bytes) units.resize(unit_bytes);
     const size_t state_bytes = static_cast<size_t>(rows * kTileStateBytes + 64);
     if (tile_states.size() < state_bytes) tile_states.resize(state_bytes);
+    if (panel.size() < static_cast<size_t>(rows * k)) panel.resize(static_cast<size_t>(rows * k));
     return RowScratch{codes.data(), scale16.data(),    bias16.data(), wf.data(), lane_scale.data(),
-                      aligned64(units), aligned64(tile_states)};
+                      aligned64(units), aligned64(tile_states), panel.data()};
   }
 };
 
