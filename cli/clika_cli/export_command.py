@@ -58,11 +58,13 @@ from clika_cli.common import at_most_max_threads
     help="llama.cpp's mmproj GGUF for a GGUF SOURCE: the folder also gets its vision tower.",
 )
 @click.option(
-    "--gguf-blocks",
-    is_flag=True,
+    "--gguf-blocks/--matmulnbits",
+    default=True,
+    show_default=True,
     help=(
         "Keep a GGUF's layer matrices as the file's own blocks, computed by the clika kernels "
-        "(ai.clika.GgufMatMul; MatMulNBits at load where the kernel library is not built)."
+        "(ai.clika.GgufMatMul; MatMulNBits at load where the kernel library is not built), or "
+        "store them transcoded into ONNX Runtime's MatMulNBits form."
     ),
 )
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
@@ -122,7 +124,7 @@ def export_command(
             threads=threads,
             builder=builder,
             mmproj=mmproj,
-            quant_options={"gguf_matmul": True} if gguf_blocks else None,
+            quant_options=None if gguf_blocks else {"gguf_matmul": False},
         )
     except (ExportError, CheckpointError, QuantError) as exc:
         raise click.ClickException(str(exc)) from None

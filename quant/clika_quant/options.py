@@ -117,12 +117,11 @@ class QuantOptions:
     transcode: bool = True
     # GGUF layer matrices (one GGUF type a matrix, computed at level 0 or 4) are stored as the file's
     # blocks unchanged and computed by ``ai.clika.GgufMatMul`` (``clika_runtime.kernels``: 4.5 bits
-    # a Q4_K weight against MatMulNBits' 6.1 with its offsets, read in place); the runtime rewrites
-    # them into the MatMulNBits form at load where the kernel library is not loaded (kept between loads,
-    # ``clika_runtime.kernels.fallback_cache``). Off by default while the library's prefill is slower
-    # than MatMulNBits level 4 (1.3-3x at 16 rows), though its decode is as fast or faster (one thread:
-    # Qwen2.5-0.5B step 30.5 vs 35.0 ms, SmolLM2 12.5 vs 12.3; kernels/README.md). `--gguf-blocks` on.
-    gguf_matmul: bool = False
+    # a Q4_K weight against MatMulNBits' 6.1 with its offsets, read in place, no packed copy); the
+    # runtime rewrites them into the MatMulNBits form at load where the kernel library is not loaded
+    # (kept between loads, ``clika_runtime.kernels.fallback_cache``). Decode and prefill both at least
+    # as fast as MatMulNBits here (kernels/README.md); `--matmulnbits` writes that form instead.
+    gguf_matmul: bool = True
     embedding: str = "auto"
     head: str = "auto"
     int8_op: str = "matmulnbits"
