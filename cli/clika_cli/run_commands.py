@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from typing import Any
 
 import click
 
@@ -67,15 +68,26 @@ def generate(
     loaded = load_model(local, engine, quiet=quiet, assistant=assistant)
     options = {"max_new_tokens": max_tokens, "prompt_lookup_num_tokens": prompt_lookup}
     options.update({k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None})
+    if system is None:  # a model without a chat template reads the prompt as raw text
+        request: dict[str, Any] = {"prompt": text}
+    else:
+        request = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": text}]}
+    started: list[Any] = []  # the reply's stream, once submitted
+
+    def reply(interrupt: ReplyInterrupt) -> bool:
+        # Submitted inside the interruptible run: a Ctrl-C that comes as the engine takes the
+        # request (its first step may already be done) is the handler's, never a stray
+        # KeyboardInterrupt with the request left running.
+        started.append(loaded.stream_generate(**request, **options))
+        return _stream(started[0], interrupt)
+
+    def stop() -> None:  # posted from the signal's wake-up; before the submit, the loop sees the flag
+        if started:
+            started[0].cancel(wait=False)
+
     try:
-        if system is None:  # a model without a chat template reads the prompt as raw text
-            pieces = loaded.stream_generate(text, **options)
-        else:
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
-            pieces = loaded.stream_generate(messages=messages, **options)
         # Ctrl-C stops the reply at the next step (a flag, see clika_cli.interrupts), then exits 130.
-        stop = lambda: pieces.cancel(wait=False)  # noqa: E731  (posted from the signal's wake-up)
-        if run_interruptibly(lambda interrupt: _stream(pieces, interrupt), stop):  # type: ignore[union-attr]
+        if run_interruptibly(reply, stop):
             raise SystemExit(130)
     except KeyboardInterrupt:  # before the reply began (reading the prompt, the render)
         click.echo()
