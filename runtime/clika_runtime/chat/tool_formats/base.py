@@ -5,7 +5,8 @@ A format lists :class:`CallSyntax` objects. The streaming parser
 reply, asks the syntax where the call block ends (``block_end``), and has it
 parse the block into :class:`ToolCall` objects (``parse``). The prompt side
 (``tools_block``, ``format_calls``, ``format_tool_result``) serves chat
-templates that have no tools slot of their own.
+templates that have no tools slot of their own. ``call_rules`` is the grammar
+a required call is decoded under (:mod:`clika_runtime.chat.tool_formats.call_grammar`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.tools import ToolCall, call_arguments, new_call_id
+
+if TYPE_CHECKING:
+    from clika_runtime.chat.tool_formats.call_grammar import CallRules
 
 
 @dataclass(frozen=True)
@@ -66,13 +70,15 @@ class CallSyntax:
 
 @dataclass(frozen=True)
 class ToolCallFormat:
-    """A registered tool-call format: how replies write calls and how prompts describe tools."""
+    """A registered tool-call format: how replies write calls, how prompts describe tools, and
+    (``call_rules``; None when its calls cannot be constrained) the grammar of a required call."""
 
     name: str
     syntaxes: tuple[CallSyntax, ...]
     id_length: int = 24
     id_prefix: str = "call_"
     description: str = field(default="", compare=False)
+    call_rules: CallRules | None = field(default=None, compare=False, repr=False)
 
     def context(self, tools: Sequence[Mapping[str, Any]] | None) -> ParseContext:
         """The parse context for a turn offered ``tools`` (normalized definitions)."""

@@ -3,12 +3,14 @@
 The tools block asks for hermes-style tags; replies are read in every
 unambiguous way a small model tends to answer: ``<tool_call>`` tags, a
 ```json fence, or a bare call object at the start of the reply (the last two
-only when the name is an offered tool).
+only when the name is an offered tool). A required call is decoded in hermes's
+tagged form, the one the tools block asks for.
 """
 
 from __future__ import annotations
 
 from clika_runtime.chat.tool_formats.base import ToolCallFormat
+from clika_runtime.chat.tool_formats.hermes import tagged_call_rules
 from clika_runtime.chat.tool_formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax, TaggedSyntax
 
 FORMAT = ToolCallFormat(
@@ -19,6 +21,7 @@ FORMAT = ToolCallFormat(
         JsonSequenceSyntax("{", separator=""),
     ),
     description="hermes tags, a ```json fence or a bare call object",
+    call_rules=tagged_call_rules,
 )
 
 

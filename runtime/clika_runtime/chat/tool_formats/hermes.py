@@ -3,13 +3,26 @@
 Small models of this family often drop the tags: they answer with the bare call
 object, or with a ```json fence around it (Qwen2.5-Coder does both). Those read
 as calls too, but only when the name is an offered tool, so a reply that is
-JSON for the user stays text.
+JSON for the user stays text. A required call is decoded in the tagged form.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from clika_runtime.chat.tool_formats.base import ToolCallFormat
+from clika_runtime.chat.tool_formats.call_grammar import LiteralTerm, call_object, joined, json_term
 from clika_runtime.chat.tool_formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax, TaggedSyntax
+
+
+def tagged_call_rules(tools: list[dict[str, Any]], literal: LiteralTerm, parallel: bool) -> list[str]:
+    """``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, several one per line."""
+    opening, closing = literal("<tool_call>"), literal("</tool_call>")
+    return [
+        joined("call", '"\\n"', parallel),
+        f'call: {opening} "\\n" {json_term(call_object(tools, "arguments"))} "\\n" {closing}',
+    ]
+
 
 FORMAT = ToolCallFormat(
     name="hermes",
@@ -19,6 +32,7 @@ FORMAT = ToolCallFormat(
         JsonSequenceSyntax("{", separator=""),
     ),
     description='<tool_call>{"name": ..., "arguments": {...}}</tool_call>',
+    call_rules=tagged_call_rules,
 )
 
 

@@ -13,9 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from clika_runtime.chat.tool_formats.base import ToolCallFormat, call_name_and_arguments
+from clika_runtime.chat.tool_formats.call_grammar import LiteralTerm, call_object, joined, json_term
 from clika_runtime.chat.tool_formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax
 
 PYTHON_TAG = "<|python_tag|>"
+
+
+def llama3_call_rules(tools: list[dict[str, Any]], literal: LiteralTerm, parallel: bool) -> list[str]:
+    """A required call: ``{"name": ..., "parameters": {...}}``, several joined by ``; ``."""
+    return [joined("call", '"; "', parallel), f"call: {json_term(call_object(tools, 'parameters'))}"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ FORMAT = Llama3JsonFormat(
     name="llama3_json",
     syntaxes=(JsonSequenceSyntax(PYTHON_TAG), JsonSequenceSyntax("{"), FencedJsonSyntax()),
     description='{"name": ..., "parameters": {...}} (optionally after <|python_tag|>)',
+    call_rules=llama3_call_rules,
 )
 
 

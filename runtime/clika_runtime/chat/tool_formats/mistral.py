@@ -23,6 +23,7 @@ from clika_runtime.chat.tool_formats.base import (
     scan_json_value,
     skip_space,
 )
+from clika_runtime.chat.tool_formats.call_grammar import LiteralTerm, call_object, json_term
 from clika_runtime.chat.tools import ToolCall, call_arguments
 
 START = "[TOOL_CALLS]"
@@ -90,12 +91,21 @@ class MistralFormat(ToolCallFormat):
         return f"[TOOL_RESULTS]{json.dumps({'content': content}, ensure_ascii=False)}[/TOOL_RESULTS]"
 
 
+def mistral_call_rules(tools: list[dict[str, Any]], literal: LiteralTerm, parallel: bool) -> list[str]:
+    """A required call in the list form: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``."""
+    listing: dict[str, Any] = {"type": "array", "items": call_object(tools, "arguments"), "minItems": 1}
+    if not parallel:
+        listing["maxItems"] = 1
+    return [f"calls: {literal(START)} {json_term(listing)}"]
+
+
 FORMAT = MistralFormat(
     name="mistral",
     syntaxes=(MistralSyntax(),),
     id_length=9,
     id_prefix="",
     description='[TOOL_CALLS][{"name": ..., "arguments": {...}}]',
+    call_rules=mistral_call_rules,
 )
 
 

@@ -20,9 +20,17 @@ from clika_runtime.chat.tool_formats.base import (
     call_name_and_arguments,
     skip_space,
 )
+from clika_runtime.chat.tool_formats.call_grammar import (
+    LiteralTerm,
+    arguments_schema,
+    json_term,
+    keyword_items,
+    listed,
+)
 from clika_runtime.chat.tools import ToolCall
 
 _JSON_NAMES = {"true": True, "false": False, "null": None}
+COMMA = '", "'  # the separator of the format's own examples (and what the models were trained on)
 
 
 class PythonicListSyntax(CallSyntax):
@@ -163,10 +171,25 @@ class PythonicFormat(ToolCallFormat):
         return content
 
 
+def pythonic_call_rules(tools: list[dict[str, Any]], literal: LiteralTerm, parallel: bool) -> list[str]:
+    """A required call: ``[get_weather(city="Paris"), now()]``, keyword arguments with JSON values."""
+    more = ' (", " call)*' if parallel else ""
+    rules = [f'calls: "[" call{more} "]"']
+    rules.append("call: " + " | ".join(f"call_{index}" for index in range(len(tools))))
+    for index, tool in enumerate(tools):
+        arguments = keyword_items(
+            arguments_schema(tool), lambda key, value: f"{json.dumps(key + '=')} {json_term(value)}"
+        )
+        name = json.dumps(tool["function"]["name"] + "(")
+        rules.append(f'call_{index}: {name} {listed(arguments, COMMA)} ")"')
+    return rules
+
+
 FORMAT = PythonicFormat(
     name="pythonic",
     syntaxes=(PythonicListSyntax(),),
     description="[func_name(arg=value), ...]",
+    call_rules=pythonic_call_rules,
 )
 
 

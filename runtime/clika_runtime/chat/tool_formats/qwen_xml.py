@@ -1,7 +1,8 @@
 """Qwen3-Coder calls: ``<tool_call><function=name><parameter=x>...</parameter></function></tool_call>``.
 
 Models of this family sometimes drop the ``<tool_call>`` wrapper, so a bare
-``<function=...>...</function>`` block reads as a call too.
+``<function=...>...</function>`` block reads as a call too. A required call is
+decoded under :mod:`clika_runtime.chat.tool_formats.qwen_xml_grammar`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from clika_runtime.chat.tool_formats.base import (
     ToolCallFormat,
     call_name_and_arguments,
 )
+from clika_runtime.chat.tool_formats.qwen_xml_grammar import qwen_xml_call_rules
 from clika_runtime.chat.tool_formats.syntaxes import FencedJsonSyntax, TaggedSyntax
 from clika_runtime.chat.tool_formats.xml_body import (
     FUNCTION_END,
@@ -63,6 +65,7 @@ FORMAT = QwenXmlFormat(
     name="qwen_xml",
     syntaxes=(TaggedSyntax("<tool_call>", "</tool_call>"), BareFunctionSyntax(), FencedJsonSyntax()),
     description="<tool_call><function=name><parameter=x>...</parameter></function></tool_call>",
+    call_rules=qwen_xml_call_rules,
 )
 
 
