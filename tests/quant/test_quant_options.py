@@ -231,8 +231,9 @@ def test_a_4bit_scan_ranks_and_the_8bit_bytes_score(ggml_type, scan, gather_bits
 
 def test_the_default_is_the_measured_int4_scheme():
     """int8 activations (level 0 is never free) except where the export measures that they add the
-    most error, centred zero points, a head ranked by its own high 4 bits whose 256 best logits
-    are re-scored exactly, a GGUF table that is a coarser twin of the head read from the head."""
+    most error, a GGUF's layer blocks kept for GgufMatMul, centred zero points, a head ranked by its
+    own high 4 bits whose 256 best logits are re-scored exactly, a GGUF table that is a coarser
+    twin of the head read from the head."""
     options = QuantOptions()
     assert options.center_zero_points and options.head_rescore_top_k == 256 and options.head_scan_bits == 4
     assert options.head_scan == "auto" and options.table_from_head
@@ -245,16 +246,16 @@ def test_the_default_is_the_measured_int4_scheme():
         "those at level 0 (fp32 compute) in models of at most 300M weights by whole layers and roles "
         "where int8 activations add the most measured error per byte, within 20% of their bytes "
         "(until the KL left is at most 0.0004); "
+        "GGUF layer matrices stored as the file's blocks, computed by ai.clika.GgufMatMul "
+        "(MatMulNBits at load without the kernel library); "
         "zero points centred on each block's mean code; "
         "a token table that rounds the head's matrix coarser is read from the head's blocks; "
         "head's 256 best logits re-scored in fp32 (ranked by its own high 4 bits, or a 4-bit copy "
         "where its blocks are narrower)"
     )
     assert options.sensitivity_budget == 0.2 and options.sensitivity_target_kl == 0.0004
-    assert (
-        not options.gguf_matmul
-    )  # GgufMatMul is asked for (clika-export --gguf-blocks) until it decodes faster
-    assert "ai.clika.GgufMatMul" in QuantOptions(gguf_matmul=True).describe("int4")
+    assert options.gguf_matmul  # GgufMatMul by default; --matmulnbits asks for the transcoded form
+    assert "ai.clika.GgufMatMul" not in QuantOptions(gguf_matmul=False).describe("int4")
 
 
 def test_int8_differs_from_int4_only_in_where_4bit_blocks_are_computed():

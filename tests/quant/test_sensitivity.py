@@ -37,15 +37,20 @@ def _calibration_logits(folder, tokens):
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    """A tiny Q4_1 GGUF exported twice with the sensitivity pass, and once with every 4-bit weight
-    at level 0 (the float computation the pass measures against)."""
+    """A tiny Q4_1 GGUF exported twice with the sensitivity pass, and once with every 4-bit layer
+    weight at level 0 and the head as the pass leaves it (the computation it measures against)."""
     from conftest import write_tiny_gguf
 
     root = tmp_path_factory.mktemp("sensitivity")
     gguf = write_tiny_gguf(root / "tiny.gguf", weight_type="Q4_1", layers=4)
     made = {
         name: export(gguf.path, root / name, precision="int4", progress=False, quant_options=options)
-        for name, options in (("a", MIXED), ("b", MIXED), ("exact", {"accuracy_level_4bit": 0}))
+        # The pass measures against its layers at level 0 beside the head as exported (level 4).
+        for name, options in (
+            ("a", MIXED),
+            ("b", MIXED),
+            ("exact", {"accuracy_level_4bit": 0, "head_accuracy_level": 4}),
+        )
     }
     return made
 
