@@ -18,7 +18,7 @@ import pytest
 from stored_media_helpers import media_of, old_schema_file, query_one
 
 from clika_runtime.media.audio_tower import audio_digest
-from clika_runtime.media.vision_tower import image_digest
+from clika_runtime.media.embedding import image_digest
 from clika_runtime.sessions import SCHEMA_VERSION, SQLiteStore
 
 

@@ -135,7 +135,7 @@ class VisionSpec:
     """
 
     file: str
-    family: str  # "idefics3" | "qwen2_vl"
+    family: str  # a media.families vision family: "idefics3" | "qwen2_vl"
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     text_hidden_size: int
@@ -156,7 +156,7 @@ class AudioSpec:
     """
 
     file: str
-    family: str  # "qwen2_audio"
+    family: str  # a media.families audio family: "qwen2_audio"
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     text_hidden_size: int

@@ -5,8 +5,9 @@ takes a rendered prompt (one ``<|AUDIO|>`` marker per clip, where the chat
 template put them, between ``<|audio_bos|>`` and ``<|audio_eos|>``) and the
 clips in that order, runs the audio graph on them (the ``audio`` stage an
 observer sees), expands each marker into one ``<|AUDIO|>`` per pooled encoder
-frame as Qwen2AudioProcessor does, tokenizes the result and pairs the
-audio-token positions with the embeddings (``PromptMedia``).
+frame as Qwen2AudioProcessor does (the family's marker and clip text, from
+``media.families``), tokenizes the result and pairs the audio-token positions
+with the embeddings (``PromptMedia``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import AudioSpec, ManifestError
 from clika_runtime.media.audio_settings import settings_from_details
 from clika_runtime.media.audio_tower import AudioTower
-from clika_runtime.media.placeholders import QWEN2_AUDIO, QWEN2_AUDIO_CLIP, expand_markers
+from clika_runtime.media.families import audio_family
+from clika_runtime.media.placeholders import expand_markers
 from clika_runtime.text.tokenizer import Tokenizer
 
 # Clips one request may carry (each is one 30 s chunk through the encoder at most).
@@ -32,9 +34,6 @@ MAX_CLIPS = 8
 
 class AudioPrompts:
     """Prompts with audio for one model folder (its audio graph opened on first use)."""
-
-    marker = QWEN2_AUDIO
-    clip_text = QWEN2_AUDIO_CLIP  # what a prompt without a chat template gets in front per clip
 
     def __init__(
         self,
@@ -45,10 +44,13 @@ class AudioPrompts:
         threads: int | None = None,
         observer: Callable[[], Callable[[StageEvent], None] | None] = lambda: None,
     ) -> None:
+        family = audio_family(spec.family)
+        self.marker = family.MARKER  # what the chat template emits for one clip
+        self.clip_text = family.CLIP_TEXT  # what a prompt without a chat template gets in front per clip
         if spec.audio_token_id is None:
             raise ManifestError("the manifest's audio entry names no audio token id")
-        if tokenizer.token_to_id(QWEN2_AUDIO) != spec.audio_token_id:
-            raise ManifestError(f"the tokenizer's {QWEN2_AUDIO} is not the manifest's audio token id")
+        if tokenizer.token_to_id(self.marker) != spec.audio_token_id:
+            raise ManifestError(f"the tokenizer's {self.marker} is not the manifest's audio token id")
         try:
             self.sampling_rate = settings_from_details(spec.details).sampling_rate
         except ValueError as exc:

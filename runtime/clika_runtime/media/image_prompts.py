@@ -25,22 +25,12 @@ from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import ManifestError, VisionSpec
 from clika_runtime.media.arguments import VideoInput
+from clika_runtime.media.families import find_vision_family
 from clika_runtime.media.mrope_positions import mrope_span
-from clika_runtime.media.placeholders import (
-    IDEFICS3_IMAGE,
-    QWEN2_VL_IMAGE,
-    QWEN2_VL_VIDEO,
-    VIDEO_MARKER,
-    expand_kinds,
-    expand_markers,
-)
+from clika_runtime.media.placeholders import expand_kinds, expand_markers
 from clika_runtime.media.vision_tower import VisionTower, reads_video
 from clika_runtime.text.tokenizer import Tokenizer
 
-# The marker a family's chat template emits for one image.
-_MARKERS = {"idefics3": IDEFICS3_IMAGE, "qwen2_vl": QWEN2_VL_IMAGE}
-# The marker a family's chat template emits for one video (SmolVLM2's <video>, Qwen2-VL's pad).
-_VIDEO_MARKERS = {"idefics3": VIDEO_MARKER, "qwen2_vl": QWEN2_VL_VIDEO}
 # Images one request may carry (each is at least one tile of the vision graph).
 MAX_IMAGES = 16
 # Videos one request may carry (each is its sampled frames, at most the checkpoint's max_frames).
@@ -59,15 +49,17 @@ class ImagePrompts:
         threads: int | None = None,
         observer: Callable[[], Callable[[StageEvent], None] | None] = lambda: None,
     ) -> None:
-        if spec.family not in _MARKERS:
+        family = find_vision_family(spec.family)
+        if family is None:
             raise ManifestError(f"images for the {spec.family} vision graph are not supported yet")
         if spec.image_token_id is None:
             raise ManifestError("the manifest's vision entry names no image token id")
         self.folder = folder
         self.spec = spec
         self.tokenizer = tokenizer
-        self.marker = _MARKERS[spec.family]
-        self.video_marker = _VIDEO_MARKERS[spec.family]
+        self.family = family
+        self.marker = family.IMAGE_MARKER  # what the chat template emits for one image
+        self.video_marker = family.VIDEO_MARKER  # and for one video (SmolVLM2's <video>, Qwen2-VL's pad)
         self._threads = threads
         self._observer = observer
         self._tower: VisionTower | None = None
@@ -115,7 +107,9 @@ class ImagePrompts:
             observer(StageEvent("vision", request_id, seconds, tokens, detail=detail))
         if self.reads_video:
             texts = {m: [e.prompt_text for e in found] for m, found in by_marker.items()}
-            expanded, order = expand_kinds(text, {self.video_marker: [], **texts})
+            expanded, order = expand_kinds(
+                text, {self.video_marker: [], **texts}, video_marker=self.video_marker
+            )
             embeddings = [by_marker[marker][k] for marker, k in order]  # rows in prompt order
         else:
             expanded = expand_markers(text, self.marker, [e.prompt_text for e in embeddings])
@@ -123,7 +117,7 @@ class ImagePrompts:
         image_id = int(self.spec.image_token_id)  # type: ignore[arg-type]
         media = prompt_media(self._one_media_id(ids), image_id, [(e.embeds, e.digest) for e in embeddings])
         # Qwen2-VL (one <|image_pad|> per merged patch) rotates by M-RoPE: the prompt's positions.
-        if media is not None and self.spec.family == "qwen2_vl":
+        if media is not None and self.family.MROPE:
             grids = [e.grid for e in embeddings if e.grid is not None]
             media = dataclasses.replace(media, rope=mrope_span(len(ids), media.positions, grids))
         if len(ids) >= token_budget + 1:
@@ -135,8 +129,9 @@ class ImagePrompts:
         return ids, media
 
     def _one_media_id(self, ids: list[int]) -> list[int]:
-        """``ids`` with Qwen2-VL's video pads read as image pads: one run of media rows in prompt order."""
-        if self.spec.family != "qwen2_vl" or not self.reads_video:
+        """``ids`` with a video marker token of its own (Qwen2-VL's video pads) read as image pads: one
+        run of media rows in prompt order."""
+        if not self.family.VIDEO_TOKEN or not self.reads_video:
             return ids
         video_id, image_id = self.spec.video_token_id, self.spec.image_token_id
         return [image_id if token == video_id else token for token in ids]  # type: ignore[misc]

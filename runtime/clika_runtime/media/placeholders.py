@@ -62,10 +62,13 @@ def expand_markers(text: str, marker: str, replacements: Sequence[str], *, argum
     return "".join(out)
 
 
-def expand_kinds(text: str, kinds: Mapping[str, Sequence[str]]) -> tuple[str, list[tuple[str, int]]]:
+def expand_kinds(
+    text: str, kinds: Mapping[str, Sequence[str]], *, video_marker: str
+) -> tuple[str, list[tuple[str, int]]]:
     """``text`` with the k-th occurrence of each marker in ``kinds`` replaced by ``kinds[marker][k]``
     (in one pass, so a replacement holding a marker is never expanded again), and the
-    ``(marker, k)`` order they appear in; each marker's count must agree with its replacements."""
+    ``(marker, k)`` order they appear in; each marker's count must agree with its replacements
+    (a miscount of ``video_marker`` names the videos, of another the images)."""
     markers = [m for m in kinds if kinds[m] or m in text]
     if not markers:
         return text, []
@@ -73,7 +76,7 @@ def expand_kinds(text: str, kinds: Mapping[str, Sequence[str]]) -> tuple[str, li
     counts = {m: pieces[1::2].count(m) for m in markers}
     for marker in markers:
         if counts[marker] != len(kinds[marker]):
-            what = "videos" if marker in (VIDEO_MARKER, QWEN2_VL_VIDEO) else "images"
+            what = "videos" if marker == video_marker else "images"
             raise ValueError(
                 f"{what}: {len(kinds[marker])} given but the prompt has {counts[marker]} {marker} markers "
                 "(attached media ride the chat template's parts; a marker typed into the text counts as another)"

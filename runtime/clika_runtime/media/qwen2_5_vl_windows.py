@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from clika_runtime.manifest import VisionSpec
+
 
 @dataclass(frozen=True)
 class WindowInputs:
@@ -56,3 +58,8 @@ def window_inputs(grids: Sequence[tuple[int, int, int]], *, merge: int, window: 
     label = np.repeat(np.arange(len(sizes)), np.asarray(sizes) * unit)
     bias = np.where(label[:, None] == label[None, :], 0.0, -np.inf).astype(np.float32)
     return WindowInputs(order, bias, np.argsort(merged).astype(np.int64))
+
+
+def is_windowed(spec: VisionSpec) -> bool:
+    """A Qwen2.5-VL tower (window attention): its videos' positions count seconds, not built yet."""
+    return "window_bias" in spec.inputs

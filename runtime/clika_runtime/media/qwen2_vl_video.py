@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clika_runtime.media.processor_config import PROCESSOR_FILE, ProcessorConfigError, qwen2_vl_settings
+from clika_runtime.media.processor_fields import PROCESSOR_FILE, ProcessorConfigError
 from clika_runtime.media.qwen2_vl import Qwen2VLSettings
+from clika_runtime.media.qwen2_vl_config import qwen2_vl_settings
 
 VIDEO_PROCESSOR_FILE = "video_preprocessor_config.json"
 VIDEO_MIN_PIXELS = 128 * 28 * 28

@@ -6,7 +6,7 @@ JSON, so before saving, :func:`detach_images` replaces each such part by
 ``{"type": "image", "image_sha256": <digest>}`` and hands the pixels back keyed
 by that digest; :func:`attach_images` puts them back when the transcript is
 read. The digest is the one the vision tower and the prefix cache key the
-image by (``media.vision_tower.image_digest`` over the uint8 pixels), so an
+image by (``media.embedding.image_digest`` over the uint8 pixels), so an
 image saved, read back and rendered again finds its KV in the cache, and an
 image that appears in several turns or conversations is stored once. A video
 part ``{"type": "video", "video": (frames, timestamps)}`` is stored as
@@ -28,7 +28,7 @@ import numpy as np
 
 from clika_runtime.chat.media_turns import IMAGE_PART, VIDEO_PART
 from clika_runtime.media.arguments import image_arrays, video_clips
-from clika_runtime.media.vision_tower import image_digest
+from clika_runtime.media.embedding import image_digest
 from clika_runtime.sessions.stored_parts import (
     checked_array,
     detached_parts,

@@ -13,7 +13,7 @@ from stored_media_checks import IMAGES
 from stored_media_helpers import STORE_KINDS, media_of, opened_store, run_sql
 
 from clika_runtime import Tensor
-from clika_runtime.media.vision_tower import image_digest
+from clika_runtime.media.embedding import image_digest
 from clika_runtime.sessions import SQLiteStore, StoreError
 
 
