@@ -127,26 +127,25 @@ struct Steps<Q4_KBlocks> {
 
 constexpr int64_t kPiece = 1024;
 
+// walk_row's Rows that writes each chunk's weights (group_weights, as Fp32Rows forms them).
+struct PanelWriter {
+  float* out;
+  void unit(int64_t, int, const float*, const float*) {}
+  void chunk(__m512i codes, const uint8_t*, int64_t k, int c, bool half, const float* scale16, const float* bias16) {
+    const float* scale4 = scale16 + 4 * c;
+    const float* bias4 = bias16 + 4 * c;
+    _mm512_storeu_ps(out + k, group_weights<0>(codes, scale4, bias4));
+    _mm512_storeu_ps(out + k + 16, group_weights<1>(codes, scale4, bias4));
+    if (half) return;
+    _mm512_storeu_ps(out + k + 32, group_weights<2>(codes, scale4, bias4));
+    _mm512_storeu_ps(out + k + 48, group_weights<3>(codes, scale4, bias4));
+  }
+};
+
 template <class Format>
 void decode_weights(const uint8_t* row, int64_t k, float* out) {
-  alignas(64) float scale16[kMaxUnitGroups];
-  alignas(64) float bias16[kMaxUnitGroups];
-  const int64_t blocks = k / Format::kWeights;
-  for (int64_t b = 0; b < blocks; b += Format::kUnitBlocks) {
-    const int count = static_cast<int>(std::min<int64_t>(Format::kUnitBlocks, blocks - b));
-    const uint8_t* unit = row + b * Format::kBytes;
-    const int weights = count * Format::kWeights;
-    float* w = out + b * Format::kWeights;
-    Format::scales(unit, count, scale16, bias16);
-    for (int c = 0; 64 * c < weights; ++c) {
-      const __m512i codes = Format::codes(unit, c, weights - 64 * c < 64);
-      _mm512_storeu_ps(w + 64 * c, group_weights<0>(codes, scale16 + 4 * c, bias16 + 4 * c));
-      _mm512_storeu_ps(w + 64 * c + 16, group_weights<1>(codes, scale16 + 4 * c, bias16 + 4 * c));
-      if (weights - 64 * c < 64) break;
-      _mm512_storeu_ps(w + 64 * c + 32, group_weights<2>(codes, scale16 + 4 * c, bias16 + 4 * c));
-      _mm512_storeu_ps(w + 64 * c + 48, group_weights<3>(codes, scale16 + 4 * c, bias16 + 4 * c));
-    }
-  }
+  PanelWriter writer{out};
+  walk_row<Format>(row, k, writer);
 }
 
 // NW weight rows (n, n + 1) x R activation rows (m0..): accumulators over k0..k1.
