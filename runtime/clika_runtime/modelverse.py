@@ -8,11 +8,14 @@
     print(model.generate("Name three colors.", max_new_tokens=32))
     for piece in model.stream_generate("Tell me a story.", temperature=0.7, seed=1):
         print(piece, end="", flush=True)
+    for chunk in model.stream_responses("Count to five."):  # GenerationResponse chunks
+        print(chunk.text, end="", flush=True)  # the last one has finish_reason and report
     replies = model.generate_batch(["Hi!", "What is 2+2?"])  # decoded together
 
 Every request runs on the model's ONE engine (built on the first request,
 reused after): ``generate`` joins ``stream_generate``'s pieces, which drain the
-engine's stream for the request; ``generate_batch`` submits every prompt before
+engine's stream for the request (``stream_tokens`` its ids, ``stream_responses``
+both, one chunk type); ``generate_batch`` submits every prompt before
 reading any reply so they decode together; ``chat``, every ``chat_session()``,
 every ``AsyncChat`` and the server submit their turns to the same engine, so
 they share its KV cache, its prefix cache, its limits and its stage observer.
@@ -38,13 +41,14 @@ from clika_runtime.chat.tools import ToolCall
 from clika_runtime.chat.turn import Turn, prepare_turn, submit_turn
 from clika_runtime.embedding.embedder import Embedder
 from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
-from clika_runtime.engine.engine import Engine, EngineOptions
+from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
 from clika_runtime.engine.factory import (
     assistant_options,
     build_engine,
     engine_options,
 )
 from clika_runtime.engine.report import GenerationReport
+from clika_runtime.engine.response import GenerationResponse, responses_of
 from clika_runtime.engine.spec_decode.assistant import DEFAULT_ASSISTANT_TOKENS
 from clika_runtime.engine.stages import StageEvent, StageObserver
 from clika_runtime.media.arguments import VideoInput
@@ -55,6 +59,7 @@ __all__ = [
     "ChatSession",
     "GenerationConfig",
     "GenerationReport",
+    "GenerationResponse",
     "GenerativeModel",
     "StageEvent",
     "ToolCall",
@@ -140,7 +145,8 @@ class GenerativeModel(ModelFacts):
 
     ``generate`` returns the reply to one prompt (or to a conversation passed
     as ``messages``); ``stream_generate`` yields the reply piece by piece as
-    the model produces it. Decode knobs ride keyword arguments over the
+    the model produces it (``stream_tokens`` its token ids, ``stream_responses``
+    ``GenerationResponse`` chunks). Decode knobs ride keyword arguments over the
     checkpoint's defaults (``max_new_tokens``, ``temperature``, ``top_p``, ...;
     see :class:`GenerationConfig`). ``report`` holds how the last generation
     ended.
@@ -317,7 +323,7 @@ class GenerativeModel(ModelFacts):
         **overrides: Any,
     ) -> Iterator[str] | Iterator[list[int]]:
         """Generate as ``generate`` does, yielding the reply as the model produces it: text pieces,
-        or with ``decode=False`` the token ids, one list per batch the engine handed over.
+        or with ``decode=False`` the token ids (see :meth:`stream_tokens`, the typed way).
 
         A piece never splits a character and never shows a stop string.
         Closing the iterator early (or dropping it) stops delivery; the
@@ -326,6 +332,88 @@ class GenerativeModel(ModelFacts):
         it). ``cancel()`` on the iterator stops the generation itself at the
         next step, for a caller who wants the compute back.
         """
+        if not decode:
+            return self.stream_tokens(
+                prompt,
+                messages=messages,
+                config=config,
+                images=images,
+                audio=audio,
+                videos=videos,
+                skip_special_tokens=skip_special_tokens,
+                **overrides,
+            )
+        stream = self._submit(
+            prompt, messages, config, (images, audio, videos), overrides, skip_special_tokens, detokenize=True
+        )
+        return StreamedReply(stream, stream.texts(), self._set_report)
+
+    def stream_tokens(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        images: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
+        skip_special_tokens: bool = True,
+        **overrides: Any,
+    ) -> Iterator[list[int]]:
+        """Generate as ``stream_generate`` does, yielding the reply's token ids undecoded: one list per
+        batch the engine handed over (``skip_special_tokens`` only matters to stop strings).
+
+        The iterator closes, cancels and reports as ``stream_generate``'s does.
+        """
+        stream = self._submit(
+            prompt,
+            messages,
+            config,
+            (images, audio, videos),
+            overrides,
+            skip_special_tokens,
+            detokenize=False,
+        )
+        return StreamedReply(stream, stream.token_batches(), self._set_report)
+
+    def stream_responses(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        config: GenerationConfig | Mapping[str, Any] | None = None,
+        images: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
+        videos: Sequence[Any] = (),
+        skip_special_tokens: bool = True,
+        **overrides: Any,
+    ) -> Iterator[GenerationResponse]:
+        """Generate as ``stream_generate`` does, yielding one :class:`GenerationResponse` per step's
+        token: its text piece (``stream_generate``'s pieces, empty ones kept) and its ids.
+
+        Only the last chunk has ``finish_reason`` and ``report`` (the
+        request's). The iterator closes, cancels and reports as
+        ``stream_generate``'s does.
+        """
+        stream = self._submit(
+            prompt, messages, config, (images, audio, videos), overrides, skip_special_tokens, detokenize=True
+        )
+        return StreamedReply(stream, responses_of(stream), self._set_report)
+
+    def _submit(
+        self,
+        prompt: str | None,
+        messages: Sequence[Mapping[str, Any]] | None,
+        config: GenerationConfig | Mapping[str, Any] | None,
+        media_given: tuple[Sequence[Any], Sequence[Any], Sequence[Any]],
+        overrides: Mapping[str, Any],
+        skip_special_tokens: bool,
+        *,
+        detokenize: bool,
+    ) -> RequestStream:
+        """The one request path of the streams: ``prompt`` or ``messages`` with its images, audio and
+        videos, checked, prepared and submitted to the model's engine."""
+        images, audio, videos = media_given
         if prompt is not None and messages is not None:
             raise ValueError("pass either a prompt or messages= (exactly one of them), not both")
         refuse_media_for(self, images, audio, videos)
@@ -336,11 +424,9 @@ class GenerativeModel(ModelFacts):
             messages = with_audio_on_last_user_turn(messages, audio)
         media = [*images, *(VideoInput(video) for video in videos)]  # a turn's images, then its videos
         turn = self._turn(prompt, messages, cfg, media, list(audio))
-        stream = submit_turn(
-            self.engine, turn, cfg, skip_special_tokens=skip_special_tokens, detokenize=decode
+        return submit_turn(
+            self.engine, turn, cfg, skip_special_tokens=skip_special_tokens, detokenize=detokenize
         )
-        pieces = stream.texts() if decode else stream.token_batches()
-        return StreamedReply(stream, pieces, self._set_report)
 
     def _set_report(self, report: GenerationReport | ChatOutcome | None) -> None:
         with self._report_lock:

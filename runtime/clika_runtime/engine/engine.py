@@ -92,6 +92,11 @@ class RequestStream:
         """How the request ended (None while it runs)."""
         return self._report if self._done.is_set() else None
 
+    @property
+    def ready(self) -> bool:
+        """Whether the next delta (or the end) is already waiting: reading it will not block."""
+        return not self._queue.empty()
+
     def __iter__(self) -> Iterator[Delta]:
         try:
             while not self._drained:
@@ -117,7 +122,7 @@ class RequestStream:
         try:
             for delta in deltas:
                 ids = list(delta.token_ids)
-                while not self._queue.empty():
+                while self.ready:
                     following = next(deltas, None)
                     if following is None:
                         break

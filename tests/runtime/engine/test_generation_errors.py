@@ -52,6 +52,14 @@ def test_a_streamed_reply_raises_at_its_end(tiny_model, failing):
     assert stream.report.error and "device went away" in stream.report.error
 
 
+def test_streamed_responses_end_on_the_error_then_raise(tiny_model, failing):
+    stream = tiny_model.stream_responses("hello", max_new_tokens=4)
+    last = next(stream)  # the step fails before any token: one chunk, carrying the error
+    assert last.finish_reason == "error" and last.report is stream.report and not last.token_ids
+    with pytest.raises(GenerationError, match="the device went away"):
+        next(stream)
+
+
 def test_a_batch_names_the_prompt_that_failed(tiny_model, failing):
     with pytest.raises(GenerationError, match=r"prompt \d: the model failed"):
         tiny_model.generate_batch(["one", "two"], max_new_tokens=4)
