@@ -36,43 +36,6 @@ void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* 
   }
 }
 
-// The unit engines' records (kernel_api.h): within a unit of 256 weights, byte
-// 64j + 16i + 4d + b holds weight 64d + 16i + 4j + b, so int32 lane 4i + d of the four
-// chunk dot products sums exactly the 16 weights of group 4d + i.
-void unit_records(const int8_t* qa, const float* group_da, const float* sum16, int64_t k, int64_t units, int zero,
-                  uint8_t* first, int64_t stride) {
-  for (int64_t u = 0; u < units; ++u) {
-    uint8_t* record = first + u * stride;
-    const int64_t k0 = 256 * u;
-    int8_t* q = reinterpret_cast<int8_t*>(record);
-    for (int j = 0; j < 4; ++j) {
-      for (int i = 0; i < 4; ++i) {
-        for (int d = 0; d < 4; ++d) {
-          for (int b = 0; b < 4; ++b) {
-            const int64_t w = k0 + 64 * d + 16 * i + 4 * j + b;
-            q[64 * j + 16 * i + 4 * d + b] = w < k ? qa[w] : 0;
-          }
-        }
-      }
-    }
-    float* da = reinterpret_cast<float*>(record + 256);
-    float* sums = reinterpret_cast<float*>(record + 320);
-    int32_t* seeds = reinterpret_cast<int32_t*>(record + 320);
-    for (int lane = 0; lane < 16; ++lane) {
-      const int64_t g = 16 * u + 4 * (lane % 4) + lane / 4;
-      const bool live = g < k / 16;
-      da[lane] = live ? group_da[g] : 0.0f;
-      if (zero == 0) {
-        sums[lane] = 16 * u + lane < k / 16 ? sum16[16 * u + lane] : 0.0f;
-      } else {
-        int32_t sum = 0;
-        for (int t = 0; live && t < 16; ++t) sum += qa[16 * g + t];
-        seeds[lane] = -zero * sum;
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm form, PreparedActivations* out) {
@@ -103,14 +66,16 @@ void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActiva
     if (form == ActivationForm::kFp32) continue;
     quantize_row(a + r * k, k, out->qa.data() + r * k, out->lane_da.data() + r * k / 4,
                  out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16);
+#if defined(__x86_64__)  // the unit form is read by the AVX-512 engines only
     if (form == ActivationForm::kInt8Units) {
       const int64_t units = out->view.units;
       const int64_t tile = r / kRecordRows, slot = r % kRecordRows;
       uint8_t* first = const_cast<uint8_t*>(out->view.unit_records) +
                        ((tile * units) * kRecordRows + slot) * kUnitRecordBytes;
-      unit_records(out->qa.data() + r * k, out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16, k, units,
-                   out->zero, first, kRecordRows * kUnitRecordBytes);
+      avx512_unit_records(out->qa.data() + r * k, out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16,
+                          k, units, out->zero, first, kRecordRows * kUnitRecordBytes);
     }
+#endif
   }
 }
 

@@ -22,6 +22,12 @@ struct PreparedActivations {
 
 // Sizes the buffers for m rows of k; prepare_rows then fills rows [r0, r1) (callable in parallel).
 void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm form, PreparedActivations* out);
+#if defined(__x86_64__)
+// One row's unit records (kernel_api.h), `units` of them `stride` bytes apart from `first`
+// (avx512_records.cpp).
+void avx512_unit_records(const int8_t* qa, const float* group_da, const float* sum16, int64_t k, int64_t units,
+                         int zero, uint8_t* first, int64_t stride);
+#endif
 void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActivations* out, int64_t r0, int64_t r1);
 
 }  // namespace clika_kernels
