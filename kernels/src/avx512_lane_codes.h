@@ -1,7 +1,7 @@
 // Each format's 256 codes of a unit in the unit engines' lane order (avx512_units.h),
 // straight from the stored bytes: chunk j, 128-bit block i, 32-bit lane d holds the codes
 // of weights 64d + 16i + 4j .. 64d + 16i + 4j + 3, so lane 4i + d of every chunk belongs
-// to the 16-group 4d + i. activations.cpp (order_units) lays the activations out the same
+// to the 16-group 4d + i. avx512_records.cpp lays the activations out the same
 // way. Per chunk, a permute or two gathers the 32-bit words that hold those weights and
 // shifts and masks pick their bits; a short last unit (fewer than 8 blocks of 32) has zero
 // codes past its blocks.

@@ -2,7 +2,7 @@
 // decoded a unit of 256 weights at a time (avx512_decode.h), and its four chunks of 64
 // codes are put in lane order by one 4x4 transpose of 32-bit lanes within each 128-bit
 // block, so that lane 4i + d of every chunk holds weights of the 16-group 4d + i. The
-// activations are stored in the same order (activations.cpp, order_units), so the four
+// activations are stored in the same order (avx512_records.cpp), so the four
 // integer dot products of a unit accumulate, exactly, each group's whole sum in one int32
 // lane: per unit and activation row, four integer dots, one convert and one multiply-add
 // scale the sixteen groups at once. A row of a few activation rows is decoded in
