@@ -1,14 +1,14 @@
 // The AVX-512 int8 engines' walk (avx512_vnni.cpp, avx512_int8.cpp): a weight row is
-// decoded a unit of 256 weights at a time (avx512_decode.h), and its four chunks of 64
-// codes are put in lane order by one 4x4 transpose of 32-bit lanes within each 128-bit
-// block, so that lane 4i + d of every chunk holds weights of the 16-group 4d + i. The
-// activations are stored in the same order (avx512_records.cpp), so the four
+// decoded a unit of 256 weights at a time, its codes straight into lane order
+// (avx512_lane_codes.h): lane 4i + d of every chunk of 64 holds weights of the 16-group
+// 4d + i. The activations are stored in the same order (avx512_records.cpp), so the four
 // integer dot products of a unit accumulate, exactly, each group's whole sum in one int32
-// lane: per unit and activation row, four integer dots, one convert and one multiply-add
-// scale the sixteen groups at once. A row of a few activation rows is decoded in
-// registers; for more, each unit is decoded once into scratch and read back per tile of
-// rows. Either way every activation row sees the same operations on the same values,
-// so a row's result never depends on M or on the rows computed beside it.
+// lane: per unit and activation row, four integer dots, one convert and one or two
+// multiply-adds scale the sixteen groups at once. A tile of up to 8 activation rows
+// shares a unit decoded in registers; for more, each unit is decoded once into scratch
+// and read back per tile of rows. Either way every activation row sees the same
+// operations on the same values, so a row's result never depends on M or on the rows
+// computed beside it.
 // Included after each engine's target options, so it compiles for that ISA.
 #pragma once
 
