@@ -20,6 +20,10 @@ PROMPT = ">>> "
 ROUNDS = 50
 BUDGET = 100
 ENDED = re.compile(r"(\d+) tokens")
+# The most tokens a reply stopped at each place may have: the engine parked after its first
+# step (1) or its third (3) ends at its next one; a Ctrl-C during the render cancels the turn
+# as it is submitted, before its first step or at it.
+MOST_TOKENS = {"first-token": 1, "between-tokens": 3, "render": 1}
 
 
 def _spawn(pexpect, args: list[str], *, point: str, tmp_path, timeout: float = 120):
@@ -69,7 +73,7 @@ def test_every_ctrl_c_during_a_reply_stops_it(tiny_llama_model, tmp_path, point)
     finally:
         chat.close(force=True)
     assert chat.exitstatus == 0
-    assert len(stopped) == ROUNDS and max(stopped) < BUDGET  # every reply stopped early, none lost
+    assert len(stopped) == ROUNDS and max(stopped) <= MOST_TOKENS[point]  # each stopped at its next step
     text = "".join(transcript)
     assert "Traceback" not in text and "KeyboardInterrupt" not in text
 

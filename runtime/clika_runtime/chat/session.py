@@ -97,6 +97,9 @@ class ChatSession:
         self._turns = threading.Lock()  # turns run one after another; close() never waits for it
         self._history: list[dict[str, Any]] = history
         self._live: tuple[Iterator[str | ToolCall], RequestStream] | None = None
+        # A cancel() while a turn is prepared (its template rendered) cancels it once submitted.
+        self._preparing = False
+        self._cancel_pending = False
         self._report: ChatOutcome | None = None
         self._tool_calls: list[ToolCall] = []
         self._closed = False
@@ -282,6 +285,8 @@ class ChatSession:
         """Stop the live turn at its next decode step; the session goes on (what the reply said
         joins the history as it ends). It takes no lock and only posts a cancel to the engine, so
         a signal handler may call it."""
+        if self._preparing:  # a turn is being rendered and submitted: cancelled once it exists
+            self._cancel_pending = True
         live = self._live
         if live is not None:
             live[1].cancel()
@@ -317,10 +322,16 @@ class ChatSession:
         go, the messages to reply to and the turns to commit (None: commit nothing)."""
         with self._turns:
             with self._lock:
-                self._before_turn()  # a turn queued behind a close() is dropped here
-                messages, commit = conversation()
-                request, pieces = self._start(messages, commit, config, tools, overrides)
-                self._live = (pieces, request)
+                self._cancel_pending, self._preparing = False, True
+                try:
+                    self._before_turn()  # a turn queued behind a close() is dropped here
+                    messages, commit = conversation()
+                    request, pieces = self._start(messages, commit, config, tools, overrides)
+                    self._live = (pieces, request)
+                finally:
+                    self._preparing = False
+                if self._cancel_pending:  # cancel() came while the turn was rendered and submitted
+                    request.cancel()
             if stream:
                 return pieces
             return "".join(piece for piece in pieces if isinstance(piece, str))
