@@ -133,9 +133,9 @@ class ChatRepl:
                 sys.stdout.flush()
         click.echo()
         if interrupt.happened:
-            # A Ctrl-C during the render came before the request existed: cancel it now.
-            self.session.cancel()
-            for _ in pieces:  # the cancelled reply ends at the next step and joins the history
+            # The turn is cancelled (ChatSession.cancel, also when the Ctrl-C came during its render):
+            # it ends at the next step and joins the history.
+            for _ in pieces:
                 pass
             say(dim("[stopped]"))
 

@@ -79,9 +79,11 @@ def generate(
         # request (its first step may already be done) is the handler's, never a stray
         # KeyboardInterrupt with the request left running.
         started.append(loaded.stream_generate(**request, **options))
+        if interrupt.happened:  # it came during the render, before there was a request to cancel
+            started[0].cancel(wait=False)
         return _stream(started[0], interrupt)
 
-    def stop() -> None:  # posted from the signal's wake-up; before the submit, the loop sees the flag
+    def stop() -> None:  # posted from the signal's wake-up; before the submit, reply() cancels
         if started:
             started[0].cancel(wait=False)
 
