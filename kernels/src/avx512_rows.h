@@ -1,4 +1,4 @@
-// The walk every in-register AVX-512 engine shares: a weight row's units and chunks decoded
+// The walk of the AVX-512 fp32 engine (avx512_fp32.cpp): a weight row's units and chunks decoded
 // in registers (avx512_decode.h), each handed to the engine's accumulators for R activation
 // rows at once. Every activation row sees the same sequence of operations whatever R is,
 // so a row's result never depends on the rows computed beside it.
@@ -59,22 +59,6 @@ inline void rows_range(const Problem& p, const Activations& x, int64_t n0, int64
       case 1: tile<Format, Rows, 1>(p, x, n, m); break;
       default: break;
     }
-  }
-}
-
-// The format's walk for a GGUF type id, or false for a type no in-register walk covers.
-template <template <int> class Rows>
-inline bool run_by_format(const Problem& p, const Activations& x, int64_t n0, int64_t n1) {
-  switch (p.type) {
-    case kQ4_0: rows_range<Q4_0Blocks, Rows>(p, x, n0, n1); return true;
-    case kQ4_1: rows_range<Q4_1Blocks, Rows>(p, x, n0, n1); return true;
-    case kQ5_0: rows_range<Q5_0Blocks, Rows>(p, x, n0, n1); return true;
-    case kQ5_1: rows_range<Q5_1Blocks, Rows>(p, x, n0, n1); return true;
-    case kQ8_0: rows_range<Q8_0Blocks, Rows>(p, x, n0, n1); return true;
-    case kQ4_K: rows_range<Q4_KBlocks, Rows>(p, x, n0, n1); return true;
-    case kQ5_K: rows_range<Q5_KBlocks, Rows>(p, x, n0, n1); return true;
-    case kQ6_K: rows_range<Q6_KBlocks, Rows>(p, x, n0, n1); return true;
-    default: return false;
   }
 }
 
