@@ -9,8 +9,8 @@ import json
 import os
 
 from clika_runtime import modelverse
-from clika_runtime.chat.tool_loop import LoopHooks
-from clika_runtime.chat.toolkit import Toolkit, tool
+from clika_runtime.chat.tools.loop import LoopHooks
+from clika_runtime.chat.tools.toolkit import Toolkit, tool
 from clika_runtime.sessions import AsyncChat
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from clika_runtime import modelverse
-from clika_runtime.chat.tool_stream import parse_tool_calls
+from clika_runtime.chat.tools.stream import parse_tool_calls
 
 PYTHON_CATEGORIES = (
     "simple_python",

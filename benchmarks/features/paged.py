@@ -36,7 +36,7 @@ import numpy as np
 import onnxruntime as ort
 
 from clika_runtime import modelverse
-from clika_runtime.chat.templates import ChatTemplate
+from clika_runtime.chat.templates.chat_template import ChatTemplate
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.manifest import Manifest

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from clika_export.calibration_text import CALIBRATION_MESSAGES
 from clika_export.checkpoint import Checkpoint, CheckpointError
-from clika_runtime.chat.templates import ChatTemplate, TemplateError
+from clika_runtime.chat.templates.chat_template import ChatTemplate, TemplateError
 
 
 def check_chat_template(checkpoint: Checkpoint) -> None:

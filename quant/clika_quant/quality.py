@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from clika_runtime.chat.templates import ChatTemplate
+from clika_runtime.chat.templates.chat_template import ChatTemplate
 from clika_runtime.model_folder import ModelFolder, open_model_folder
 from clika_runtime.step_graph import GridLayout, grid_layout, pack_step, text_only_media
 

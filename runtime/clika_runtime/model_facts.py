@@ -19,8 +19,8 @@ import numpy as np
 
 from clika_runtime.chat.media_turns import attach_audio, attach_images
 from clika_runtime.chat.model import reasoning_mode, supports_tools
-from clika_runtime.chat.render import folder_template, render_prompt
-from clika_runtime.chat.templates import ChatTemplate
+from clika_runtime.chat.templates.chat_template import ChatTemplate
+from clika_runtime.chat.templates.render import folder_template, render_prompt
 from clika_runtime.embedding.embedder import Embedder, open_embedder
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, EngineOptions

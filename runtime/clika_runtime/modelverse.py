@@ -33,11 +33,11 @@ from clika_runtime.chat.media_turns import (
     with_audio_on_last_user_turn,
     with_images_on_last_user_turn,
 )
-from clika_runtime.chat.outcome import ChatOutcome
+from clika_runtime.chat.reply.outcome import ChatOutcome
+from clika_runtime.chat.reply.streamed import StreamedReply, collect_replies, submit_together
 from clika_runtime.chat.session import ChatSession
-from clika_runtime.chat.streamed_reply import StreamedReply, collect_replies, submit_together
-from clika_runtime.chat.tool_choice import ToolChoice
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.choice import ToolChoice
+from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.chat.turn import Turn, prepare_turn, submit_turn
 from clika_runtime.embedding.embedder import Embedder
 from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint

@@ -22,7 +22,7 @@ from weather_exchange import QUESTION, SYSTEM
 
 from clika_runtime import modelverse
 from clika_runtime.chat.session import ChatSession
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
 
 pytestmark = pytest.mark.slow
 

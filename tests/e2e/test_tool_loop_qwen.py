@@ -19,8 +19,8 @@ from weather_exchange import QUESTION, SYSTEM
 
 from clika_runtime import modelverse
 from clika_runtime.chat.session import ChatSession
-from clika_runtime.chat.tool_loop import LoopHooks, Veto
-from clika_runtime.chat.toolkit import Toolkit, tool
+from clika_runtime.chat.tools.loop import LoopHooks, Veto
+from clika_runtime.chat.tools.toolkit import Toolkit, tool
 from clika_runtime.sessions import AsyncChat, RunResult, ToolConversation
 
 pytestmark = pytest.mark.slow

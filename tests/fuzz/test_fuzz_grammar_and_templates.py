@@ -12,7 +12,7 @@ from fuzz_budget import budget, count
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clika_runtime.chat.template_sandbox import RenderLimits, TemplateError, render_template
+from clika_runtime.chat.templates.sandbox import RenderLimits, TemplateError, render_template
 from clika_runtime.grammar.constraint import Constraint, GrammarError, constraint_from
 
 KEYWORDS = [

@@ -13,9 +13,9 @@ from fuzz_budget import budget, count
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clika_runtime.chat.reasoning import CONTENT, REASONING, ReasoningStream, split_reasoning
-from clika_runtime.chat.tool_formats import FORMATS, get_format
-from clika_runtime.chat.tool_stream import ToolCallStream, parse_tool_calls
+from clika_runtime.chat.reply.reasoning import CONTENT, REASONING, ReasoningStream, split_reasoning
+from clika_runtime.chat.tools.formats import FORMATS, get_format
+from clika_runtime.chat.tools.stream import ToolCallStream, parse_tool_calls
 
 TOOLS = [
     {

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.media_turns import split_audio, split_images
-from clika_runtime.chat.render import render_prompt
+from clika_runtime.chat.templates.render import render_prompt
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.kv.kv_file import KVFileError, KVLayout, read_kv_file, write_kv_file
 from clika_runtime.engine.kv.kv_snapshot import KVSnapshot

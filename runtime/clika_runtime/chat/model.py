@@ -1,7 +1,7 @@
 """What the chat layer needs of a loaded model: a small protocol, so it never imports the public API.
 
 ``clika_runtime.modelverse.GenerativeModel`` is one. The chat layer renders
-prompts itself (``clika_runtime.chat.render``) from the model's template and
+prompts itself (``clika_runtime.chat.templates.render``) from the model's template and
 tokenizer, and submits turns to the model's engine.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from clika_runtime.chat.templates import ChatTemplate
+    from clika_runtime.chat.templates.chat_template import ChatTemplate
     from clika_runtime.engine.config import GenerationConfig
     from clika_runtime.engine.engine import Engine
     from clika_runtime.engine.prompt_media import PromptMedia

@@ -4,7 +4,7 @@ Each turn renders the whole history through the model's chat template, runs it
 on the model's engine (one continuous-batching engine per model, shared with
 every other front end, so a session's turns reuse its KV cache and prefix
 cache, and sessions decode together), and parses the reply into
-its channels (:class:`~clika_runtime.chat.reply.ReplyParser`): the visible
+its channels (:class:`~clika_runtime.chat.reply.parser.ReplyParser`): the visible
 text, the tool calls (when the turn offered tools) and, for a model with a
 reasoning channel, the reasoning, which goes to ``report.reasoning`` and into
 the history's ``reasoning_content`` but never into the visible text.
@@ -34,13 +34,13 @@ from clika_runtime.chat.media_turns import (
     with_images_on_last_user_turn,
 )
 from clika_runtime.chat.model import ChatCard, chat_card
-from clika_runtime.chat.outcome import ChatOutcome
-from clika_runtime.chat.reply import ReplyParser
-from clika_runtime.chat.reply_events import ReplyReader, visible_text
-from clika_runtime.chat.tool_loop import LoopHooks, LoopResult, run_tool_loop
-from clika_runtime.chat.tool_turns import ChatConversation
-from clika_runtime.chat.toolkit import Toolkit
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.reply.events import ReplyReader, visible_text
+from clika_runtime.chat.reply.outcome import ChatOutcome
+from clika_runtime.chat.reply.parser import ReplyParser
+from clika_runtime.chat.tools.definitions import ToolCall
+from clika_runtime.chat.tools.loop import LoopHooks, LoopResult, run_tool_loop
+from clika_runtime.chat.tools.toolkit import Toolkit
+from clika_runtime.chat.tools.turns import ChatConversation
 from clika_runtime.chat.turn import check_chat_arguments, offered_tools, prepare_turn, submit_turn
 from clika_runtime.engine.config import GenerationConfig
 

@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.media_turns import split_audio, split_images
 from clika_runtime.chat.model import supports_tools
-from clika_runtime.chat.render import render_prompt
-from clika_runtime.chat.reply import ReplyParser, keeps_special_tokens, reply_parser_for
-from clika_runtime.chat.tool_choice import ToolChoice, chosen_tools, tool_choice_from
-from clika_runtime.chat.tool_grammar import required_call_constraint
-from clika_runtime.chat.tools import normalize_tools
+from clika_runtime.chat.reply.parser import ReplyParser, keeps_special_tokens, reply_parser_for
+from clika_runtime.chat.templates.render import render_prompt
+from clika_runtime.chat.tools.choice import ToolChoice, chosen_tools, tool_choice_from
+from clika_runtime.chat.tools.definitions import normalize_tools
+from clika_runtime.chat.tools.grammar import required_call_constraint
 from clika_runtime.engine.errors import TurnError, as_turn_error
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.grammar.constraint import GrammarError
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
-    from clika_runtime.chat.templates import ChatTemplate
+    from clika_runtime.chat.templates.chat_template import ChatTemplate
     from clika_runtime.engine.config import GenerationConfig
     from clika_runtime.engine.engine import Engine, RequestStream
     from clika_runtime.engine.prompt_media import PromptMedia

@@ -35,7 +35,7 @@ error result is preceded by an ``{'type': 'error', 'error': {'message': ...}}``
 message in ``Session.stream()``. ``options`` are decode options for every turn
 (``temperature``, ``max_new_tokens``, ...); other keyword arguments go to ``load``. A session is an async session on one
 shared engine; with tools its turns run the tool loop
-(:mod:`clika_runtime.chat.tool_loop`). Failures, a prompt longer than the
+(:mod:`clika_runtime.chat.tools.loop`). Failures, a prompt longer than the
 context included, come back as result messages with ``subtype: 'error'``.
 """
 
@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clika_runtime.chat.tool_loop import LoopHooks, ModelTurn
-from clika_runtime.chat.toolkit import Tool, Toolkit, ToolOutput, make_tool, text_result, tool
+from clika_runtime.chat.tools.loop import LoopHooks, ModelTurn
+from clika_runtime.chat.tools.toolkit import Tool, Toolkit, ToolOutput, make_tool, text_result, tool
 from clika_runtime.modelverse import GenerativeModel, load
 from clika_runtime.sessions.chat import AsyncChat
 from clika_runtime.sessions.results import Event, RunCancelled

@@ -50,7 +50,7 @@ class GenerationConfig:
     the model's own distribution, with that many most likely alternatives
     (0 to ``MAX_LOGPROBS``); a request asking for them decodes without drafts.
     ``tool_choice`` (a chat turn offered tools: "auto", "none", "required" or a
-    function, see :mod:`clika_runtime.chat.tool_choice`) and
+    function, see :mod:`clika_runtime.chat.tools.choice`) and
     ``parallel_tool_calls`` are read by the chat layer, which holds a required
     call to the offered tools' schemas with a grammar.
     """

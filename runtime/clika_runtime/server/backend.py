@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from clika_runtime.chat.reply import ReplyParser
-from clika_runtime.chat.reply_events import (
+from clika_runtime.chat.reply.events import (
     CallDelta,
     Finished,
     ReasoningDelta,
@@ -30,7 +29,8 @@ from clika_runtime.chat.reply_events import (
     TextDelta,
     reply_events,
 )
-from clika_runtime.chat.tool_choice import chosen_tools
+from clika_runtime.chat.reply.parser import ReplyParser
+from clika_runtime.chat.tools.choice import chosen_tools
 from clika_runtime.chat.turn import offered_tools, prepare_turn
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, RequestStream

@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
 from clika_runtime.server.shapes import Reply

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from clika_runtime.chat.tool_choice import AUTO, NONE, REQUIRED, ToolChoice, tool_choice_from
+from clika_runtime.chat.tools.choice import AUTO, NONE, REQUIRED, ToolChoice, tool_choice_from
 from clika_runtime.engine.config import MAX_LOGPROBS
 from clika_runtime.server.audio_parts import input_audio_part
 from clika_runtime.server.errors import bad_request

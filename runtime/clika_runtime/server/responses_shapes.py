@@ -14,7 +14,7 @@ import json
 import secrets
 from typing import Any
 
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
 from clika_runtime.server.shapes import Reply

@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
 from clika_runtime.server.logprob_shapes import TokenText, chat_logprobs, completion_logprobs

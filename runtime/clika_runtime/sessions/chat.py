@@ -27,8 +27,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.tool_loop import LoopHooks, checked_max_turns
-from clika_runtime.chat.toolkit import Toolkit
+from clika_runtime.chat.tools.loop import LoopHooks, checked_max_turns
+from clika_runtime.chat.tools.toolkit import Toolkit
 from clika_runtime.chat.turn import Turn, check_chat_arguments, offered_tools, prepare_turn, submit_turn
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.foreign_toolkit import as_toolkit, toolkit_instructions

@@ -3,7 +3,7 @@
 toolnexus is not a dependency: a toolkit is recognised by its shape (``tools()`` listing tools
 with ``name``, ``description``, ``input_schema`` and an async ``execute(args, ctx)`` returning a
 result with ``output``, ``is_error`` and ``metadata``; ``skills_prompt()``). Each tool becomes a
-:class:`~clika_runtime.chat.toolkit.Tool` whose call awaits the tool's ``execute``; a result
+:class:`~clika_runtime.chat.tools.toolkit.Tool` whose call awaits the tool's ``execute``; a result
 that suspends (``metadata["pending"]``, toolnexus's §10 requests) is kept in ``pending`` so the
 loop running it can stop there; the skills prompt is kept as ``instructions``.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clika_runtime.chat.toolkit import Toolkit, make_tool
+from clika_runtime.chat.tools.toolkit import Toolkit, make_tool
 
 
 class ToolFailed(Exception):
@@ -59,7 +59,7 @@ def as_toolkit(toolkit: Any) -> Toolkit:
     if callable(getattr(toolkit, "tools", None)) and callable(getattr(toolkit, "execute", None)):
         return AdaptedToolkit(toolkit)
     raise ValueError(
-        f"toolkit must be a Toolkit (clika_runtime.chat.toolkit or a toolnexus one), got {type(toolkit).__name__}"
+        f"toolkit must be a Toolkit (clika_runtime.chat.tools.toolkit or a toolnexus one), got {type(toolkit).__name__}"
     )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
 
 EVENT_TYPES = ("text", "thinking", "tool_use", "result", "error")
 

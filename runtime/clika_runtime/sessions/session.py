@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.history import checked_messages
 from clika_runtime.chat.media_turns import attach_audio, attach_images, refuse_media_for
-from clika_runtime.chat.tool_loop import LoopHooks
-from clika_runtime.chat.toolkit import Toolkit
+from clika_runtime.chat.tools.loop import LoopHooks
+from clika_runtime.chat.tools.toolkit import Toolkit
 from clika_runtime.engine.async_bridge import AsyncBridge
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.prefill import prefill_partial_turn

@@ -1,7 +1,7 @@
 """The tool-running loop on an async session, and what it hands back.
 
 ``await session.run(prompt, toolkit=kit)`` runs the loop of
-:mod:`clika_runtime.chat.tool_loop` on an :class:`AsyncSession`: each model
+:mod:`clika_runtime.chat.tools.loop` on an :class:`AsyncSession`: each model
 turn is a turn of the session (so it is saved, cancellable and shares the
 model's engine), each tool output a tool turn. ``AsyncChat.conversation(kit,
 cancel=event)`` gives a :class:`ToolConversation`, the shape agent clients know
@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from clika_runtime.chat.tool_loop import LoopCancelled, LoopHooks, LoopResult, ModelTurn, Veto, run_tool_loop
-from clika_runtime.chat.toolkit import Toolkit, ToolOutput
+from clika_runtime.chat.tools.loop import LoopCancelled, LoopHooks, LoopResult, ModelTurn, Veto, run_tool_loop
+from clika_runtime.chat.tools.toolkit import Toolkit, ToolOutput
 from clika_runtime.sessions.results import Event, RunCancelled, TurnResult
 from clika_runtime.sessions.retry import RetryPolicy
 from clika_runtime.sessions.turn import TurnStream
@@ -67,7 +67,7 @@ RESULT_SUBTYPES = {
 
 @dataclass(frozen=True)
 class RunResult:
-    """How a tool-running loop on a session ended (see :class:`~clika_runtime.chat.tool_loop.LoopResult`).
+    """How a tool-running loop on a session ended (see :class:`~clika_runtime.chat.tools.loop.LoopResult`).
 
     Read like a result message: ``result`` (the final text), ``subtype``
     (``success``, ``error_max_turns``, ``error_vetoed``, ``error``),

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clika_runtime.chat.reply_events import CallDelta, ReasoningDelta, ReplyEvent, ReplyReader, TextDelta
+from clika_runtime.chat.reply.events import CallDelta, ReasoningDelta, ReplyEvent, ReplyReader, TextDelta
 from clika_runtime.chat.turn import Turn
 from clika_runtime.engine.async_bridge import AsyncBridge
 from clika_runtime.engine.config import GenerationConfig

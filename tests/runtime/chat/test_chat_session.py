@@ -11,7 +11,7 @@ import pytest
 from pacing import paced_steps
 
 from clika_runtime import modelverse
-from clika_runtime.chat.outcome import ChatOutcome
+from clika_runtime.chat.reply.outcome import ChatOutcome
 from clika_runtime.chat.session import ChatSession
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 12}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from repo_paths import TEMPLATES
 
-from clika_runtime.chat.templates import ChatTemplate, TemplateError, conversation_text
+from clika_runtime.chat.templates.chat_template import ChatTemplate, TemplateError, conversation_text
 
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}
 

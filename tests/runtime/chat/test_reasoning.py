@@ -7,7 +7,7 @@ import random
 import pytest
 from repo_paths import TEMPLATES
 
-from clika_runtime.chat.reasoning import (
+from clika_runtime.chat.reply.reasoning import (
     CONTENT,
     REASONING,
     ReasoningProfile,
@@ -15,7 +15,7 @@ from clika_runtime.chat.reasoning import (
     prompt_opens_reasoning,
     split_reasoning,
 )
-from clika_runtime.chat.templates import ChatTemplate
+from clika_runtime.chat.templates.chat_template import ChatTemplate
 
 # (reply, reply starts inside the block, reasoning, content)
 SPLITS = [

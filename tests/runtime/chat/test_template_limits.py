@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from clika_runtime.chat.template_sandbox import RenderLimits, TemplateLimitError
-from clika_runtime.chat.templates import ChatTemplate, TemplateError
+from clika_runtime.chat.templates.chat_template import ChatTemplate, TemplateError
+from clika_runtime.chat.templates.sandbox import RenderLimits, TemplateLimitError
 
 HELLO = [{"role": "user", "content": "hi"}]
 PLAIN = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
@@ -93,7 +93,7 @@ def test_the_render_process_ignores_ctrl_c_and_a_render_interrupted_in_its_wait_
     import os
     import signal
 
-    from clika_runtime.chat import template_sandbox
+    from clika_runtime.chat.templates import sandbox as template_sandbox
 
     def render(text: str) -> str:
         return template_sandbox.render_template("{{ text }}", {"text": text})

@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from clika_runtime.chat.reply import ReplyParser
-from clika_runtime.chat.tool_formats import FORMATS, detect_format, get_format
-from clika_runtime.chat.tool_stream import ToolCallStream, parse_tool_calls
-from clika_runtime.chat.tools import ToolCall, normalize_tools
+from clika_runtime.chat.reply.parser import ReplyParser
+from clika_runtime.chat.tools.definitions import ToolCall, normalize_tools
+from clika_runtime.chat.tools.formats import FORMATS, detect_format, get_format
+from clika_runtime.chat.tools.stream import ToolCallStream, parse_tool_calls
 
 TOOLS = [
     {

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from conftest import tiny_tokenizer
 
-from clika_runtime.chat.tool_choice import REQUIRED, ToolChoice, chosen_tools, tool_choice_from
-from clika_runtime.chat.tool_formats import get_format
-from clika_runtime.chat.tool_grammar import arguments_schema, tool_call_constraint, tool_call_grammar
-from clika_runtime.chat.tool_stream import parse_tool_calls
+from clika_runtime.chat.tools.choice import REQUIRED, ToolChoice, chosen_tools, tool_choice_from
+from clika_runtime.chat.tools.formats import get_format
+from clika_runtime.chat.tools.grammar import arguments_schema, tool_call_constraint, tool_call_grammar
+from clika_runtime.chat.tools.stream import parse_tool_calls
 from clika_runtime.grammar import GrammarError
 from clika_runtime.grammar.masks import StepMasks
 from clika_runtime.grammar.matcher import GrammarMatcher

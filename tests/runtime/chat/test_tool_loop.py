@@ -12,9 +12,9 @@ import asyncio
 
 import pytest
 
-from clika_runtime.chat.tool_loop import LoopCancelled, LoopHooks, ModelTurn, Veto, run_tool_loop
-from clika_runtime.chat.toolkit import Toolkit, tool
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
+from clika_runtime.chat.tools.loop import LoopCancelled, LoopHooks, ModelTurn, Veto, run_tool_loop
+from clika_runtime.chat.tools.toolkit import Toolkit, tool
 
 
 class ScriptedConversation:

@@ -23,9 +23,9 @@ PROGRAM = '''
 import asyncio
 import sys
 
-from clika_runtime.chat.tool_loop import ModelTurn, run_tool_loop
-from clika_runtime.chat.toolkit import Toolkit, tool
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.loop import ModelTurn, run_tool_loop
+from clika_runtime.chat.tools.toolkit import Toolkit, tool
+from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.park_points import park
 
 

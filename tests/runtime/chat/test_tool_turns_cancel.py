@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from clika_runtime.chat.tool_turns import ChatConversation
+from clika_runtime.chat.tools.turns import ChatConversation
 
 BUDGET = 60
 HELD_AT_STEP = 2

@@ -8,9 +8,9 @@ from typing import Literal
 
 import pytest
 
-from clika_runtime.chat.tool_schema import function_schema, parse_docstring
-from clika_runtime.chat.toolkit import Toolkit, argument_problem, result_text, text_result, tool
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
+from clika_runtime.chat.tools.schema import function_schema, parse_docstring
+from clika_runtime.chat.tools.toolkit import Toolkit, argument_problem, result_text, text_result, tool
 
 
 class Unit(enum.Enum):

@@ -12,8 +12,8 @@ from toolnexus import create_toolkit
 from toolnexus import tool as nexus_tool
 
 from clika_runtime import modelverse
-from clika_runtime.chat.toolkit import Toolkit
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
+from clika_runtime.chat.tools.toolkit import Toolkit
 from clika_runtime.engine.errors import QueueFullError
 from clika_runtime.engine.stages import StageEvent
 from clika_runtime.sessions import AsyncChat

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from clika_runtime.chat.reply import ReplyParser
-from clika_runtime.chat.reply_events import ReplyReader
-from clika_runtime.chat.tool_formats import get_format
-from clika_runtime.chat.tools import ToolCall, normalize_tools
+from clika_runtime.chat.reply.events import ReplyReader
+from clika_runtime.chat.reply.parser import ReplyParser
+from clika_runtime.chat.tools.definitions import ToolCall, normalize_tools
+from clika_runtime.chat.tools.formats import get_format
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions import AsyncChat, Event, RunCancelled, SQLiteStore, TurnResult
 from clika_runtime.sessions.turn import Prepared, TurnRun, TurnSpec, public_events

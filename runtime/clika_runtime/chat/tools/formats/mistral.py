@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clika_runtime.chat.tool_formats.base import (
+from clika_runtime.chat.tools.definitions import ToolCall, call_arguments
+from clika_runtime.chat.tools.formats.base import (
     CallSyntax,
     ParseContext,
     ToolCallFormat,
@@ -23,8 +24,7 @@ from clika_runtime.chat.tool_formats.base import (
     scan_json_value,
     skip_space,
 )
-from clika_runtime.chat.tool_formats.call_grammar import LiteralTerm, call_object, json_term
-from clika_runtime.chat.tools import ToolCall, call_arguments
+from clika_runtime.chat.tools.formats.call_grammar import LiteralTerm, call_object, json_term
 
 START = "[TOOL_CALLS]"
 _NAMED = re.compile(r"([\w.\-]+)(?:\[CALL_ID\]([A-Za-z0-9]+))?\[ARGS\]")

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from clika_runtime.chat.outcome import ChatOutcome
+from clika_runtime.chat.reply.outcome import ChatOutcome
 from clika_runtime.chat.turn import Turn, submit_turn
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, RequestStream

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.reasoning import REASONING, ReasoningStream
-from clika_runtime.chat.tool_formats.base import ToolCallFormat
-from clika_runtime.chat.tool_stream import ToolCallStream
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.reply.reasoning import REASONING, ReasoningStream
+from clika_runtime.chat.tools.definitions import ToolCall
+from clika_runtime.chat.tools.formats.base import ToolCallFormat
+from clika_runtime.chat.tools.stream import ToolCallStream
 
 if TYPE_CHECKING:
-    from clika_runtime.chat.templates import ChatTemplate
+    from clika_runtime.chat.templates.chat_template import ChatTemplate
 
 
 class ReplyParser:

@@ -1,11 +1,11 @@
-"""The grammar of a required call in the qwen_xml format (:mod:`clika_runtime.chat.tool_formats.qwen_xml`).
+"""The grammar of a required call in the qwen_xml format (:mod:`clika_runtime.chat.tools.formats.qwen_xml`).
 
 ``<tool_call>``, ``<function=NAME>``, then per parameter ``<parameter=KEY>``, its value and
 ``</parameter>``, then ``</function>`` and ``</tool_call>``, each on its own line.
 
 Values are text: a string parameter is free text within its length bounds (one of its ``enum``
 when it has one) that cannot close the call early, any other type JSON under its schema, as the
-format's reader (:mod:`clika_runtime.chat.tool_formats.xml_body`) types them back.
+format's reader (:mod:`clika_runtime.chat.tools.formats.xml_body`) types them back.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from clika_runtime.chat.tool_formats.call_grammar import (
+from clika_runtime.chat.tools.formats.call_grammar import (
     LiteralTerm,
     arguments_schema,
     joined,

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from clika_runtime.chat.tool_formats.base import CallSyntax, ToolCallFormat, skip_space
-from clika_runtime.chat.tools import ToolCall, normalize_tools
+from clika_runtime.chat.tools.definitions import ToolCall, normalize_tools
+from clika_runtime.chat.tools.formats.base import CallSyntax, ToolCallFormat, skip_space
 
 # A call block can only end on one of these characters, so a piece without one need not re-scan
 # the block (re-scanning on every piece is quadratic in a long call); growth past the limit

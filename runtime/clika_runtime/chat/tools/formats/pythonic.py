@@ -13,21 +13,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clika_runtime.chat.tool_formats.base import (
+from clika_runtime.chat.tools.definitions import ToolCall
+from clika_runtime.chat.tools.formats.base import (
     CallSyntax,
     ParseContext,
     ToolCallFormat,
     call_name_and_arguments,
     skip_space,
 )
-from clika_runtime.chat.tool_formats.call_grammar import (
+from clika_runtime.chat.tools.formats.call_grammar import (
     LiteralTerm,
     arguments_schema,
     json_term,
     keyword_items,
     listed,
 )
-from clika_runtime.chat.tools import ToolCall
 
 _JSON_NAMES = {"true": True, "false": False, "null": None}
 COMMA = '", "'  # the separator of the format's own examples (and what the models were trained on)

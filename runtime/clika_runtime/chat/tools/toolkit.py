@@ -18,7 +18,7 @@
     await kit.run(call)        # a ToolOutput: the text the model reads next
 
 A tool's schema comes from its type hints and docstring
-(:mod:`clika_runtime.chat.tool_schema`) or is given whole (``schema=``). A call
+(:mod:`clika_runtime.chat.tools.schema`) or is given whole (``schema=``). A call
 never raises into the loop that runs it: unknown tools, arguments that do not
 fit the schema and exceptions inside the function all come back as an error
 output the model reads, as OpenAI's and Anthropic's tool loops do.
@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clika_runtime.chat.own_thread import on_own_thread
-from clika_runtime.chat.tool_schema import function_schema
-from clika_runtime.chat.tools import ToolCall, normalize_tool
+from clika_runtime.chat.tools.definitions import ToolCall, normalize_tool
+from clika_runtime.chat.tools.own_thread import on_own_thread
+from clika_runtime.chat.tools.schema import function_schema
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),

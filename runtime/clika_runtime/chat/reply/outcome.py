@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
 
 

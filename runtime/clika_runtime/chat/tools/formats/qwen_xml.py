@@ -2,7 +2,7 @@
 
 Models of this family sometimes drop the ``<tool_call>`` wrapper, so a bare
 ``<function=...>...</function>`` block reads as a call too. A required call is
-decoded under :mod:`clika_runtime.chat.tool_formats.qwen_xml_grammar`.
+decoded under :mod:`clika_runtime.chat.tools.formats.qwen_xml_grammar`.
 """
 
 from __future__ import annotations
@@ -11,20 +11,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clika_runtime.chat.tool_formats.base import (
+from clika_runtime.chat.tools.definitions import ToolCall
+from clika_runtime.chat.tools.formats.base import (
     ParseContext,
     ToolCallFormat,
     call_name_and_arguments,
 )
-from clika_runtime.chat.tool_formats.qwen_xml_grammar import qwen_xml_call_rules
-from clika_runtime.chat.tool_formats.syntaxes import FencedJsonSyntax, TaggedSyntax
-from clika_runtime.chat.tool_formats.xml_body import (
+from clika_runtime.chat.tools.formats.qwen_xml_grammar import qwen_xml_call_rules
+from clika_runtime.chat.tools.formats.syntaxes import FencedJsonSyntax, TaggedSyntax
+from clika_runtime.chat.tools.formats.xml_body import (
     FUNCTION_END,
     FUNCTION_START,
     format_xml_call,
     parse_xml_calls,
 )
-from clika_runtime.chat.tools import ToolCall
 
 
 class BareFunctionSyntax(TaggedSyntax):

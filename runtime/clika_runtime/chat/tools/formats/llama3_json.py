@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clika_runtime.chat.tool_formats.base import ToolCallFormat, call_name_and_arguments
-from clika_runtime.chat.tool_formats.call_grammar import LiteralTerm, call_object, joined, json_term
-from clika_runtime.chat.tool_formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax
+from clika_runtime.chat.tools.formats.base import ToolCallFormat, call_name_and_arguments
+from clika_runtime.chat.tools.formats.call_grammar import LiteralTerm, call_object, joined, json_term
+from clika_runtime.chat.tools.formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax
 
 PYTHON_TAG = "<|python_tag|>"
 

@@ -1,7 +1,7 @@
 """One vocabulary for a reply as it streams: text, reasoning and tool-call events, then its end.
 
 Every front end reads a reply through :class:`ReplyReader` (a
-:class:`~clika_runtime.chat.reply.ReplyParser` drained into these events):
+:class:`~clika_runtime.chat.reply.parser.ReplyParser` drained into these events):
 ``ChatSession`` (text pieces, then its calls), the async sessions (their
 public ``Event``), and the server (its chunks). ``Finished`` closes a reply
 with its finish reason in OpenAI's words and the engine's report.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from clika_runtime.chat.reply import ReplyParser
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.reply.parser import ReplyParser
+from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
 
 

@@ -8,7 +8,7 @@ with a reasoning channel may think first (``<think>...</think>``, required
 when the prompt opened the block).
 
 Each format owns the rules of its calls (``ToolCallFormat.call_rules``, built
-from :mod:`clika_runtime.chat.tool_formats.call_grammar`); this module looks the
+from :mod:`clika_runtime.chat.tools.formats.call_grammar`); this module looks the
 format up, adds the ``start`` rule and the reasoning block, and compiles the
 grammar. Markers that are single special tokens of the vocabulary (Qwen's
 ``<tool_call>``, Mistral's ``[TOOL_CALLS]``) are named by token id
@@ -22,15 +22,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.reasoning import THINK_END, THINK_START
-from clika_runtime.chat.tool_choice import ToolChoice
-from clika_runtime.chat.tool_formats import FORMATS
-from clika_runtime.chat.tool_formats.call_grammar import arguments_schema
+from clika_runtime.chat.reply.reasoning import THINK_END, THINK_START
+from clika_runtime.chat.tools.choice import ToolChoice
+from clika_runtime.chat.tools.formats import FORMATS
+from clika_runtime.chat.tools.formats.call_grammar import arguments_schema
 from clika_runtime.grammar.constraint import Constraint, GrammarError, compile_constraint
 from clika_runtime.grammar.vocabulary import grammar_vocabulary, lark_literal
 
 if TYPE_CHECKING:
-    from clika_runtime.chat.templates import ChatTemplate
+    from clika_runtime.chat.templates.chat_template import ChatTemplate
     from clika_runtime.text.tokenizer import Tokenizer
 
 __all__ = ["arguments_schema", "required_call_constraint", "tool_call_constraint", "tool_call_grammar"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from clika_runtime.chat.tool_formats.base import ToolCallFormat
-from clika_runtime.chat.tool_formats.call_grammar import LiteralTerm, call_object, joined, json_term
-from clika_runtime.chat.tool_formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax, TaggedSyntax
+from clika_runtime.chat.tools.formats.base import ToolCallFormat
+from clika_runtime.chat.tools.formats.call_grammar import LiteralTerm, call_object, joined, json_term
+from clika_runtime.chat.tools.formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax, TaggedSyntax
 
 
 def tagged_call_rules(tools: list[dict[str, Any]], literal: LiteralTerm, parallel: bool) -> list[str]:

@@ -15,7 +15,7 @@ A hook may be a plain function or a coroutine function. ``before_model`` sees
 the messages the model is about to read and may return :class:`Veto` to end
 the loop; ``after_model`` sees each :class:`ModelTurn` and may veto;
 ``before_tool`` may return a :class:`Veto` (the call does not run; the model
-reads the refusal) or a replacement :class:`~clika_runtime.chat.tools.ToolCall`;
+reads the refusal) or a replacement :class:`~clika_runtime.chat.tools.definitions.ToolCall`;
 ``after_tool`` may return new content for the model to read.
 """
 
@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from clika_runtime.chat.toolkit import Toolkit, ToolOutput
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.definitions import ToolCall
+from clika_runtime.chat.tools.toolkit import Toolkit, ToolOutput
 
 DEFAULT_MAX_TURNS = 8
 LOOP_STATUSES = ("completed", "max_turns", "vetoed", "error")

@@ -20,8 +20,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from clika_runtime.chat.tool_formats.base import ParseContext
-from clika_runtime.chat.tools import ToolCall, parameter_types
+from clika_runtime.chat.tools.definitions import ToolCall, parameter_types
+from clika_runtime.chat.tools.formats.base import ParseContext
 
 FUNCTION_START = "<function="
 FUNCTION_END = "</function>"

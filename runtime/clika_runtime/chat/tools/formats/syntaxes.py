@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from clika_runtime.chat.tool_formats.base import (
+from clika_runtime.chat.tools.definitions import ToolCall
+from clika_runtime.chat.tools.formats.base import (
     CallSyntax,
     ParseContext,
     calls_from_json,
@@ -19,8 +20,7 @@ from clika_runtime.chat.tool_formats.base import (
     skip_space,
     split_json_values,
 )
-from clika_runtime.chat.tool_formats.xml_body import FUNCTION_START, parse_xml_calls
-from clika_runtime.chat.tools import ToolCall
+from clika_runtime.chat.tools.formats.xml_body import FUNCTION_START, parse_xml_calls
 
 
 class TaggedSyntax(CallSyntax):

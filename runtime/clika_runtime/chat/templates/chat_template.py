@@ -2,9 +2,9 @@
 
 Templates are untrusted code: they compile and render in a separate render
 process with a time, output and memory limit
-(:mod:`~clika_runtime.chat.template_sandbox`), inside jinja2's
+(:mod:`~clika_runtime.chat.templates.sandbox`), inside jinja2's
 ImmutableSandboxedEnvironment with exactly the environment ``transformers``
-gives them (:mod:`~clika_runtime.chat.template_environment`), so a template
+gives them (:mod:`~clika_runtime.chat.templates.environment`), so a template
 renders the same text here as in ``apply_chat_template`` and a hostile one
 ends in a :class:`TemplateError` (:class:`TemplateLimitError` past a limit).
 
@@ -21,23 +21,23 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
-from clika_runtime.chat.reasoning import (
+from clika_runtime.chat.reply.reasoning import (
     THINK_END,
     THINK_START,
     ReasoningProfile,
     effort_levels_in,
     prompt_opens_reasoning,
 )
-from clika_runtime.chat.template_errors import TemplateError, TemplateLimitError
-from clika_runtime.chat.template_sandbox import (
+from clika_runtime.chat.templates.errors import TemplateError, TemplateLimitError
+from clika_runtime.chat.templates.sandbox import (
     DEFAULT_LIMITS,
     RenderLimits,
     compile_template,
     render_template,
 )
-from clika_runtime.chat.tool_formats import FORMATS, ToolCallFormat, detect_format, get_format
-from clika_runtime.chat.tool_stream import parse_tool_calls
-from clika_runtime.chat.tools import ToolCall, normalize_tools
+from clika_runtime.chat.tools.definitions import ToolCall, normalize_tools
+from clika_runtime.chat.tools.formats import FORMATS, ToolCallFormat, detect_format, get_format
+from clika_runtime.chat.tools.stream import parse_tool_calls
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _SWITCH_VARIABLES = ("enable_thinking", "thinking")

@@ -4,7 +4,7 @@ A chat template is code from the checkpoint. jinja2's sandbox keeps it away
 from Python internals, but not from the CPU or memory: a template can loop
 10^10 times, recurse, or allocate gigabytes (some of it while compiling, when
 jinja folds constant expressions). So templates run in a render process
-(``clika_runtime.chat.template_worker``) started once and reused:
+(``clika_runtime.chat.templates.worker``) started once and reused:
 
 * time: the caller waits at most ``RenderLimits.seconds`` for a reply, then the
   process is killed (a fresh one serves the next render);
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clika_runtime.chat.template_errors import TemplateError, TemplateLimitError
+from clika_runtime.chat.templates.errors import TemplateError, TemplateLimitError
 
 __all__ = [
     "MAX_SOURCE_CHARS",
@@ -137,7 +137,7 @@ class _RenderProcess:
                     sys.executable,
                     *_SAFE_PATH,
                     "-m",
-                    "clika_runtime.chat.template_worker",
+                    "clika_runtime.chat.templates.worker",
                     str(self.max_bytes),
                 ],
                 stdin=subprocess.PIPE,

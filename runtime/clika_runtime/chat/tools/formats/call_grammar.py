@@ -1,9 +1,9 @@
 """The pieces a format's call grammar is built from: Lark rules for a reply that is only calls.
 
-Each format that can be constrained gives its :class:`~clika_runtime.chat.tool_formats.base.ToolCallFormat`
+Each format that can be constrained gives its :class:`~clika_runtime.chat.tools.formats.base.ToolCallFormat`
 a ``call_rules`` function (:data:`CallRules`): from the offered tools, a way to write a literal
 marker as a Lark term, and whether several calls may follow one another, it returns the rules
-that define ``calls``. :mod:`clika_runtime.chat.tool_grammar` adds the ``start`` rule (and a
+that define ``calls``. :mod:`clika_runtime.chat.tools.grammar` adds the ``start`` rule (and a
 reasoning block where the template has one) and compiles the grammar.
 
 Arguments are JSON schemas embedded as ``%json{...}``; a tool's schema is closed

@@ -5,7 +5,7 @@
 ``tojson`` that does not escape HTML and takes ``indent``, ``ensure_ascii``,
 ``separators``, ``sort_keys``, so a template renders the same text here as in
 ``apply_chat_template``. Only the render process
-(``clika_runtime.chat.template_worker``) compiles and runs templates in it.
+(``clika_runtime.chat.templates.worker``) compiles and runs templates in it.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ tagged form, the one the tools block asks for.
 
 from __future__ import annotations
 
-from clika_runtime.chat.tool_formats.base import ToolCallFormat
-from clika_runtime.chat.tool_formats.hermes import tagged_call_rules
-from clika_runtime.chat.tool_formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax, TaggedSyntax
+from clika_runtime.chat.tools.formats.base import ToolCallFormat
+from clika_runtime.chat.tools.formats.hermes import tagged_call_rules
+from clika_runtime.chat.tools.formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax, TaggedSyntax
 
 FORMAT = ToolCallFormat(
     name="generic",

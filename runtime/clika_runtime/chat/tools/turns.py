@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from clika_runtime.chat.own_thread import on_own_thread
-from clika_runtime.chat.tool_loop import LoopCancelled, ModelTurn
-from clika_runtime.chat.toolkit import ToolOutput
+from clika_runtime.chat.tools.loop import LoopCancelled, ModelTurn
+from clika_runtime.chat.tools.own_thread import on_own_thread
+from clika_runtime.chat.tools.toolkit import ToolOutput
 
 
 class ChatSession(Protocol):
@@ -35,7 +35,7 @@ class ChatSession(Protocol):
 
 
 class ChatConversation:
-    """One ChatSession as the loop's conversation (see :mod:`clika_runtime.chat.tool_loop`)."""
+    """One ChatSession as the loop's conversation (see :mod:`clika_runtime.chat.tools.loop`)."""
 
     def __init__(self, chat: ChatSession, turn_options: Mapping[str, Any]) -> None:
         self._chat = chat

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clika_runtime.chat.tool_formats import generic, hermes, llama3_json, mistral, pythonic, qwen_xml
-from clika_runtime.chat.tool_formats.base import CallSyntax, ParseContext, ToolCallFormat
+from clika_runtime.chat.tools.formats import generic, hermes, llama3_json, mistral, pythonic, qwen_xml
+from clika_runtime.chat.tools.formats.base import CallSyntax, ParseContext, ToolCallFormat
 
 # Probe order: specific markup before markup it contains (qwen_xml also uses <tool_call>,
 # pythonic Llama templates may also carry <|python_tag|>).

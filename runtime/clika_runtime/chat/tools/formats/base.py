@@ -1,12 +1,12 @@
 """What a tool-call format is: the syntaxes a reply's calls may take, plus the prompt side.
 
 A format lists :class:`CallSyntax` objects. The streaming parser
-(:mod:`clika_runtime.chat.tool_stream`) finds a syntax's start marker in the
+(:mod:`clika_runtime.chat.tools.stream`) finds a syntax's start marker in the
 reply, asks the syntax where the call block ends (``block_end``), and has it
 parse the block into :class:`ToolCall` objects (``parse``). The prompt side
 (``tools_block``, ``format_calls``, ``format_tool_result``) serves chat
 templates that have no tools slot of their own. ``call_rules`` is the grammar
-a required call is decoded under (:mod:`clika_runtime.chat.tool_formats.call_grammar`).
+a required call is decoded under (:mod:`clika_runtime.chat.tools.formats.call_grammar`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.tools import ToolCall, call_arguments, new_call_id
+from clika_runtime.chat.tools.definitions import ToolCall, call_arguments, new_call_id
 
 if TYPE_CHECKING:
-    from clika_runtime.chat.tool_formats.call_grammar import CallRules
+    from clika_runtime.chat.tools.formats.call_grammar import CallRules
 
 
 @dataclass(frozen=True)

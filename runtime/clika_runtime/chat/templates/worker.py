@@ -1,7 +1,7 @@
 """The render process: compiles and renders chat templates for its parent, one request at a time.
 
-Started by ``clika_runtime.chat.template_sandbox`` as ``python -m
-clika_runtime.chat.template_worker MAX_BYTES``. Templates are untrusted code,
+Started by ``clika_runtime.chat.templates.sandbox`` as ``python -m
+clika_runtime.chat.templates.worker MAX_BYTES``. Templates are untrusted code,
 so they never run in the process that holds the model: here the address space
 is capped (``RLIMIT_AS`` = MAX_BYTES, so a template that allocates gigabytes,
 at compile time or while rendering, gets a MemoryError instead of the
@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 import jinja2
 import jinja2.meta
 
-from clika_runtime.chat.template_environment import make_environment, template_lineno
+from clika_runtime.chat.templates.environment import make_environment, template_lineno
 from clika_runtime.park_points import park
 
 _HEADER = struct.Struct(">I")
