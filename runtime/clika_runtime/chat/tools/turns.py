@@ -13,8 +13,9 @@ from clika_runtime.chat.tools.own_thread import on_own_thread
 from clika_runtime.chat.tools.toolkit import ToolOutput
 
 
-class ChatSession(Protocol):
-    """What the loop needs of a ChatSession (``clika_runtime.chat.session.ChatSession``)."""
+class ToolTurnHost(Protocol):
+    """What the loop needs of the synchronous session whose turns it drives
+    (:class:`~clika_runtime.chat.session.ChatSession` is one)."""
 
     @property
     def messages(self) -> list[dict[str, Any]]: ...
@@ -37,7 +38,7 @@ class ChatSession(Protocol):
 class ChatConversation:
     """One ChatSession as the loop's conversation (see :mod:`clika_runtime.chat.tools.loop`)."""
 
-    def __init__(self, chat: ChatSession, turn_options: Mapping[str, Any]) -> None:
+    def __init__(self, chat: ToolTurnHost, turn_options: Mapping[str, Any]) -> None:
         self._chat = chat
         self._options = dict(turn_options)
 
