@@ -7,6 +7,7 @@ ImmutableSandboxedEnvironment with exactly the environment ``transformers``
 gives them (:mod:`~clika_runtime.chat.templates.environment`), so a template
 renders the same text here as in ``apply_chat_template`` and a hostile one
 ends in a :class:`TemplateError` (:class:`TemplateLimitError` past a limit).
+The messages reach it as plain data (:mod:`~clika_runtime.chat.templates.messages`).
 
 At load :class:`ChatTemplate` probes what the template can do, from its source
 text and by rendering small probe conversations: the tool-call format its model
@@ -16,7 +17,6 @@ block joins the system turn), and how its reasoning channel behaves.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
@@ -29,17 +29,22 @@ from clika_runtime.chat.reply.reasoning import (
     prompt_opens_reasoning,
 )
 from clika_runtime.chat.templates.errors import TemplateError, TemplateLimitError
+from clika_runtime.chat.templates.messages import (
+    content_text,
+    plain_conversation_text,
+    plain_data,
+    prepare_messages,
+)
 from clika_runtime.chat.templates.sandbox import (
     DEFAULT_LIMITS,
     RenderLimits,
     compile_template,
     render_template,
 )
-from clika_runtime.chat.tools.definitions import ToolCall, normalize_tools
+from clika_runtime.chat.tools.definitions import normalize_tools
 from clika_runtime.chat.tools.formats import FORMATS, ToolCallFormat, detect_format, get_format
 from clika_runtime.chat.tools.stream import parse_tool_calls
 
-_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _SWITCH_VARIABLES = ("enable_thinking", "thinking")
 _PROBE_NAME = "clika_probe_tool_4f1c"
 _PROBE_RESULT = "clika_probe_result_9b2e"
@@ -48,88 +53,6 @@ _PROBE_CALL_ID = "probe0001"  # 9 alphanumerics: Mistral templates check call id
 # Strict formats first: hermes also reads bare call objects, so it would claim llama 3's.
 _READ_BACK_ORDER = ("mistral", "qwen_xml", "pythonic", "llama3_json", "hermes")
 _PROBE_PARAMETERS = {"type": "object", "properties": {"x": {"type": "string", "description": "probe"}}}
-
-
-def plain_data(value: Any) -> Any:
-    """Only JSON-like data reaches a template (rich objects could expose unsafe methods)."""
-    if value is None or type(value) in (str, int, float, bool):
-        return value
-    if isinstance(value, ToolCall):
-        return plain_data(value.to_message())
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, int):
-        return int.__int__(value)
-    if isinstance(value, float):
-        return float.__float__(value)
-    if isinstance(value, Mapping):
-        return {plain_data(key): plain_data(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_data(item) for item in value]
-    if hasattr(value, "item") and callable(value.item):  # NumPy scalars
-        return plain_data(value.item())
-    return f"<{type(value).__name__}>"
-
-
-def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as templates expect them.
-
-    Keys whose value is None are dropped (templates handle a missing key, not
-    None); a reasoning text is offered under all the names templates read; a
-    call's ``arguments`` given as a JSON string (the OpenAI wire shape) becomes
-    the object templates serialize with ``tojson``.
-    """
-    if isinstance(messages, (str, bytes, Mapping)):
-        raise ValueError("messages must be a list of {'role': ..., 'content': ...} mappings")
-    prepared = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            raise ValueError(f"message {index} must be a mapping, got {type(message).__name__}")
-        if not isinstance(message.get("role"), str):
-            raise ValueError(f"message {index} needs a string 'role'")
-        item = {key: plain_data(value) for key, value in message.items() if value is not None}
-        reasoning = next((item[key] for key in _REASONING_FIELDS if item.get(key) is not None), None)
-        if reasoning is not None:
-            item = {"thinking": reasoning, **item, "reasoning_content": reasoning}
-        if item.get("tool_calls"):
-            item["tool_calls"] = [_prepared_call(call, index) for call in item["tool_calls"]]
-        prepared.append(item)
-    return prepared
-
-
-def _prepared_call(call: Any, index: int) -> dict[str, Any]:
-    if not isinstance(call, dict):
-        raise ValueError(f"message {index}: each tool call must be a mapping")
-    call = dict(call)
-    holder = call["function"] = dict(call["function"]) if isinstance(call.get("function"), dict) else call
-    arguments = holder.get("arguments")
-    if isinstance(arguments, str):
-        try:
-            holder["arguments"] = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            raise ValueError(
-                f"message {index}: tool call {holder.get('name')!r} has arguments that are not JSON"
-            ) from None
-    if holder is call:
-        del call["function"]
-    return call
-
-
-def plain_conversation_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    """A conversation without a template: ``role: content`` lines, the assistant's turn opened."""
-    lines = [
-        f"{message['role']}: {_content_text(message.get('content'))}"
-        for message in prepare_messages(messages)
-    ]
-    return "\n".join([*lines, "assistant:"])
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return "" if content is None else str(content)
 
 
 class ChatTemplate:
@@ -383,7 +306,7 @@ class ChatTemplate:
                 folded.append({**rest, "content": text})
             elif message["role"] == "tool":
                 result = self.format.format_tool_result(
-                    _content_text(message.get("content")), message.get("name", "")
+                    content_text(message.get("content")), message.get("name", "")
                 )
                 if folded and folded[-1].get("_tool_results"):
                     folded[-1]["content"] += "\n" + result

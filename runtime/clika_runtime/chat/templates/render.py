@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from clika_runtime.chat.templates.chat_template import ChatTemplate, plain_conversation_text
+from clika_runtime.chat.templates.chat_template import ChatTemplate
+from clika_runtime.chat.templates.messages import plain_conversation_text
 
 if TYPE_CHECKING:
     from clika_runtime.engine.config import GenerationConfig
