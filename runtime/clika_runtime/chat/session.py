@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.history import checked_messages, seed_history
+from clika_runtime.chat.history_turns import assistant_turn, kept_on_reset, tool_result_turn
 from clika_runtime.chat.kv_resume import ConversationPrompt, conversation_prompt, restore_kv, save_kv
 from clika_runtime.chat.media_turns import (
     attach_audio,
@@ -238,27 +239,16 @@ class ChatSession:
 
     def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None:
         """Append a tool's answer as a tool turn; :meth:`respond` then runs the model on."""
-        if not isinstance(call_id, str) or not call_id:
-            raise ValueError("call_id must be the id of the tool call this result answers")
-        if not isinstance(content, str):
-            raise ValueError(f"a tool result's content must be a string, got {type(content).__name__}")
+        turn = tool_result_turn(call_id, content, name)
         with self._lock:
             self._before_turn()
-            turn: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": content}
-            if name:
-                turn["name"] = name
             self._history.append(turn)
 
     def reset(self, *, keep_system: bool = True) -> None:
         """Forget the conversation (the system turn stays unless told otherwise)."""
         with self._lock:
             self._close_live()
-            keep = (
-                self._history[:1]
-                if keep_system and self._history[:1] and self._history[0]["role"] == "system"
-                else []
-            )
-            self._history = keep
+            self._history = kept_on_reset(self._history, keep_system)
             self._report = None
             self._tool_calls = []
 
@@ -403,9 +393,4 @@ class ChatSession:
             ended = report is not None and report.finish_reason not in ("cancelled", "error")
             if commit is None or self._closed or not ended:
                 return  # only a complete reply joins the history
-            reply: dict[str, Any] = {"role": "assistant", "content": parser.text}
-            if calls:
-                reply["tool_calls"] = [call.to_message() for call in calls]
-            if parser.reasoning:
-                reply["reasoning_content"] = parser.reasoning
-            self._history.extend([*commit, reply])
+            self._history.extend([*commit, assistant_turn(parser.text, calls, parser.reasoning)])
