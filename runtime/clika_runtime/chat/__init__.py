@@ -1,16 +1,14 @@
-"""The chat layer: templates, tool calls, reasoning (model-independent), and sessions.
+"""The chat layer: templates, tool calls, replies (model-independent), and sessions.
 
-* :mod:`~clika_runtime.chat.templates.chat_template`: the checkpoint's Jinja chat template in a sandbox, probed at load;
-* :mod:`~clika_runtime.chat.tools.definitions`: tool definitions and the :class:`ToolCall` type;
-* :mod:`~clika_runtime.chat.tools.formats`: one module per call syntax, and the registry;
-* :mod:`~clika_runtime.chat.tools.stream`: the streaming call parser;
-* :mod:`~clika_runtime.chat.reply.reasoning`: the ``<think>`` channel and its switch;
-* :mod:`~clika_runtime.chat.reply.parser`: a reply's channels (reasoning, visible text, calls) together;
+* :mod:`~clika_runtime.chat.templates`: the checkpoint's Jinja chat template in a sandbox, probed at load;
+* :mod:`~clika_runtime.chat.tools`: tool definitions and call formats, the streaming call parser,
+  Python functions as tools (:func:`tool`, :class:`Toolkit`) and the tool-running loop
+  (hooks, ``max_turns``) every session kind drives;
+* :mod:`~clika_runtime.chat.reply`: a reply's channels (the ``<think>`` channel, visible text,
+  calls) together, its events and how it ended;
 * :mod:`~clika_runtime.chat.turn`: the one turn path (:func:`prepare_turn` builds a :class:`Turn`) every front end takes;
-* :mod:`~clika_runtime.chat.tools.toolkit`: Python functions as tools (:func:`tool`, :class:`Toolkit`),
-  their schemas from type hints and docstrings (:mod:`~clika_runtime.chat.tools.schema`);
-* :mod:`~clika_runtime.chat.tools.loop`: the tool-running loop (hooks, ``max_turns``) every session kind drives;
 * :mod:`~clika_runtime.chat.history`: a history handed in by a caller, checked;
+  :mod:`~clika_runtime.chat.history_turns` the turns a session writes into it;
 * :mod:`~clika_runtime.chat.session`: :class:`ChatSession` (imported from there: it needs the engine).
 """
 
