@@ -23,7 +23,7 @@ from clika_runtime.server.backend import ReplyRun
 from clika_runtime.server.boundary import log_fault
 from clika_runtime.server.bridge import run_events
 from clika_runtime.server.errors import ApiError
-from clika_runtime.server.shapes import Reply
+from clika_runtime.server.openai.shapes import Reply
 
 SHUTDOWN_MESSAGE = "the server is shutting down; the reply ends here"
 

@@ -10,7 +10,7 @@ from typing import Any
 from clika_runtime.chat.tools import ToolCall
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
-from clika_runtime.server.logprob_shapes import TokenText, chat_logprobs, completion_logprobs
+from clika_runtime.server.openai.logprobs import TokenText, chat_logprobs, completion_logprobs
 
 SYSTEM_FINGERPRINT = "clika-runtime"
 DONE = b"data: [DONE]\n\n"
