@@ -17,18 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from clika_runtime.chat.tool_choice import AUTO, NONE, ToolChoice
 from clika_runtime.server.errors import bad_request
-from clika_runtime.server.protocol import (
-    AUTO,
-    NONE,
-    ChatRequest,
-    ToolChoice,
-    check_flag,
-    check_object,
-    check_role,
-    check_stops,
-    check_tools,
-)
+from clika_runtime.server.protocol import ChatRequest, check_flag, check_object, check_role, check_tools
+from clika_runtime.server.sampling import check_stops
 from clika_runtime.server.structured import ollama_constraint
 
 ROLES = ("system", "user", "assistant", "tool")

@@ -23,6 +23,7 @@ from clika_runtime.server.keep_alive import request_keep_alive
 from clika_runtime.server.model_entries import ModelEntry
 from clika_runtime.server.openai.choices import merged_chunks
 from clika_runtime.server.openai.logprobs import TokenText, chat_logprobs
+from clika_runtime.server.openai.protocol import CompletionRequest, parse_chat, parse_completion
 from clika_runtime.server.openai.shapes import (
     DONE,
     ChatChunks,
@@ -32,7 +33,6 @@ from clika_runtime.server.openai.shapes import (
     new_id,
     sse,
 )
-from clika_runtime.server.protocol import CompletionRequest, parse_chat, parse_completion
 from clika_runtime.server.served import Served
 from clika_runtime.server.streaming import SHUTDOWN_MESSAGE, EventStream, gather, guarded
 
