@@ -15,8 +15,8 @@ import binascii
 from typing import Any
 
 from clika_runtime.chat.media_turns import split_audio
+from clika_runtime.media.content_parts import replaced_parts
 from clika_runtime.media.wav import WavError, read_wav
-from clika_runtime.server.content_parts import read_parts
 from clika_runtime.server.errors import bad_request
 
 AUDIO_FORMATS = ("wav",)
@@ -55,9 +55,9 @@ def request_audio(
     if not any(isinstance(m.get("content"), list) for m in messages):
         return messages, []
 
-    def read(part: dict[str, Any]) -> dict[str, Any]:
+    def read(part: dict[str, Any], _where: str) -> dict[str, Any]:
         if not supports_audio:
             raise bad_request(f"{part['param']}: this model takes no audio", part["param"])
         return {"type": "audio", "audio": _samples(part, sampling_rate or 16000)}
 
-    return split_audio(read_parts(messages, "input_audio", read))
+    return split_audio(replaced_parts(messages, lambda part: part.get("type") == "input_audio", read))

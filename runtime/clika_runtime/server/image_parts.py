@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from clika_runtime.chat.media_turns import split_images
+from clika_runtime.media.content_parts import replaced_parts
 from clika_runtime.media.image_files import ImageFileError, read_image_url
-from clika_runtime.server.content_parts import read_parts
 from clika_runtime.server.errors import bad_request
 
 
@@ -23,7 +23,7 @@ def request_images(
     if not any(isinstance(m.get("content"), list) for m in messages):
         return messages, []
 
-    def read(part: dict[str, Any]) -> dict[str, Any]:
+    def read(part: dict[str, Any], _where: str) -> dict[str, Any]:
         where = part["param"]
         if not supports_vision:
             raise bad_request(f"{where}: this model reads text only; it takes no images", where)
@@ -33,4 +33,4 @@ def request_images(
             raise bad_request(str(exc), where) from None
         return {"type": "image", "image": pixels}
 
-    return split_images(read_parts(messages, "image_url", read))
+    return split_images(replaced_parts(messages, lambda part: part.get("type") == "image_url", read))
