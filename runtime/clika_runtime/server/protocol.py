@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clika_runtime.chat.tool_choice import AUTO, NONE, REQUIRED, ToolChoice, tool_choice_from
-from clika_runtime.server.audio_parts import input_audio_part
 from clika_runtime.server.errors import bad_request
 from clika_runtime.server.json_input import load_json
+from clika_runtime.server.media_parts import image_url_part, input_audio_part
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -120,7 +120,7 @@ def _content_text(content: Any, param: str) -> str | list[dict[str, Any]]:
         kind = part.get("type") if isinstance(part, dict) else None
         where = f"{param}[{index}]"
         if kind == "image_url":
-            parts.append({"type": "image_url", "url": _image_url(part, where), "param": f"{where}.image_url"})
+            parts.append(image_url_part(_image_url(part, where), f"{where}.image_url"))
             continue
         if kind == "input_audio":
             parts.append(input_audio_part(part, where))
