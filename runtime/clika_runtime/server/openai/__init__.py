@@ -1,1 +1,1 @@
-"""openai."""
+"""OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models (bodies in, objects and chunks out)."""
