@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from clika_runtime.media.arguments import VideoInput
+from clika_runtime.media.content_parts import replaced_parts
 
 IMAGE_PART = "image"
 VIDEO_PART = "video"
@@ -183,19 +184,10 @@ def _split_parts(
     """The messages with each part ``holds`` accepts replaced by what ``take`` renders for it, and
     what ``take`` took from those parts, in prompt order; turns without such parts stay as they are."""
     taken: list[Any] = []
-    rendered: list[Mapping[str, Any]] = []
-    for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list) or not any(holds(part) for part in content):
-            rendered.append(message)
-            continue
-        parts = []
-        for part in content:
-            if holds(part):
-                media, shown = take(part)
-                taken.append(media)
-                parts.append(shown)
-            else:
-                parts.append(part)
-        rendered.append({**message, "content": parts})
-    return rendered, taken
+
+    def take_one(part: Mapping[str, Any], _where: str) -> dict[str, Any]:
+        media, shown = take(part)
+        taken.append(media)
+        return shown
+
+    return replaced_parts(messages, holds, take_one), taken

@@ -2,7 +2,7 @@
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
 ``POST /v1/embeddings``, ``POST /v1/responses``, ``GET /v1/models`` (and ``/v1/models/{id}``), the
-Ollama routes under ``/api/`` (see :mod:`~clika_runtime.server.ollama_routes`),
+Ollama routes under ``/api/`` (see :mod:`~clika_runtime.server.ollama.routes`),
 ``GET /health``, ``GET /metrics``, and the chat page at ``/`` with its
 ``/api/conversations`` (see :mod:`~clika_runtime.server.web_routes`). Every refusal answers in the front end's
 error shape with its status: 400 malformed body or over-long prompt, 401
@@ -33,14 +33,14 @@ from starlette.routing import Route
 from clika_runtime.server.backend import ModelBackend
 from clika_runtime.server.boundary import ErrorBoundary
 from clika_runtime.server.conversation_routes import ConversationFile, conversation_routes
-from clika_runtime.server.embeddings_routes import embeddings_routes
+from clika_runtime.server.embeddings.routes import embeddings_routes
 from clika_runtime.server.errors import ApiError, error_payload
 from clika_runtime.server.intake import DEFAULT_MAX_BODY_BYTES, DEFAULT_READ_TIMEOUT, Intake
 from clika_runtime.server.metrics import CONTENT_TYPE, Metrics
 from clika_runtime.server.observe import Observe
-from clika_runtime.server.ollama_routes import ollama_routes
-from clika_runtime.server.openai_routes import openai_routes
-from clika_runtime.server.responses_routes import responses_routes
+from clika_runtime.server.ollama.routes import ollama_routes
+from clika_runtime.server.openai.routes import openai_routes
+from clika_runtime.server.responses.routes import responses_routes
 from clika_runtime.server.router import ModelRouter, pinned_router
 from clika_runtime.server.served import Served
 from clika_runtime.server.streaming import Closing

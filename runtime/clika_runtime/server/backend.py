@@ -38,11 +38,11 @@ from clika_runtime.engine.errors import EngineClosedError, QueueFullError, TurnE
 from clika_runtime.engine.logprobs import TokenLogprob
 from clika_runtime.grammar.vocabulary import grammar_vocabulary
 from clika_runtime.modelverse import GenerativeModel
-from clika_runtime.server.audio_parts import request_audio
 from clika_runtime.server.errors import ApiError, bad_request
-from clika_runtime.server.image_parts import request_images
+from clika_runtime.server.media_parts import request_audio, request_images
 from clika_runtime.server.prompt_bound import PromptBound
-from clika_runtime.server.protocol import REQUEST_FIELD, ChatRequest
+from clika_runtime.server.protocol import ChatRequest
+from clika_runtime.server.sampling import REQUEST_FIELD
 
 # The reply's events are the chat layer's one vocabulary (re-exported: the server's shapes read them).
 Event = ReplyEvent

@@ -1,28 +1,55 @@
-"""Reading a request before any model work: the API key, the body cap, the read timeout, bounded JSON.
+"""Reading a request before any model work: the API key, the body cap, the read timeout, bounded JSON,
+and the worker threads requests are prepared on.
 
 A body is read in full (or refused) before anything looks at it: at most
 ``max_body_bytes`` (413), within ``read_timeout`` seconds (408, so a client
 that sends half a body cannot hold a handler forever), and parsed on a worker
-thread (a few at a time, see :mod:`~clika_runtime.server.preparing`) with
+thread (a few at a time, :class:`Preparing`) with
 :func:`~clika_runtime.server.json_input.load_json`'s limits, so a
 multi-megabyte body never stops the event loop.
+
+Reading a request's JSON, checking it, rendering its chat template and
+tokenizing its prompt run on worker threads; some of that (``json.loads``,
+regex scans) holds the GIL for tens of milliseconds per megabyte without
+yielding. With every request's preparation on its own thread, a burst of large
+bodies would take turns holding the GIL and the event loop (``/health``,
+streams already decoding) would wait behind all of them; at most
+``MAX_PREPARING`` at a time, it waits behind one or two.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+import anyio.to_thread
 from starlette.requests import Request
 
 from clika_runtime.server.errors import ApiError
 from clika_runtime.server.json_input import load_json
-from clika_runtime.server.preparing import Preparing
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 30.0
+MAX_PREPARING = 2
+
+T = TypeVar("T")
+
+
+class Preparing:
+    """The worker threads requests are prepared on (created with the app, bound on first use)."""
+
+    def __init__(self, limit: int = MAX_PREPARING) -> None:
+        self.limit = limit
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    async def run(self, function: Callable[..., T], *args: Any) -> T:
+        if self._limiter is None:  # made inside the event loop, the first time it is needed
+            self._limiter = anyio.CapacityLimiter(self.limit)
+        return await anyio.to_thread.run_sync(functools.partial(function, *args), limiter=self._limiter)
 
 
 @dataclass(frozen=True)

@@ -12,20 +12,42 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
-from clika_runtime.server.backend import ReplyRun
+from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, ReplyRun, TextDelta
 from clika_runtime.server.boundary import log_fault
 from clika_runtime.server.bridge import run_events
 from clika_runtime.server.errors import ApiError
-from clika_runtime.server.shapes import Reply
 
 SHUTDOWN_MESSAGE = "the server is shutting down; the reply ends here"
+
+
+@dataclass
+class Reply:
+    """A whole reply gathered from its events (the non-streamed answer)."""
+
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    finished: Finished | None = None
+    echoed: bool = False  # text[0] is the prompt, put back by ``echo``
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning.append(event.text)
+        elif isinstance(event, CallDelta):
+            self.calls.append(event.call)
+        else:
+            self.finished = event
 
 
 class Closing:

@@ -1,4 +1,5 @@
-"""The walk over a transcript's content parts that storing media shares, whatever the kind.
+"""What storing media does to a transcript's content parts, whatever the kind (over the one walk of
+:mod:`clika_runtime.media.content_parts`).
 
 ``stored_media`` (images, video frames) and ``stored_audio`` (clips) both
 replace the media parts of a transcript (by their digests before a save, by
@@ -14,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from clika_runtime.media.content_parts import replaced_parts
+
 
 def detached_parts(
     messages: Any,
@@ -27,25 +30,6 @@ def detached_parts(
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         return messages, data
     return replaced_parts(messages, holds_data, lambda part, where: detach(part, where, data)), data
-
-
-def replaced_parts(
-    messages: Sequence[Any], wanted: Callable[[Any], bool], replace: Callable[[Mapping[str, Any], str], dict]
-) -> list[Any]:
-    """``messages`` with each content part ``wanted`` picks replaced by ``replace(part, where)``,
-    ``where`` naming it (``messages[i].content[j]``); a message with no such part is kept as it is."""
-    out = []
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list) or not any(wanted(part) for part in content):
-            out.append(message)
-            continue
-        parts = [
-            replace(part, f"messages[{i}].content[{j}]") if wanted(part) else part
-            for j, part in enumerate(content)
-        ]
-        out.append({**message, "content": parts})
-    return out
 
 
 def named_digests(

@@ -18,14 +18,13 @@ from starlette.routing import Route
 from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.server.backend import Finished, ModelBackend, ReplyRun, start_all
 from clika_runtime.server.bridge import run_events
-from clika_runtime.server.choices import merged_chunks
 from clika_runtime.server.errors import bad_request, error_body
 from clika_runtime.server.keep_alive import request_keep_alive
-from clika_runtime.server.logprob_shapes import TokenText, chat_logprobs
 from clika_runtime.server.model_entries import ModelEntry
-from clika_runtime.server.protocol import CompletionRequest, parse_chat, parse_completion
-from clika_runtime.server.served import Served
-from clika_runtime.server.shapes import (
+from clika_runtime.server.openai.choices import merged_chunks
+from clika_runtime.server.openai.logprobs import TokenText, chat_logprobs
+from clika_runtime.server.openai.protocol import CompletionRequest, parse_chat, parse_completion
+from clika_runtime.server.openai.shapes import (
     DONE,
     ChatChunks,
     CompletionChunks,
@@ -34,6 +33,7 @@ from clika_runtime.server.shapes import (
     new_id,
     sse,
 )
+from clika_runtime.server.served import Served
 from clika_runtime.server.streaming import SHUTDOWN_MESSAGE, EventStream, gather, guarded
 
 

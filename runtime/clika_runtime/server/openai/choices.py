@@ -11,7 +11,7 @@ from typing import Any
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import Event, Finished, ReplyRun
 from clika_runtime.server.bridge import run_events
-from clika_runtime.server.shapes import choices_usage
+from clika_runtime.server.openai.shapes import choices_usage
 
 Chunker = Callable[[Event], list[dict[str, Any]]]
 

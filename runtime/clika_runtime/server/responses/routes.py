@@ -14,8 +14,8 @@ from starlette.routing import Route
 
 from clika_runtime.server.backend import Finished, ReplyRun
 from clika_runtime.server.bridge import run_events
-from clika_runtime.server.responses_protocol import parse_responses
-from clika_runtime.server.responses_shapes import ResponseEvents, ResponseObject, named_sse
+from clika_runtime.server.responses.protocol import parse_responses
+from clika_runtime.server.responses.shapes import ResponseEvents, ResponseObject, named_sse
 from clika_runtime.server.served import Served
 from clika_runtime.server.streaming import SHUTDOWN_MESSAGE, EventStream, gather, guarded
 

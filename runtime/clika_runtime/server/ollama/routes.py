@@ -1,7 +1,7 @@
 """Ollama's API on the same server: ``/api/chat``, ``/api/generate``, ``/api/version`` (the models:
 ``/api/tags``, ``/api/ps``, ``/api/show``, ``/api/pull``, ``/api/delete``, ``/api/copy`` in
-:mod:`~clika_runtime.server.ollama_models`; ``/api/embed`` and ``/api/embeddings`` in
-:mod:`~clika_runtime.server.embeddings_routes`).
+:mod:`~clika_runtime.server.ollama.models`; ``/api/embed`` and ``/api/embeddings`` in
+:mod:`~clika_runtime.server.embeddings.routes`).
 
 Replies stream as NDJSON unless ``"stream": false``; errors are Ollama's
 ``{"error": "..."}`` with the HTTP status. A model answers to its name and to
@@ -23,9 +23,9 @@ from starlette.routing import Route
 from clika_runtime.server.backend import Finished, ModelBackend, ReplyRun
 from clika_runtime.server.bridge import run_events
 from clika_runtime.server.keep_alive import request_keep_alive
-from clika_runtime.server.ollama_models import ollama_model_routes
-from clika_runtime.server.ollama_protocol import GenerateRequest, parse_ollama_chat, parse_ollama_generate
-from clika_runtime.server.ollama_shapes import (
+from clika_runtime.server.ollama.models import ollama_model_routes
+from clika_runtime.server.ollama.protocol import GenerateRequest, parse_ollama_chat, parse_ollama_generate
+from clika_runtime.server.ollama.shapes import (
     MEDIA_TYPE,
     chat_line,
     chat_response,

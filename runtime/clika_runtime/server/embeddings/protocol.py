@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clika_runtime.server.errors import bad_request
-from clika_runtime.server.ollama_protocol import model_name
+from clika_runtime.server.ollama.protocol import model_name
 
 MAX_INPUTS = 2048  # OpenAI's limit per request
 ENCODING_FORMATS = ("float", "base64")

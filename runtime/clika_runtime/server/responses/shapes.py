@@ -17,7 +17,7 @@ from typing import Any
 from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
-from clika_runtime.server.shapes import Reply
+from clika_runtime.server.streaming import Reply
 
 
 def item_id(prefix: str) -> str:

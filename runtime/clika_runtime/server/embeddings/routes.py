@@ -27,7 +27,7 @@ from clika_runtime.embedding.embedder import (
     EmbeddingUnavailable,
 )
 from clika_runtime.server.backend import ModelBackend
-from clika_runtime.server.embeddings_protocol import (
+from clika_runtime.server.embeddings.protocol import (
     EmbeddingRequest,
     parse_ollama_embed,
     parse_ollama_embeddings,

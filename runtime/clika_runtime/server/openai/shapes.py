@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, field
 from typing import Any
 
-from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
-from clika_runtime.server.logprob_shapes import TokenText, chat_logprobs, completion_logprobs
+from clika_runtime.server.openai.logprobs import TokenText, chat_logprobs, completion_logprobs
+from clika_runtime.server.streaming import Reply
 
 SYSTEM_FINGERPRINT = "clika-runtime"
 DONE = b"data: [DONE]\n\n"
@@ -32,27 +31,6 @@ def usage(report: GenerationReport) -> dict[str, Any]:
         "total_tokens": report.total_tokens,
         "prompt_tokens_details": {"cached_tokens": report.cached_tokens},
     }
-
-
-@dataclass
-class Reply:
-    """A whole reply gathered from its events (the non-streamed answer)."""
-
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    calls: list[ToolCall] = field(default_factory=list)
-    finished: Finished | None = None
-    echoed: bool = False  # text[0] is the prompt, put back by ``echo``
-
-    def add(self, event: Event) -> None:
-        if isinstance(event, TextDelta):
-            self.text.append(event.text)
-        elif isinstance(event, ReasoningDelta):
-            self.reasoning.append(event.text)
-        elif isinstance(event, CallDelta):
-            self.calls.append(event.call)
-        else:
-            self.finished = event
 
 
 # -- chat completions ------------------------------------------------------------------------

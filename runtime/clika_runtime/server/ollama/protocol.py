@@ -17,18 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from clika_runtime.chat.tools.choice import AUTO, NONE, ToolChoice
 from clika_runtime.server.errors import bad_request
-from clika_runtime.server.protocol import (
-    AUTO,
-    NONE,
-    ChatRequest,
-    ToolChoice,
-    check_flag,
-    check_object,
-    check_role,
-    check_stops,
-    check_tools,
-)
+from clika_runtime.server.media_parts import image_url_part
+from clika_runtime.server.protocol import ChatRequest, check_flag, check_object, check_role, check_tools
+from clika_runtime.server.sampling import check_stops
 from clika_runtime.server.structured import ollama_constraint
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -209,10 +202,7 @@ def _image_parts(images: Any, param: str) -> list[dict[str, Any]]:
     """A message's ``images`` (base64 strings) as the image parts the backend reads."""
     if not isinstance(images, list) or not all(isinstance(image, str) and image for image in images):
         raise bad_request(f"{param} must be an array of base64-encoded images", param)
-    return [
-        {"type": "image_url", "url": f"data:image;base64,{image}", "param": f"{param}[{j}]"}
-        for j, image in enumerate(images)
-    ]
+    return [image_url_part(f"data:image;base64,{image}", f"{param}[{j}]") for j, image in enumerate(images)]
 
 
 def _message(message: Any, index: int) -> dict[str, Any]:

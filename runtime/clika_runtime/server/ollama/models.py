@@ -24,8 +24,8 @@ from starlette.routing import Route
 
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.model_entries import ModelEntry, tagged
-from clika_runtime.server.ollama_protocol import model_name
-from clika_runtime.server.ollama_shapes import MEDIA_TYPE, created_at, ndjson
+from clika_runtime.server.ollama.protocol import model_name
+from clika_runtime.server.ollama.shapes import MEDIA_TYPE, created_at, ndjson
 from clika_runtime.server.served import Served
 from clika_runtime.store import ModelError
 

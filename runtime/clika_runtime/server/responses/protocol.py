@@ -15,10 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from clika_runtime.chat.tools.choice import AUTO, NONE
 from clika_runtime.server.errors import bad_request
 from clika_runtime.server.protocol import (
-    AUTO,
-    NONE,
     ChatRequest,
     check_flag,
     check_message,
@@ -26,10 +25,10 @@ from clika_runtime.server.protocol import (
     check_object,
     check_tools,
     parse_tool_choice,
-    sampling_options,
     text_content,
     tool_list,
 )
+from clika_runtime.server.sampling import sampling_options
 from clika_runtime.server.structured import responses_constraint
 
 _TEXT_PARTS = ("input_text", "output_text", "text")

@@ -15,7 +15,7 @@ from typing import Any
 from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.server.backend import CallDelta, Event, Finished, ReasoningDelta, TextDelta
-from clika_runtime.server.shapes import Reply
+from clika_runtime.server.streaming import Reply
 
 MEDIA_TYPE = "application/x-ndjson"
 _NS = 1_000_000_000
