@@ -255,8 +255,8 @@ def flat_grid_folder(folder: Path, target: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from clika_runtime import step_graph as io
-    from clika_runtime.manifest import Manifest
+    from clika_runtime.contract import step_graph as io
+    from clika_runtime.contract.manifest import Manifest
 
     shutil.copytree(folder, target)
     manifest = Manifest.read(target)

@@ -37,12 +37,12 @@ import onnxruntime as ort
 
 from clika_runtime import modelverse
 from clika_runtime.chat.templates import ChatTemplate
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_session, session_options
+from clika_runtime.contract.paged_step_graph import PagedRow, pack_paged_step
+from clika_runtime.contract.step_graph import pack_step
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.stages import StageEvent
-from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import open_session, session_options
-from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
-from clika_runtime.step_graph import pack_step
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = "smollm2-135m-instruct"

@@ -35,7 +35,7 @@ from clika_quant.quality import (
     text_tokens,
     wiki_texts,
 )
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 VARIANTS = {
     "exact": ("int4", {}),

@@ -99,7 +99,7 @@ def _bench_source(model: str, local: LocalModel) -> list[str]:
 
 def _catalog_name_of(folder: Path) -> str | None:
     from clika_export.catalog import CATALOG
-    from clika_runtime.manifest import Manifest
+    from clika_runtime.contract.manifest import Manifest
 
     sha = Manifest.read(folder).provenance.source_sha256
     return next((item.name for item in CATALOG.values() if item.sha256 and item.sha256 == sha), None)

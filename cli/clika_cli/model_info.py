@@ -71,7 +71,7 @@ def export_entry(export: CachedExport) -> dict[str, Any]:
 def describe(local: LocalModel) -> dict[str, Any]:
     """Everything ``clika show`` prints about a pulled (or in-place) model."""
     from clika_runtime import modelverse
-    from clika_runtime.manifest import Manifest
+    from clika_runtime.contract.manifest import Manifest
 
     manifest = Manifest.read(local.folder)
     model = modelverse.load(local.folder, threads=1)

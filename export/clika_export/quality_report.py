@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from clika_export.graph.kv_int8 import calibration_ids
-from clika_runtime.manifest import Architecture
+from clika_runtime.contract.manifest import Architecture
 
 
 def parameter_count(arch: Architecture) -> int:

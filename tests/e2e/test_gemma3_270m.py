@@ -20,7 +20,7 @@ from clika_export.fetch import fetch_data, fetch_gguf
 from clika_export.verify import StepRunner, greedy
 from clika_quant.quality import wiki_texts
 from clika_runtime import modelverse
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 

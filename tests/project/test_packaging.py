@@ -92,7 +92,7 @@ def test_runtime_installs_without_torch_or_onnx(runtime_venv: Path, tmp_path: Pa
     # Run from an empty folder so nothing from the checkout can be imported by accident.
     script = (
         "import importlib.util, sys\n"
-        "import clika_runtime, clika_runtime.manifest, clika_runtime.modelverse\n"
+        "import clika_runtime, clika_runtime.contract.manifest, clika_runtime.modelverse\n"
         "assert 'torch' not in sys.modules and 'onnx' not in sys.modules, sorted(sys.modules)\n"
         "assert importlib.util.find_spec('torch') is None, 'torch got installed'\n"
         "assert importlib.util.find_spec('onnx') is None, 'onnx got installed'\n"

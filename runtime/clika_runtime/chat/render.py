@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from clika_runtime.chat.templates import ChatTemplate, plain_conversation_text
 
 if TYPE_CHECKING:
+    from clika_runtime.contract.model_folder import ModelFolder
     from clika_runtime.engine.config import GenerationConfig
-    from clika_runtime.model_folder import ModelFolder
     from clika_runtime.text.tokenizer import Tokenizer
 
 

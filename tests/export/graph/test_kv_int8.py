@@ -26,8 +26,8 @@ from clika_export.graph.kv_int8 import (
 )
 from clika_quant.quality import SequenceRunner, perplexity, text_tokens, wiki_texts
 from clika_runtime import modelverse
-from clika_runtime.manifest import Manifest, ManifestError, graph_key
-from clika_runtime.model_folder import open_model_folder
+from clika_runtime.contract.manifest import Manifest, ManifestError, graph_key
+from clika_runtime.contract.model_folder import open_model_folder
 
 PROMPT = "the int8 cache keeps a quarter of the bytes"
 
