@@ -35,7 +35,7 @@ from clika_runtime.sessions.foreign_toolkit import as_toolkit, toolkit_instructi
 from clika_runtime.sessions.results import TurnResult
 from clika_runtime.sessions.retry import RetryPolicy
 from clika_runtime.sessions.session import AsyncSession
-from clika_runtime.sessions.store import ConversationStore, InMemoryStore, checked_id
+from clika_runtime.sessions.stores.conversation_store import ConversationStore, InMemoryStore, checked_id
 from clika_runtime.sessions.tool_run import RunResult, ToolConversation
 
 if TYPE_CHECKING:

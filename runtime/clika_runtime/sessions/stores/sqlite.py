@@ -34,17 +34,22 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from clika_runtime.sessions.sqlite_audio import AUDIO, AUDIO_TABLES
-from clika_runtime.sessions.sqlite_kept_media import link, read, unlink
-from clika_runtime.sessions.sqlite_media import IMAGES, MEDIA_TABLES
-from clika_runtime.sessions.store import StoreError, checked_id, decode_messages, encode_messages
-from clika_runtime.sessions.stored_audio import (
+from clika_runtime.sessions.stores.conversation_store import (
+    StoreError,
+    checked_id,
+    decode_messages,
+    encode_messages,
+)
+from clika_runtime.sessions.stores.sqlite_audio import AUDIO, AUDIO_TABLES
+from clika_runtime.sessions.stores.sqlite_kept_media import link, read, unlink
+from clika_runtime.sessions.stores.sqlite_media import IMAGES, MEDIA_TABLES
+from clika_runtime.sessions.stores.stored_audio import (
     MAX_STORED_AUDIO_BYTES,
     attach_audio,
     audio_digests,
     detach_audio,
 )
-from clika_runtime.sessions.stored_media import (
+from clika_runtime.sessions.stores.stored_media import (
     MAX_STORED_IMAGE_BYTES,
     StoredImageError,
     attach_images,
@@ -73,7 +78,7 @@ _T = TypeVar("_T")
 
 
 class SQLiteStore:
-    """A :class:`~clika_runtime.sessions.store.ConversationStore` in a SQLite file (created when absent).
+    """A :class:`~clika_runtime.sessions.stores.conversation_store.ConversationStore` in a SQLite file (created when absent).
 
     ::
 
