@@ -108,7 +108,7 @@ def model_folder(args: argparse.Namespace) -> Path:
         ensure_paged_graph(Path(args.model))
         return Path(args.model)
     from clika_export.api import cached_export
-    from clika_export.fetch import fetch_gguf
+    from clika_export.pull.fetch import fetch_gguf
 
     return cached_export(fetch_gguf(DEFAULT_MODEL, progress=False), args.precision, progress=False)
 

@@ -179,7 +179,7 @@ def main() -> None:
 
 
 def run(args, variants: dict, work: Path) -> dict:
-    from clika_export.fetch import fetch_data, fetch_gguf
+    from clika_export.pull.fetch import fetch_data, fetch_gguf
     from clika_quant.quality import text_tokens, wiki_texts
 
     def open_runner(folder, threads):
@@ -335,7 +335,7 @@ def quality(reference, runner, eval_tokens, calib_tokens, prompts, ref_tokens, a
 
 
 def question_set(count: int):
-    from clika_export.fetch import fetch_data
+    from clika_export.pull.fetch import fetch_data
     from clika_quant.answers import DATA_ITEM, capital_questions
 
     return capital_questions(fetch_data(DATA_ITEM, progress=False), count)

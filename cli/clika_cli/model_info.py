@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from clika_export.catalog import CATALOG, GGUF, CatalogItem, default_model
+from clika_export.pull.catalog import CATALOG, GGUF, CatalogItem, default_model
 from clika_runtime.store import PRECISIONS, CachedExport, LocalModel, cached_exports, human_size
 
 

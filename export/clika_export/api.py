@@ -429,7 +429,7 @@ def cached_export(
     ``sha256`` may be passed when already known (a fetched file) to skip hashing the source.
     ``mmproj``: as ``export``'s; the key holds its sha256 too.
     """
-    from clika_export.fetch import cache_root
+    from clika_export.pull.fetch import cache_root
 
     vision = file_sha256(Path(mmproj)) if mmproj is not None else None
     key = cache_key(sha256 or source_sha256(source), precision, context_window, builder, vision)

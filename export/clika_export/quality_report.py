@@ -71,7 +71,7 @@ def choose_bits_by_sensitivity(
 
 def measure_answers(folder: Path, count: int, *, threads: int | None) -> dict[str, Any]:
     """Answer accuracy of the folder on the first ``count`` questions of the catalog's set."""
-    from clika_export.fetch import fetch_data
+    from clika_export.pull.fetch import fetch_data
     from clika_quant import answers, quality
 
     questions = answers.capital_questions(fetch_data(answers.DATA_ITEM, progress=False), count)

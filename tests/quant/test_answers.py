@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from clika_export import catalog
-from clika_export.fetch import fetch_data
+from clika_export.pull import catalog
+from clika_export.pull.fetch import fetch_data
 from clika_quant import answers
 from clika_quant.answers import AnswerSetError, Question, capital_questions, is_correct, normalize
 
