@@ -24,8 +24,8 @@ from clika_runtime.sessions.run_result import RunResult
 from clika_runtime.sessions.turn import TurnStream
 
 
-class AsyncSession(Protocol):
-    """What the loop needs of an async session (``clika_runtime.sessions.session.AsyncSession``)."""
+class ToolRunHost(Protocol):
+    """The session a tool run drives: what the loop needs of it (``sessions.session.AsyncSession`` is one)."""
 
     @property
     def session_id(self) -> str: ...
@@ -62,7 +62,7 @@ class SessionConversation:
 
     def __init__(
         self,
-        session: AsyncSession,
+        session: ToolRunHost,
         cancel: asyncio.Event | None,
         turn_options: Mapping[str, Any],
         on_event: Callable[[Event], Any] | None = None,
@@ -111,7 +111,7 @@ class SessionConversation:
 
 
 async def run_on_session(
-    session: AsyncSession,
+    session: ToolRunHost,
     prompt: str,
     toolkit: Toolkit,
     *,
@@ -182,7 +182,7 @@ class ToolConversation:
 
     def __init__(
         self,
-        session: AsyncSession,
+        session: ToolRunHost,
         toolkit: Toolkit,
         *,
         cancel: asyncio.Event | None = None,
@@ -200,7 +200,7 @@ class ToolConversation:
         self._retry = retry
 
     @property
-    def session(self) -> AsyncSession:
+    def session(self) -> ToolRunHost:
         return self._session
 
     @property
