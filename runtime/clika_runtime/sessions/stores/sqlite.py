@@ -14,11 +14,11 @@ being misread, before anything is written to it. A damaged file (a corrupt page,
 a row that is not a transcript) raises ``StoreError``.
 
 Images a transcript's turns carry are kept once each, by their sha256, in the
-``media`` table (``sessions.stored_media``): the transcript names them, a link
+``media`` table (``stored_media``): the transcript names them, a link
 table says which conversations use which, and an image no conversation uses
 any more is deleted in the transaction that dropped its last use. Audio clips
-are kept the same way in tables of their own (``sessions.stored_audio``,
-schema 3); ``sessions.sqlite_kept_media`` keeps both kinds. A file of an older schema (1: no media tables, 2: no audio tables)
+are kept the same way in tables of their own (``stored_audio``,
+schema 3); ``sqlite_kept_media`` keeps both kinds. A file of an older schema (1: no media tables, 2: no audio tables)
 is migrated in place when opened: the tables are added in one transaction,
 after the file was inspected read-only.
 """
