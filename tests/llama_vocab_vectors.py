@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin
 
-from clika_export.fetch import cache_root
+from clika_export.pull.fetch import cache_root
 
 SDIST_PROJECT = "llama-cpp-python"
 SDIST_NAME = "llama_cpp_python-0.3.36.tar.gz"

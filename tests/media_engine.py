@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+from clika_runtime.contract.model_folder import open_model_folder
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
@@ -12,7 +13,6 @@ from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.sequence import Request, Sequence
 from clika_runtime.engine.step_plan import StepPlan
-from clika_runtime.model_folder import open_model_folder
 
 
 class Collected:

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import open_session, session_options
-from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_session, session_options
+from clika_runtime.contract.paged_step_graph import PagedRow, pack_paged_step
 
 
 class PagedRunner:

@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from clika_runtime.manifest import FORMAT_VERSION, Manifest
-from clika_runtime.rope_tables import computed_initializers
+from clika_runtime.contract.manifest import FORMAT_VERSION, Manifest
+from clika_runtime.contract.rope_tables import computed_initializers
 
 _ALIGNMENT = 4096
 

@@ -23,7 +23,7 @@ not parse), called (a call on an irrelevance question), error (the request faile
     python benchmarks/eval/bfcl.py qwen2.5-coder-1.5b-instruct --categories simple_python multiple parallel \\
         parallel_multiple irrelevance --limit 20 --out bfcl-1.5b.json
 
-The data comes from ``clika_export.fetch.fetch_data("bfcl")``; the model is a
+The data comes from ``clika_export.pull.fetch.fetch_data("bfcl")``; the model is a
 catalog name or a .gguf file (exported once and cached, ``--precision``), or a
 model folder.
 """
@@ -262,7 +262,7 @@ def open_model(name: str, precision: str, threads: int) -> tuple[modelverse.Gene
     if path.is_dir():
         return modelverse.load(path, threads=threads), str(path)
     from clika_export.api import cached_export
-    from clika_export.fetch import fetch_gguf
+    from clika_export.pull.fetch import fetch_gguf
 
     gguf = path if path.suffix == ".gguf" else fetch_gguf(name, progress=False)
     folder = cached_export(gguf, precision=precision, progress=False)
@@ -347,7 +347,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write every graded reply here (JSON)")
     args = parser.parse_args()
 
-    from clika_export.fetch import fetch_data
+    from clika_export.pull.fetch import fetch_data
 
     data = fetch_data("bfcl", progress=False)
     samples = {

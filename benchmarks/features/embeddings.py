@@ -26,9 +26,9 @@ import onnxruntime as ort
 
 from clika_export.graph.hidden_states import HIDDEN_NORM
 from clika_runtime import modelverse
-from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import open_session, session_options
-from clika_runtime.step_graph import HIDDEN_STATES, StepRow, pack_step
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_session, session_options
+from clika_runtime.contract.step_graph import HIDDEN_STATES, StepRow, pack_step
 from clika_runtime.store import resolve
 
 WORDS = (

@@ -27,8 +27,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from clika_runtime import modelverse
-from clika_runtime import step_graph as io
-from clika_runtime.manifest import MANIFEST_FILE, Manifest
+from clika_runtime.contract import step_graph as io
+from clika_runtime.contract.manifest import MANIFEST_FILE, Manifest
 from clika_runtime.store import resolve
 
 EMBEDDINGS = "/model/embed_tokens/Gather/output_0"
@@ -91,9 +91,9 @@ def _add_media(graph: onnx.GraphProto, hidden: int) -> None:
 def step_times(folders: dict[str, Path], mode: str, kv_dtype: str, calls: int, threads: int | None) -> None:
     """Per-call time of one decode step (one row, 256 cached positions) on each graph, the calls
     interleaved in blocks of 10 so that both see the same load."""
-    from clika_runtime.model_folder import open_model_folder
-    from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
-    from clika_runtime.step_graph import pack_step, text_only_media
+    from clika_runtime.contract.model_folder import open_model_folder
+    from clika_runtime.contract.paged_step_graph import PagedRow, pack_paged_step
+    from clika_runtime.contract.step_graph import pack_step, text_only_media
 
     runs = {}
     for name, folder in folders.items():
@@ -139,7 +139,7 @@ def media_share(folder: Path, mode: str, kv_dtype: str, calls: int, threads: int
     share of the time spent in every node (a ratio that the machine's load hardly moves)."""
     import json
 
-    from clika_runtime.model_folder import open_session, session_options
+    from clika_runtime.contract.model_folder import open_session, session_options
 
     manifest = Manifest.read(folder)
     graph = manifest.graphs[f"{mode}:int8" if kv_dtype == "int8" else mode]
@@ -150,16 +150,16 @@ def media_share(folder: Path, mode: str, kv_dtype: str, calls: int, threads: int
     arch, kv = manifest.architecture, graph.kv
     dtype = np.int8 if kv.dtype == "int8" else np.float32
     if mode == "paged":
-        from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
+        from clika_runtime.contract.paged_step_graph import PagedRow, pack_paged_step
 
         shape = (arch.num_kv_heads, 8, kv.block_size, arch.head_dim)
         feeds = pack_paged_step([PagedRow(256, [42], list(range(8)))], block_size=kv.block_size).feeds()
     else:
-        from clika_runtime.step_graph import pack_step
+        from clika_runtime.contract.step_graph import pack_step
 
         shape = (1, arch.num_kv_heads, 512, arch.head_dim)
         feeds = pack_step([(256, [42], False)]).feeds()
-    from clika_runtime.step_graph import text_only_media
+    from clika_runtime.contract.step_graph import text_only_media
 
     feeds = {**feeds, **text_only_media(session.get_inputs())}
     for layer in range(arch.num_layers):

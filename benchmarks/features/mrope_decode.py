@@ -30,8 +30,8 @@ from clika_export.graph import mrope
 from clika_export.graph.builder import GraphBuilder
 from clika_export.graph.decoder_spec import DecoderSpec
 from clika_runtime import modelverse
-from clika_runtime import step_graph as io
-from clika_runtime.manifest import MANIFEST_FILE, Manifest
+from clika_runtime.contract import step_graph as io
+from clika_runtime.contract.manifest import MANIFEST_FILE, Manifest
 from clika_runtime.store import resolve
 
 PROMPT = (

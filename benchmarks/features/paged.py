@@ -37,12 +37,12 @@ import onnxruntime as ort
 
 from clika_runtime import modelverse
 from clika_runtime.chat.templates.chat_template import ChatTemplate
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_session, session_options
+from clika_runtime.contract.paged_step_graph import PagedRow, pack_paged_step
+from clika_runtime.contract.step_graph import pack_step
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.stages import StageEvent
-from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import open_session, session_options
-from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
-from clika_runtime.step_graph import pack_step
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -108,7 +108,7 @@ def model_folder(args: argparse.Namespace) -> Path:
         ensure_paged_graph(Path(args.model))
         return Path(args.model)
     from clika_export.api import cached_export
-    from clika_export.fetch import fetch_gguf
+    from clika_export.pull.fetch import fetch_gguf
 
     return cached_export(fetch_gguf(DEFAULT_MODEL, progress=False), args.precision, progress=False)
 

@@ -29,11 +29,11 @@ import onnx
 from onnx import numpy_helper
 
 from clika_runtime import modelverse
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_model_folder
+from clika_runtime.contract.rope import cos_sin_caches
+from clika_runtime.contract.rope_tables import computed_initializers
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import open_model_folder
-from clika_runtime.rope import cos_sin_caches
-from clika_runtime.rope_tables import computed_initializers
 from clika_runtime.store.cache import exports_dir
 
 PROMPTS = ("The capital of France is", "def fib(n):", "Once upon a time, in a land far away")

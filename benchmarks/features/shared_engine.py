@@ -41,7 +41,7 @@ REPLY_TOKENS = 48
 def model_folder(precision: str) -> Path:
     """SmolLM2-135M-Instruct (the GGUF the tests fetch, sha256-checked) exported at ``precision``, cached."""
     from clika_export.api import cached_export
-    from clika_export.fetch import fetch_gguf
+    from clika_export.pull.fetch import fetch_gguf
 
     return cached_export(fetch_gguf("smollm2-135m-instruct", progress=False), precision, progress=False)
 

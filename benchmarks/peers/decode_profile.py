@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import open_session
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_session
 
 CAPACITY = 512  # the KV buffer's positions at least (steps write positions ``past`` onwards only)
 

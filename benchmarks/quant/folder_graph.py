@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clika_runtime.manifest import Manifest, graph_key
+from clika_runtime.contract.manifest import Manifest, graph_key
 
 
 def continuous_graph(folder: Path) -> Path:

@@ -179,7 +179,7 @@ def main() -> None:
 
 
 def run(args, variants: dict, work: Path) -> dict:
-    from clika_export.fetch import fetch_data, fetch_gguf
+    from clika_export.pull.fetch import fetch_data, fetch_gguf
     from clika_quant.quality import text_tokens, wiki_texts
 
     def open_runner(folder, threads):
@@ -245,7 +245,7 @@ def runner_for(folder: Path, threads: int, spinning: bool, config: dict[str, str
     import dataclasses
 
     from clika_quant.quality import SequenceRunner
-    from clika_runtime.model_folder import open_model_folder, open_session, session_options
+    from clika_runtime.contract.model_folder import open_model_folder, open_session, session_options
 
     opened = open_model_folder(folder, threads=threads, allow_spinning=spinning)
     if config:
@@ -259,7 +259,7 @@ def runner_for(folder: Path, threads: int, spinning: bool, config: dict[str, str
 
 def export_reference(source: Path, work: Path) -> Path:
     from clika_export.api import export
-    from clika_runtime.manifest import Manifest, ManifestError
+    from clika_runtime.contract.manifest import Manifest, ManifestError
 
     folder = work / f"{source.stem}-fp32"
     try:
@@ -273,7 +273,7 @@ def quantized_folder(source: Path, reference_folder: Path, work: Path, name: str
     """A copy of the reference quantized as ``variant`` (kept in ``work`` under its options' text)."""
     from clika_export.api import read_source
     from clika_quant import quantize_model
-    from clika_runtime.manifest import Manifest
+    from clika_runtime.contract.manifest import Manifest
 
     precision, options = variant
     folder = work / f"{source.stem}-{name}"
@@ -335,7 +335,7 @@ def quality(reference, runner, eval_tokens, calib_tokens, prompts, ref_tokens, a
 
 
 def question_set(count: int):
-    from clika_export.fetch import fetch_data
+    from clika_export.pull.fetch import fetch_data
     from clika_quant.answers import DATA_ITEM, capital_questions
 
     return capital_questions(fetch_data(DATA_ITEM, progress=False), count)
@@ -643,7 +643,7 @@ def search(reference, base_folder: Path, calib_tokens: list[int], args) -> list[
     """Calibration KL of the base and of each single level-0 placement of 4-bit weights."""
     import onnx
 
-    from clika_runtime.model_folder import open_model_folder
+    from clika_runtime.contract.model_folder import open_model_folder
 
     model = onnx.load(str(continuous_graph(base_folder)), load_external_data=False)
     opened = open_model_folder(base_folder, threads=args.threads)
@@ -672,7 +672,7 @@ def search(reference, base_folder: Path, calib_tokens: list[int], args) -> list[
 
 def level_units(model, folder: Path) -> list[tuple[str, int, str]]:
     """(role, layer, node name) of every 4-bit MatMulNBits of a layer."""
-    from clika_runtime.manifest import Manifest
+    from clika_runtime.contract.manifest import Manifest
 
     scopes = {}
     for info in Manifest.read(folder).precision["matrices"].values():
@@ -698,7 +698,7 @@ def variant_runner(model, opened, level0: set[str], threads: int):
     import onnx
 
     from clika_quant.quality import SequenceRunner
-    from clika_runtime.model_folder import open_session, session_options
+    from clika_runtime.contract.model_folder import open_session, session_options
 
     variant = onnx.ModelProto()
     variant.CopyFrom(model)

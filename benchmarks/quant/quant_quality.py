@@ -25,7 +25,7 @@ from pathlib import Path
 from folder_graph import continuous_graph
 
 from clika_export.api import export, read_source
-from clika_export.fetch import fetch_data, fetch_gguf
+from clika_export.pull.fetch import fetch_data, fetch_gguf
 from clika_quant import quantize_model
 from clika_quant.quality import (
     greedy_agreement,
@@ -35,7 +35,7 @@ from clika_quant.quality import (
     text_tokens,
     wiki_texts,
 )
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 VARIANTS = {
     "exact": ("int4", {}),

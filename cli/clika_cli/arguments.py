@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from clika_export.catalog import CATALOG, default_model
+from clika_export.pull.catalog import CATALOG, default_model
 from clika_runtime.store.names import read_record
 
 NAME_MAX = 255  # bytes in one file name (one path component) on the file systems we run on

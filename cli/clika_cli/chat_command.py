@@ -27,7 +27,7 @@ from clika_cli.common import (
     say,
 )
 from clika_cli.conversations import ConversationError, Conversations, history_file
-from clika_export.catalog import default_model
+from clika_export.pull.catalog import default_model
 
 if TYPE_CHECKING:
     from clika_runtime.modelverse import GenerativeModel

@@ -189,7 +189,7 @@ def load_model(
 ) -> GenerativeModel:
     """Load a model folder, saying how long it took; ``assistant`` names a model to attach (pulled if needed)."""
     from clika_runtime import modelverse
-    from clika_runtime.manifest import ManifestError
+    from clika_runtime.contract.manifest import ManifestError
 
     engine = engine or EngineChoice()
     began = time.perf_counter()

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clika_runtime.sessions.sqlite_store import SQLiteStore
-from clika_runtime.sessions.store import StoreError, checked_id
+from clika_runtime.sessions.stores.conversation_store import StoreError, checked_id
+from clika_runtime.sessions.stores.sqlite import SQLiteStore
 from clika_runtime.store import cache_root
 
 CHAT_HOME_ENV = "CLIKA_CHAT_HOME"  # saved chats elsewhere than next to the models

@@ -16,7 +16,7 @@ from clika_cli.common import (
     say,
     threads_option,
 )
-from clika_export.catalog import default_model
+from clika_export.pull.catalog import default_model
 from clika_runtime.store import LocalModel
 
 BENCH_SCRIPT = "peers/run.py"
@@ -83,7 +83,7 @@ def _bench_script(bench_dir: Path | None) -> Path:
 
 def _bench_source(model: str, local: LocalModel) -> list[str]:
     """The GGUF the workloads tokenize their prompts with: --model NAME or --gguf PATH."""
-    from clika_export.catalog import CATALOG
+    from clika_export.pull.catalog import CATALOG
 
     path = Path(model).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
@@ -98,8 +98,8 @@ def _bench_source(model: str, local: LocalModel) -> list[str]:
 
 
 def _catalog_name_of(folder: Path) -> str | None:
-    from clika_export.catalog import CATALOG
-    from clika_runtime.manifest import Manifest
+    from clika_export.pull.catalog import CATALOG
+    from clika_runtime.contract.manifest import Manifest
 
     sha = Manifest.read(folder).provenance.source_sha256
     return next((item.name for item in CATALOG.values() if item.sha256 and item.sha256 == sha), None)
@@ -145,7 +145,7 @@ def eval_command(
     """Measure MODEL's quality: answer accuracy on factual questions, perplexity on Wikipedia summaries,
     greedy agreement with its fp32 export."""
     try:
-        from clika_export.fetch import fetch_data
+        from clika_export.pull.fetch import fetch_data
         from clika_quant import answers, quality
     except ImportError as exc:
         raise click.ClickException(

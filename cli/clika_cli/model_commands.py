@@ -108,7 +108,7 @@ def show(model: str, precision: str | None, as_json: bool) -> None:
     """What MODEL is: architecture, context, precision and its choices, size, template, tool format,
     reasoning mode and the export's quality report (a catalog model not pulled: its catalog entry)."""
     from clika_cli.model_info import describe, first_pulled, not_pulled
-    from clika_export.catalog import CATALOG
+    from clika_export.pull.catalog import CATALOG
 
     check_model_word(model)
     local = first_pulled(model) if precision is None else None

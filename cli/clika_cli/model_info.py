@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from clika_export.catalog import CATALOG, GGUF, CatalogItem, default_model
+from clika_export.pull.catalog import CATALOG, GGUF, CatalogItem, default_model
 from clika_runtime.store import PRECISIONS, CachedExport, LocalModel, cached_exports, human_size
 
 
@@ -71,7 +71,7 @@ def export_entry(export: CachedExport) -> dict[str, Any]:
 def describe(local: LocalModel) -> dict[str, Any]:
     """Everything ``clika show`` prints about a pulled (or in-place) model."""
     from clika_runtime import modelverse
-    from clika_runtime.manifest import Manifest
+    from clika_runtime.contract.manifest import Manifest
 
     manifest = Manifest.read(local.folder)
     model = modelverse.load(local.folder, threads=1)

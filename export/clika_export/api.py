@@ -55,8 +55,7 @@ from clika_export.template_check import check_chat_template
 from clika_export.termination import terminated_as_exit
 from clika_export.verify import CHECK_PLAN, FP32_TOLERANCE, StreamingReference, check_graph, check_sequences
 from clika_runtime import __version__
-from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM
-from clika_runtime.manifest import (
+from clika_runtime.contract.manifest import (
     BUILDERS,
     COMPUTED_TABLES_VERSION,
     FORMAT_VERSION,
@@ -67,7 +66,8 @@ from clika_runtime.manifest import (
     Manifest,
     ManifestError,
 )
-from clika_runtime.step_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
+from clika_runtime.contract.step_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
+from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM
 
 # Bumped whenever the graph a given checkpoint exports to changes, so cached exports are redone.
 # 2: grid_index [rows, grid_cols] and token_cell [tokens, 2] (GatherND) replace the flat grid maps.
@@ -317,7 +317,7 @@ def _both(first: Callable[[int], None], second: Callable[[int], None] | None) ->
 
 def has_media_tower(source: Path) -> bool:
     """True for a Hugging Face folder of a multimodal family whose vision or audio tower is exported too
-    (its step graph then takes the media embeddings, ``clika_runtime.step_graph.MEDIA_INPUTS``)."""
+    (its step graph then takes the media embeddings, ``clika_runtime.contract.step_graph.MEDIA_INPUTS``)."""
     if not is_hf_folder(source):
         return False
     try:
@@ -429,7 +429,7 @@ def cached_export(
     ``sha256`` may be passed when already known (a fetched file) to skip hashing the source.
     ``mmproj``: as ``export``'s; the key holds its sha256 too.
     """
-    from clika_export.fetch import cache_root
+    from clika_export.pull.fetch import cache_root
 
     vision = file_sha256(Path(mmproj)) if mmproj is not None else None
     key = cache_key(sha256 or source_sha256(source), precision, context_window, builder, vision)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from clika_runtime.manifest import Architecture
+from clika_runtime.contract.manifest import Architecture
 
 
 class CheckpointError(ValueError):

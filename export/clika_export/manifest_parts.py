@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from clika_runtime import __version__
-from clika_runtime.manifest import Provenance, TokenizerSpec
+from clika_runtime.contract.manifest import Provenance, TokenizerSpec
 
 TOOL = "clika_export"
 TOKENIZER_FILE = "tokenizer.json"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from clika_export.graph.kv_int8 import calibration_ids
-from clika_runtime.manifest import Architecture
+from clika_runtime.contract.manifest import Architecture
 
 
 def parameter_count(arch: Architecture) -> int:
@@ -71,7 +71,7 @@ def choose_bits_by_sensitivity(
 
 def measure_answers(folder: Path, count: int, *, threads: int | None) -> dict[str, Any]:
     """Answer accuracy of the folder on the first ``count`` questions of the catalog's set."""
-    from clika_export.fetch import fetch_data
+    from clika_export.pull.fetch import fetch_data
     from clika_quant import answers, quality
 
     questions = answers.capital_questions(fetch_data(answers.DATA_ITEM, progress=False), count)

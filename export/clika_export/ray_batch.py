@@ -38,7 +38,7 @@ class BatchResult:
 def export_one(source: str, out_dir: str, options: ExportOptions) -> tuple[str, bool]:
     """Export ``source`` into ``out_dir/<key>`` unless that folder is whole already: (key, cached)."""
     from clika_export.api import cache_key, export, source_sha256
-    from clika_runtime.manifest import Manifest, ManifestError
+    from clika_runtime.contract.manifest import Manifest, ManifestError
 
     key = cache_key(source_sha256(source), options.precision, options.context_window, options.builder)
     folder = Path(out_dir) / key

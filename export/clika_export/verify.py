@@ -23,9 +23,9 @@ import onnxruntime as ort
 from clika_export.checkpoint import Checkpoint
 from clika_export.graph.decoder_spec import DecoderSpec, LayerSpec
 from clika_export.graph.rope import inverse_frequencies
-from clika_runtime.manifest import Architecture, Manifest
-from clika_runtime.model_folder import open_session, session_options
-from clika_runtime.step_graph import (
+from clika_runtime.contract.manifest import Architecture, Manifest
+from clika_runtime.contract.model_folder import open_session, session_options
+from clika_runtime.contract.step_graph import (
     LOGITS,
     PAST_KEY,
     PAST_VALUE,

@@ -23,8 +23,8 @@ import numpy as np
 import onnxruntime as ort
 
 from clika_runtime.chat.templates.chat_template import ChatTemplate
-from clika_runtime.model_folder import ModelFolder, open_model_folder
-from clika_runtime.step_graph import GridLayout, grid_layout, pack_step, text_only_media
+from clika_runtime.contract.model_folder import ModelFolder, open_model_folder
+from clika_runtime.contract.step_graph import GridLayout, grid_layout, pack_step, text_only_media
 
 # Fixed prompts for greedy agreement: short, varied, answerable by a small chat model.
 CHAT_PROMPTS = (

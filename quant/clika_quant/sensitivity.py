@@ -132,7 +132,7 @@ class Probe:
 
     def logits_of(self, model: onnx.ModelProto) -> np.ndarray:
         """The calibration logits of a variant of the folder's graph (its weights in the folder)."""
-        from clika_runtime.model_folder import open_session, session_options
+        from clika_runtime.contract.model_folder import open_session, session_options
 
         path = self.folder / PROBE_FILE
         onnx.save(model, str(path))
@@ -274,7 +274,7 @@ def choose_levels(
     """Measure, choose and apply: the folder's graph gets the chosen levels; returns the new record.
 
     ``on_probe(total=N)`` is told after each graph variant ran, with how many the pass runs at most."""
-    from clika_runtime.model_folder import open_model_folder
+    from clika_runtime.contract.model_folder import open_model_folder
 
     folder = Path(folder)
     opened = open_model_folder(folder, threads=threads, allow_spinning=False)

@@ -129,7 +129,7 @@ def choose_bits(
     ``on_probe(total=N)`` is told after each graph variant ran (N: the reference, each candidate
     and the mix; more when the mix is cut back)."""
     from clika_quant.quality import SequenceRunner
-    from clika_runtime.model_folder import open_model_folder
+    from clika_runtime.contract.model_folder import open_model_folder
 
     folder = Path(folder)
     opened = open_model_folder(folder, threads=threads, allow_spinning=False)

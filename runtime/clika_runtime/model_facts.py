@@ -21,6 +21,8 @@ from clika_runtime.chat.media_turns import attach_audio, attach_images
 from clika_runtime.chat.model import reasoning_mode, supports_tools
 from clika_runtime.chat.templates.chat_template import ChatTemplate
 from clika_runtime.chat.templates.render import folder_template, render_prompt
+from clika_runtime.contract.model_folder import ModelFolder, kv_identity, open_model_folder
+from clika_runtime.contract.step_graph import takes_media
 from clika_runtime.embedding.embedder import Embedder, open_embedder
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import Engine, EngineOptions
@@ -29,8 +31,6 @@ from clika_runtime.engine.stages import StageObserver
 from clika_runtime.media.arguments import VideoInput
 from clika_runtime.media.audio_prompts import AudioPrompts
 from clika_runtime.media.image_prompts import ImagePrompts
-from clika_runtime.model_folder import ModelFolder, kv_identity, open_model_folder
-from clika_runtime.step_graph import takes_media
 from clika_runtime.store.load_target import folder_to_load
 from clika_runtime.text.tokenizer import Tokenizer
 

@@ -39,7 +39,7 @@ def test_help_lists_every_command(run):
 def test_a_family_the_export_does_not_build_is_refused_by_name(run, tmp_cache, monkeypatch):
     import dataclasses
 
-    from clika_export.catalog import CATALOG
+    from clika_export.pull.catalog import CATALOG
 
     # Every family of the catalog is built: a catalog entry of another one, made here.
     falcon = dataclasses.replace(CATALOG["gemma-3-270m"], name="falcon-test", family="falcon")
@@ -106,7 +106,7 @@ def test_argument_errors_say_which_word_was_read_as_what(run, tiny_llama_model):
 
 
 def test_one_word_that_names_a_pulled_model_is_the_model(run, tiny_gguf):
-    from clika_export.pull import source_sha256
+    from clika_export.pull.puller import source_sha256
     from clika_runtime.store.names import NameRecord, write_record
 
     gguf = tiny_gguf("tiny.gguf").path
@@ -241,7 +241,7 @@ def test_pulling_the_default_model_twice_does_the_work_once(smollm2_gguf):
 
 @pytest.mark.slow
 def test_one_word_that_names_no_model_is_the_prompt_of_the_default_model(smollm2_gguf):
-    from clika_export.catalog import default_model
+    from clika_export.pull.catalog import default_model
 
     runner = CliRunner()
     options = ["--max-tokens", "12", "--temperature", "0"]
@@ -278,7 +278,7 @@ def test_rm_of_a_cache_entry_that_is_a_symlink_removes_the_link_only(run, tmp_ca
 def test_list_and_show_as_json(run, tiny_gguf, tmp_cache):
     import json
 
-    from clika_export.catalog import default_model
+    from clika_export.pull.catalog import default_model
 
     assert json.loads(run("list", "--json").stdout) == []
     gguf = tiny_gguf("tiny.gguf").path

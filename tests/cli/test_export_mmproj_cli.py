@@ -8,7 +8,7 @@ from mmproj_files import write_idefics3_pair, write_qwen2_vl_mmproj
 from vision_helpers import build_qwen2_vl
 
 from clika_cli.export_command import export_command
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from support.lazy import torch
 
 from clika_export.api import cached_export
 from clika_export.verify import FP32_TOLERANCE, StepRunner, greedy, relative_error
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 

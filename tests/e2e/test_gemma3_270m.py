@@ -16,11 +16,11 @@ import pytest
 from support.lazy import torch
 
 from clika_export.api import cached_export
-from clika_export.fetch import fetch_data, fetch_gguf
+from clika_export.pull.fetch import fetch_data, fetch_gguf
 from clika_export.verify import StepRunner, greedy
 from clika_quant.quality import wiki_texts
 from clika_runtime import modelverse
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 

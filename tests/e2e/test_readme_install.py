@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from repo_paths import REPO
 
-from clika_export.catalog import default_model
+from clika_export.pull.catalog import default_model
 
 
 def readme_first_command() -> str:

@@ -14,7 +14,7 @@ from clika_export.graph.kv_int8 import calibration_ids
 from clika_quant.options import QuantOptions
 from clika_quant.quality import open_runner
 from clika_quant.sensitivity import CALIBRATION_TOKENS, EXACT, mean_kl, places_of, set_levels
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from gguf import GGUFValueType
 from clika_export.api import DEFAULT_MAX_CONTEXT, MAX_CONTEXT_WINDOW, ExportError, export
 from clika_export.checkpoint import CheckpointError
 from clika_export.readers.hf import read_hf
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 HUGE = 1 << 24
 

@@ -13,7 +13,7 @@ from clika_export.api import ExportError, cache_key, cached_export, export, sour
 from clika_export.checkpoint import CheckpointError
 from clika_export.readers.hf import folder_sha256
 from clika_runtime import __version__
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 
 def test_the_written_folder(tiny_llama_hf: Path, tiny_llama_model: Path) -> None:

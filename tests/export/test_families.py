@@ -24,7 +24,7 @@ from support.lazy import torch
 from clika_export.api import export
 from clika_export.graph.paged_graph import derive_paged_graph
 from clika_export.verify import FP32_TOLERANCE, StepRunner, greedy, relative_error
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 PAGED_BLOCK = 4
 PAGED_FILE = "model_paged_b4.onnx"
@@ -235,7 +235,7 @@ def test_windowed_layers_with_prefix_reuse_in_the_engine(family, kv_mode, make_t
 def test_the_int8_kv_cache_follows_the_float_one(exported: Exported) -> None:
     """The int8-cache twin (windows and soft-caps kept) over a prompt past the window, then decode steps."""
     from clika_quant.quality import SequenceRunner
-    from clika_runtime.model_folder import open_model_folder
+    from clika_runtime.contract.model_folder import open_model_folder
 
     runners = [
         SequenceRunner(open_model_folder(exported.folder, kv_dtype=dtype, threads=1), capacity=64)

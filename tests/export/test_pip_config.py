@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clika_export.pip_config import DEFAULT_INDEX, PipConfigError, config_files, read_index_config
+from clika_export.pull.pip_config import DEFAULT_INDEX, PipConfigError, config_files, read_index_config
 
 
 def _write(path: Path, text: str) -> Path:

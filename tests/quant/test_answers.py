@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from clika_export import catalog
-from clika_export.fetch import fetch_data
+from clika_export.pull import catalog
+from clika_export.pull.fetch import fetch_data
 from clika_quant import answers
 from clika_quant.answers import AnswerSetError, Question, capital_questions, is_correct, normalize
 
@@ -54,7 +54,7 @@ def test_unreadable_country_files_are_named(tmp_path: Path):
 
 def test_an_export_can_record_its_answer_accuracy(tiny_llama_hf: Path, tmp_path: Path):
     from clika_export.api import export
-    from clika_runtime.manifest import Manifest
+    from clika_runtime.contract.manifest import Manifest
 
     folder = export(tiny_llama_hf, tmp_path / "model", progress=False, answers=4)
     recorded = Manifest.read(folder).quality["answers"]

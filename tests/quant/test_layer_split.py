@@ -94,7 +94,7 @@ def weight_bytes(folder) -> int:
 def test_a_split_export_is_smaller_and_decodes_the_same(tiny_exports):
     from clika_export.graph.kv_int8 import calibration_ids
     from clika_quant.quality import open_runner
-    from clika_runtime.manifest import Manifest
+    from clika_runtime.contract.manifest import Manifest
 
     sizes = {n: weight_bytes(tiny_exports[n]) for n in ("split", "eight")}
     assert sizes["split"] < 0.9 * sizes["eight"]

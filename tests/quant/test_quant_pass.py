@@ -12,8 +12,8 @@ import pytest
 from clika_export.api import export, read_source
 from clika_quant import QuantError, quantize_model
 from clika_quant.quality import logits_error, open_runner
-from clika_runtime.manifest import Manifest, graph_key
-from clika_runtime.model_folder import open_model_folder
+from clika_runtime.contract.manifest import Manifest, graph_key
+from clika_runtime.contract.model_folder import open_model_folder
 
 TOKENS = [256, 72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100, 33, 10, 84, 104, 101, 32, 99, 97, 116]
 

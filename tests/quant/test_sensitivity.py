@@ -11,8 +11,8 @@ from clika_export.graph.kv_int8 import calibration_ids
 from clika_quant.options import QuantError, QuantOptions
 from clika_quant.quality import open_runner
 from clika_quant.sensitivity import CALIBRATION_TOKENS, Place, choose, groups_of, mean_kl
+from clika_runtime.contract.manifest import Manifest
 from clika_runtime.kernels.gguf_matmul import OP_TYPE, PRECISION_LEVELS
-from clika_runtime.manifest import Manifest
 
 MIXED = {"sensitivity_budget": 0.5, "sensitivity_target_kl": 0.0}
 
@@ -130,7 +130,7 @@ def test_bad_sensitivity_options_are_named():
 
 def test_only_models_up_to_the_size_limit_get_the_pass():
     from clika_export.quality_report import parameter_count, wants_sensitivity
-    from clika_runtime.manifest import Architecture
+    from clika_runtime.contract.manifest import Architecture
 
     def arch(**fields):
         base = dict(

@@ -11,7 +11,7 @@ from clika_export.graph.kv_int8 import calibration_ids
 from clika_quant.options import QuantError, QuantOptions
 from clika_quant.quality import open_runner
 from clika_quant.sensitivity import CALIBRATION_TOKENS, mean_kl
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 # The accuracy-level pass is left out so the bits pass's figures are the folder's own.
 # The 8-bit MatMulNBits form the requantizing pass starts from (a requantizing export writes it).

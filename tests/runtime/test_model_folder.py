@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clika_runtime.manifest import Manifest, ManifestError
-from clika_runtime.model_folder import open_model_folder, session_options
-from clika_runtime.step_graph import pack_step
+from clika_runtime.contract.manifest import Manifest, ManifestError
+from clika_runtime.contract.model_folder import open_model_folder, session_options
+from clika_runtime.contract.step_graph import pack_step
 
 
 def _copy(folder: Path, tmp_path: Path) -> Path:

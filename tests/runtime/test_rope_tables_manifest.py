@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from clika_runtime.manifest import Manifest, ManifestError
-from clika_runtime.model_folder import open_model_folder
-from clika_runtime.rope_tables import MAX_POSITIONS, MAX_TABLE_BYTES
+from clika_runtime.contract.manifest import Manifest, ManifestError
+from clika_runtime.contract.model_folder import open_model_folder
+from clika_runtime.contract.rope_tables import MAX_POSITIONS, MAX_TABLE_BYTES
 
 
 def _folder_with(tiny_llama_model: Path, tmp_path: Path, change: Callable[[dict], None]) -> Path:

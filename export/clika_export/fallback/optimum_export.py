@@ -29,14 +29,14 @@ from clika_export.manifest_parts import TEMPLATE_FILE, provenance, tokenizer_spe
 from clika_export.progress import Progress
 from clika_export.readers.hf import model_type, read_config, text_parts
 from clika_export.template_check import check_chat_template
-from clika_runtime.manifest import (
+from clika_runtime.contract.manifest import (
     OPTIMUM_BUILDER,
     Architecture,
     GraphSpec,
     KVSpec,
     Manifest,
 )
-from clika_runtime.past_kv_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
+from clika_runtime.contract.past_kv_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 
 MODEL_FILE = "model.onnx"
 DEFAULT_MAX_CONTEXT = 32768

@@ -1,7 +1,7 @@
 """Run optimum's ONNX exporter on a Hugging Face folder, in a subprocess on the pinned toolchain.
 
 ``text-generation-with-past`` gives one ``model.onnx``: a causal LM over one
-batch of sequences with the past KV as inputs (``clika_runtime.manifest``
+batch of sequences with the past KV as inputs (``clika_runtime.contract.manifest``
 describes the layout). The subprocess is bounded: a time limit, its output kept
 to its last lines, and a failure reported as one line naming the architecture
 and optimum's own error.

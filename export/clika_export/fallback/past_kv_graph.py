@@ -1,6 +1,6 @@
 """What an optimum graph takes and gives, checked against what the runtime's past-KV runner drives.
 
-The contract is ``clika_runtime.past_kv_graph``'s (the runtime's runner feeds
+The contract is ``clika_runtime.contract.past_kv_graph``'s (the runtime's runner feeds
 exactly that); a graph that wants anything else (an encoder's states, another
 cache layout) is refused by name. Also here: which initializers the weight pass quantizes.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 from onnx import helper
 
-from clika_runtime.past_kv_graph import (
+from clika_runtime.contract.past_kv_graph import (
     ATTENTION_MASK,
     INPUT_IDS,
     LOGITS,

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from clika_export.pip_config import PipConfigError, read_index_config
-from clika_export.resumable_download import DownloadError, download
-from clika_export.simple_index import PackageIndexError, connection, find_wheel
+from clika_export.pull.pip_config import PipConfigError, read_index_config
+from clika_export.pull.resumable_download import DownloadError, download
+from clika_export.pull.simple_index import PackageIndexError, connection, find_wheel
 from clika_runtime.store.cache import cache_root
 
 COMPLETE = ".clika-toolchain.json"

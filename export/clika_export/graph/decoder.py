@@ -1,7 +1,7 @@
 """The step graph of a llama-style decoder (every family of ``clika_export.families``) from fused CPU ops.
 
 One ORT call = one engine step for a batch of rows; the inputs are described
-in ``clika_runtime.step_graph``. Dataflow::
+in ``clika_runtime.contract.step_graph``. Dataflow::
 
     input_ids[T] -> Gather(embed) -> h[T, H]  (-> ScatterND(media_rows, media_embeds) with media inputs)
     per layer:   SkipSimplifiedLayerNorm(prev mlp out, residual) -> x, residual
@@ -35,8 +35,8 @@ from clika_export.graph import mrope
 from clika_export.graph.builder import MS_DOMAIN, ExternalData, GraphBuilder, save_model
 from clika_export.graph.decoder_spec import GLOBAL_ROPE, DecoderSpec, LayerSpec, RopeSpec
 from clika_export.graph.rope_placeholders import rope_table
-from clika_runtime import step_graph as io
-from clika_runtime.rope_tables import RopeTable
+from clika_runtime.contract import step_graph as io
+from clika_runtime.contract.rope_tables import RopeTable
 
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -191,7 +191,7 @@ class _DecoderBuilder:
 
     def _shared_tables(self) -> None:
         """Rotary tables (one per rope the layers use), read by every layer: empty placeholders
-        in the graph, computed when a session opens (``clika_runtime.rope_tables``)."""
+        in the graph, computed when a session opens (``clika_runtime.contract.rope_tables``)."""
         used = {layer.rope for layer in self.spec.layers if layer.rope is not None}
         self.tables: dict[str, tuple[str, str]] = {}
         tables = []

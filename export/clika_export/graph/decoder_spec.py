@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from clika_runtime.manifest import Architecture
+from clika_runtime.contract.manifest import Architecture
 
 GLOBAL_ROPE = "global"
 NORM_LAYOUTS = ("pre", "sandwich", "post")

@@ -30,8 +30,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from clika_export.graph.builder import save_model
-from clika_runtime.manifest import MANIFEST_FILE, OPTIMUM_BUILDER, GraphSpec, Manifest
-from clika_runtime.step_graph import HIDDEN_STATES
+from clika_runtime.contract.manifest import MANIFEST_FILE, OPTIMUM_BUILDER, GraphSpec, Manifest
+from clika_runtime.contract.step_graph import HIDDEN_STATES
 
 HEAD_NORM = "/model/norm/SkipSimplifiedLayerNormalization"
 HEAD_GATHERS = ("/model/norm/GatherMlp", "/model/norm/GatherResidual")

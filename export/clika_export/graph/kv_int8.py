@@ -42,9 +42,9 @@ from onnx import TensorProto, helper, numpy_helper
 from clika_export.calibration_text import CALIBRATION_MESSAGES, CALIBRATION_TEXT
 from clika_export.graph.builder import save_model
 from clika_export.graph.paged_graph import DEFAULT_BLOCK_SIZE, add_paged_graph
-from clika_runtime.manifest import MANIFEST_FILE, GraphSpec, Manifest, graph_key
-from clika_runtime.model_folder import open_session, session_options
-from clika_runtime.step_graph import GridLayout, StepRow, grid_layout, pack_step, text_only_media
+from clika_runtime.contract.manifest import MANIFEST_FILE, GraphSpec, Manifest, graph_key
+from clika_runtime.contract.model_folder import open_session, session_options
+from clika_runtime.contract.step_graph import GridLayout, StepRow, grid_layout, pack_step, text_only_media
 
 INT8_KV_MODEL_FILE = "model_kv8.onnx"
 INT8 = "int8"

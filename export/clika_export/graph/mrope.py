@@ -13,7 +13,7 @@ packed tokens, and GroupQueryAttention runs with ``do_rotary=0``::
       -> Concat(qk, v) -> qkv[T, D]
 
 A token not named by ``mrope_rows`` rotates by its KV index in all three rows, the
-plain rope (``clika_runtime.step_graph.MROPE_INPUTS``; a text run feeds them empty).
+plain rope (``clika_runtime.contract.step_graph.MROPE_INPUTS``; a text run feeds them empty).
 The cos/sin are computed from the positions in the graph, not read from a stored table.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 from clika_export.graph.builder import GraphBuilder
 from clika_export.graph.decoder_spec import GLOBAL_ROPE, DecoderSpec
 from clika_export.graph.rope import inverse_frequencies
-from clika_runtime import step_graph as io
+from clika_runtime.contract import step_graph as io
 
 MROPE_ROWS_DIM = "mrope_rows"
 # [T, 1] int64: each packed token's KV index. The paged derivation replaces the node that

@@ -29,7 +29,7 @@ pools multiplied block by block (softmax across two axes by hand) 1.00-1.09,
 and gathering then transposing into one sequence 1.5-1.8x per layer.
 
 Inputs beyond the continuous graph's ``input_ids`` and ``logits_index``
-(``clika_runtime.paged_step_graph.pack_paged_step`` builds them):
+(``clika_runtime.contract.paged_step_graph.pack_paged_step`` builds them):
 
 =========================  ==================  ==================================================
 name                       dtype, shape        meaning
@@ -64,9 +64,9 @@ import onnx
 from onnx import helper
 
 from clika_export.graph.builder import MS_DOMAIN, GraphBuilder
-from clika_runtime import paged_step_graph as io
-from clika_runtime.manifest import Architecture
-from clika_runtime.step_graph import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
+from clika_runtime.contract import paged_step_graph as io
+from clika_runtime.contract.manifest import Architecture
+from clika_runtime.contract.step_graph import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 
 # The per-layer names of the KV inputs and outputs: past key, past value, present key, present value.
 KVNames = tuple[str, str, str, str]

@@ -4,7 +4,7 @@ Every ``GroupQueryAttention`` of the continuous graph, with the grid gather
 before it and the ungrid GatherND after it (graphs exported before: a Reshape
 after the gather, a Reshape and a Gather after the attention), is replaced by
 the paged attention of ``clika_export.graph.paged_attention``; the inputs
-become the paged ones (``clika_runtime.paged_step_graph``; an M-RoPE graph keeps
+become the paged ones (``clika_runtime.contract.paged_step_graph``; an M-RoPE graph keeps
 its ``mrope_*`` inputs and reads each token's KV index from ``position_ids``); nodes and
 initializers left unread are dropped. Everything else, the weights included
 (by reference into the same external data file), is kept, so a quantized
@@ -26,9 +26,9 @@ from onnx import helper, numpy_helper
 from clika_export.graph import mrope
 from clika_export.graph.builder import GraphBuilder, save_model
 from clika_export.graph.paged_attention import STEP_KV_NAMES, AttentionSite, KVNames, PagedAttentionEmitter
-from clika_runtime import paged_step_graph as io
-from clika_runtime.manifest import MANIFEST_FILE, Architecture, GraphSpec, Manifest, graph_key
-from clika_runtime.step_graph import MROPE_INPUTS
+from clika_runtime.contract import paged_step_graph as io
+from clika_runtime.contract.manifest import MANIFEST_FILE, Architecture, GraphSpec, Manifest, graph_key
+from clika_runtime.contract.step_graph import MROPE_INPUTS
 
 PAGED_MODEL_FILE = "model_paged.onnx"
 DEFAULT_BLOCK_SIZE = 64

@@ -1,8 +1,8 @@
-"""Rotary position tables for the export: ``clika_runtime.rope``'s, with checkpoint errors.
+"""Rotary position tables for the export: ``clika_runtime.contract.rope``'s, with checkpoint errors.
 
-The math lives in the runtime (``clika_runtime.rope``, NumPy only), because a
+The math lives in the runtime (``clika_runtime.contract.rope``, NumPy only), because a
 model folder's graphs hold the tables as empty placeholders that the runtime
-computes when it opens a session (``clika_runtime.rope_tables``); this module is
+computes when it opens a session (``clika_runtime.contract.rope_tables``); this module is
 the exporter's single entry point to it and turns a bad rope into a
 ``CheckpointError`` naming it.
 
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from clika_export.checkpoint import CheckpointError
-from clika_runtime import rope
-from clika_runtime.rope import SUPPORTED_ROPE_TYPES, rope_type
+from clika_runtime.contract import rope
+from clika_runtime.contract.rope import SUPPORTED_ROPE_TYPES, rope_type
 
 __all__ = ["SUPPORTED_ROPE_TYPES", "check_rope_type", "cos_sin_caches", "inverse_frequencies", "rope_type"]
 
@@ -37,7 +37,7 @@ def check_rope_type(scaling: dict[str, Any] | None) -> None:
 def inverse_frequencies(
     rotary_dim: int, theta: float, scaling: dict[str, Any] | None, context_window: int = 0
 ) -> tuple[np.ndarray, float]:
-    """``clika_runtime.rope.inverse_frequencies``: the frequencies and the attention factor."""
+    """``clika_runtime.contract.rope.inverse_frequencies``: the frequencies and the attention factor."""
     try:
         return rope.inverse_frequencies(rotary_dim, theta, scaling, context_window)
     except rope.RopeError as exc:
@@ -47,7 +47,7 @@ def inverse_frequencies(
 def cos_sin_caches(
     positions: int, rotary_dim: int, theta: float, scaling: dict[str, Any] | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``clika_runtime.rope.cos_sin_caches``: the ``[positions, rotary_dim / 2]`` float32 tables."""
+    """``clika_runtime.contract.rope.cos_sin_caches``: the ``[positions, rotary_dim / 2]`` float32 tables."""
     try:
         return rope.cos_sin_caches(positions, rotary_dim, theta, scaling)
     except rope.RopeError as exc:

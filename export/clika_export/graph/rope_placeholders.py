@@ -2,7 +2,7 @@
 
 The step graph stores each cos/sin table as an empty ``[0, rotary_dim / 2]``
 initializer; the manifest's ``rope_tables`` says what the runtime computes it
-from (``clika_runtime.rope_tables``). Always, not by size: computing gemma-3-270m's two
+from (``clika_runtime.contract.rope_tables``). Always, not by size: computing gemma-3-270m's two
 ropes at 32,768 positions took 0.1-0.3 s and left opening its folder within
 the noise of stored tables (3.40 s against 3.05 s, and 5.10 against 5.14 s, on
 a loaded machine), while storing them costs 1-18% of a folder's bytes and
@@ -22,7 +22,7 @@ from typing import Any
 from clika_export.checkpoint import CheckpointError
 from clika_export.graph.decoder_spec import DecoderSpec
 from clika_export.graph.rope import inverse_frequencies
-from clika_runtime.rope_tables import RopeTable, RopeTableError, rope_tables_from_json
+from clika_runtime.contract.rope_tables import RopeTable, RopeTableError, rope_tables_from_json
 
 
 def rope_table(

@@ -16,7 +16,7 @@ from clika_export.checkpoint import CheckpointError
 from clika_export.graph.builder import ExternalData, GraphBuilder, save_model
 from clika_export.media.qwen2_audio_encoder import FRAMES, build_qwen2_audio, qwen2_audio_config
 from clika_export.media.vision_export import read_json, tensor_loaders_of, tower_reader
-from clika_runtime.manifest import AudioSpec, Manifest
+from clika_runtime.contract.manifest import AudioSpec, Manifest
 from clika_runtime.media.audio_features import AudioSettings
 from clika_runtime.media.audio_settings import details_of, settings_from_extractor
 from clika_runtime.media.processor_config import PROCESSOR_FILE

@@ -22,7 +22,7 @@ from clika_export.checkpoint import CheckpointError
 from clika_export.media import mmproj_idefics3, mmproj_qwen2_vl
 from clika_export.media.vision_export import write_vision_graph
 from clika_export.readers.gguf_file import GGUFFile, GGUFMetadata
-from clika_runtime.manifest import VisionSpec
+from clika_runtime.contract.manifest import VisionSpec
 from clika_runtime.media.processor_config import PROCESSOR_FILE, processor_settings
 
 # llama.cpp's projector type -> our vision family.

@@ -22,7 +22,7 @@ from clika_export.checkpoint import Checkpoint, CheckpointError
 from clika_export.media.mmproj_gguf import SUPPORTED_PROJECTORS, export_mmproj
 from clika_export.media.vision_export import attach_vision
 from clika_export.readers.gguf_file import GGUFFile, GGUFMetadata
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 # Our vision family -> the text GGUF architecture it feeds, and the token the chat template
 # spells for an image (the runtime expands it into the image's positions).

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from clika_runtime.manifest import VisionSpec
+from clika_runtime.contract.manifest import VisionSpec
 from clika_runtime.media.processor_config import PROCESSOR_FILE, ProcessorConfigError, read_processor_settings
 from clika_runtime.media.qwen2_vl import Qwen2VLSettings
 from clika_runtime.media.qwen2_vl_video import VIDEO_PROCESSOR_FILE, read_video_settings

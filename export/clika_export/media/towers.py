@@ -11,7 +11,7 @@ from pathlib import Path
 
 from clika_export.media.audio_export import attach_audio, export_audio
 from clika_export.media.vision_export import attach_vision, export_vision, read_json
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 _AUDIO_FAMILIES = ("qwen2_audio",)
 

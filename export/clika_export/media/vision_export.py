@@ -30,7 +30,7 @@ from clika_export.media.qwen2_vl_video import video_token_of, with_video
 from clika_export.media.qwen2_vl_vision import build_qwen2_vl_vision, qwen2_vl_vision_config
 from clika_export.media.vision_ops import Weights
 from clika_export.readers.safetensors_file import tensor_loaders
-from clika_runtime.manifest import Manifest, VisionSpec
+from clika_runtime.contract.manifest import Manifest, VisionSpec
 from clika_runtime.media.processor_config import PROCESSOR_FILE, read_processor_settings
 
 VISION_FILE = "vision.onnx"

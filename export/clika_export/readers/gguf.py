@@ -45,7 +45,7 @@ from clika_export.readers.layouts import fused_phi3_names, row_slices
 from clika_export.readers.pooling import gguf_pooling
 from clika_export.readers.regular_file import file_sha256
 from clika_export.tokenizer_gguf import tokenizer_from_metadata
-from clika_runtime.manifest import Architecture
+from clika_runtime.contract.manifest import Architecture
 
 _FLOAT_TYPES = {"F32", "F16", "BF16"}
 _BLOCK_TYPES = set("Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS".split())

@@ -23,7 +23,7 @@ from typing import Any
 
 from clika_export.checkpoint import CheckpointError
 from clika_export.readers.gguf_file import GGUFMetadata
-from clika_runtime.manifest import Architecture
+from clika_runtime.contract.manifest import Architecture
 
 SUPPORTED_FAMILIES = (
     "gemma2", "gemma3", "granite", "llama", "olmo2", "phi3", "qwen2", "qwen2vl", "qwen3", "smollm3",

@@ -27,7 +27,7 @@ from clika_export.readers.multimodal import refuse_unbuilt, text_part
 from clika_export.readers.pooling import hf_pooling
 from clika_export.readers.regular_file import file_sha256
 from clika_export.readers.safetensors_file import tensor_loaders
-from clika_runtime.manifest import Architecture
+from clika_runtime.contract.manifest import Architecture
 
 INDEX_FILE = "model.safetensors.index.json"
 # Files whose bytes define the checkpoint; their hashes make the source sha256.

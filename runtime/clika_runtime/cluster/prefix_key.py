@@ -22,8 +22,8 @@ from typing import Any
 from tokenizers import Tokenizer as HFTokenizer
 
 from clika_runtime.chat.templates.chat_template import ChatTemplate
+from clika_runtime.contract.manifest import Manifest
 from clika_runtime.engine.kv.prefix_cache import ROOT_HASH, chain_hash
-from clika_runtime.manifest import Manifest
 from clika_runtime.text.tokenizer import Tokenizer
 
 SESSION_HEADER = b"x-session-id"

@@ -42,20 +42,24 @@ context included, come back as result messages with ``subtype: 'error'``.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import hashlib
-import hmac
-import json
 import os
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clika_runtime.chat.tools.loop import LoopHooks, ModelTurn
 from clika_runtime.chat.tools.toolkit import Tool, Toolkit, ToolOutput, make_tool, text_result, tool
+from clika_runtime.compat.chucky_messages import (
+    PromptResult,
+    StreamEvent,
+    assistant_message,
+    get_assistant_text,
+    get_result_text,
+    stream_events,
+    tool_result_message,
+)
+from clika_runtime.compat.chucky_tokens import create_budget, create_token
 from clika_runtime.modelverse import GenerativeModel, load
 from clika_runtime.sessions.chat import AsyncChat
 from clika_runtime.sessions.results import Event, RunCancelled
@@ -77,40 +81,6 @@ __all__ = [
 ]
 
 DEFAULT_SESSION_TURNS = 8
-
-
-class PromptResult(dict):
-    """A result message (``type``, ``subtype``, ``result``, ``session_id``, ``total_cost_usd``,
-    ``duration_ms``, ``num_turns``, ``usage``); its keys read as attributes too."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-@dataclass
-class StreamEvent:
-    """An event of :meth:`Chucky.stream`: ``message`` (a text piece in ``data``), ``tool_use``
-    (``name``, the input in ``data``), ``result`` (the result message), ``error``, ``done``."""
-
-    type: str
-    data: Any = None
-    name: str | None = None
-
-
-def get_assistant_text(message: dict[str, Any]) -> str:
-    """The text blocks of an assistant message, concatenated ('' for other messages)."""
-    if message.get("type") != "assistant":
-        return ""
-    blocks = (message.get("message") or {}).get("content") or []
-    return "".join(block.get("text", "") for block in blocks if block.get("type") == "text")
-
-
-def get_result_text(message: dict[str, Any]) -> str | None:
-    """The result string of a result message, or None for other messages."""
-    return message.get("result") if message.get("type") == "result" else None
 
 
 class Chucky:
@@ -179,7 +149,7 @@ class Chucky:
         try:
             await session.send(message)
             async for item in session.stream():
-                for event in _stream_events(item):
+                for event in stream_events(item):
                     yield event
             yield StreamEvent("done")
         finally:
@@ -328,10 +298,10 @@ class Session:
 
     async def _turn(self, message: str, queue: asyncio.Queue[dict[str, Any] | None]) -> dict[str, Any]:
         def emit_turn(turn: ModelTurn) -> None:
-            queue.put_nowait(_assistant_message(turn))
+            queue.put_nowait(assistant_message(turn))
 
         def emit_output(output: ToolOutput) -> None:
-            queue.put_nowait(_tool_result_message(output))
+            queue.put_nowait(tool_result_message(output))
 
         def emit_piece(event: Event) -> None:
             if event.type == "text":
@@ -361,68 +331,6 @@ class Session:
             "usage": {},
             "is_error": True,
         }
-
-
-def _assistant_message(turn: ModelTurn) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
-    if turn.text:
-        content.append({"type": "text", "text": turn.text})
-    for call in turn.tool_calls:
-        content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)})
-    return {"type": "assistant", "message": {"role": "assistant", "content": content}}
-
-
-def _tool_result_message(output: ToolOutput) -> dict[str, Any]:
-    block = {
-        "type": "tool_result",
-        "tool_use_id": output.call.id,
-        "content": output.content,
-        "is_error": output.is_error,
-    }
-    return {"type": "user", "message": {"role": "user", "content": [block]}}
-
-
-def _stream_events(item: dict[str, Any]) -> list[StreamEvent]:
-    kind = item.get("type")
-    if kind == "stream_event":
-        return [StreamEvent("message", item["event"]["text"])]
-    if kind == "assistant":
-        blocks = item["message"]["content"]
-        return [StreamEvent("tool_use", b["input"], b["name"]) for b in blocks if b["type"] == "tool_use"]
-    if kind == "error":
-        return [StreamEvent("error", dict(item["error"]))]
-    if kind == "result":
-        return [StreamEvent("result", item)]
-    return []
-
-
-def create_budget(
-    *, ai_dollars: float = 0.0, compute_hours: float = 0.0, window: str = "day"
-) -> dict[str, Any]:
-    """A budget claim for :func:`create_token` (a local model spends nothing against it)."""
-    return {"ai_dollars": ai_dollars, "compute_hours": compute_hours, "window": window}
-
-
-def create_token(
-    *,
-    user_id: str,
-    project_id: str,
-    secret: str,
-    budget: dict[str, Any] | None = None,
-    expires_in: int = 3600,
-) -> str:
-    """An HS256-signed JWT carrying the user, project and budget claims."""
-    header = {"alg": "HS256", "typ": "JWT"}
-    now = int(time.time())
-    claims = {"sub": user_id, "iss": project_id, "iat": now, "exp": now + expires_in, "budget": budget or {}}
-    signing_input = f"{_b64(header)}.{_b64(claims)}"
-    signature = hmac.new(secret.encode(), signing_input.encode(), hashlib.sha256).digest()
-    return f"{signing_input}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
-
-
-def _b64(value: dict[str, Any]) -> str:
-    raw = json.dumps(value, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def _is_stand_in(model: Any) -> bool:

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from clika_runtime.contract.model_folder import ModelFolder
+from clika_runtime.contract.step_graph import HIDDEN_STATES
 from clika_runtime.embedding.pooling import POOLING_MODES, normalized, pool
 from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, TurnError
 from clika_runtime.engine.hidden_states import HiddenStateRunner
-from clika_runtime.model_folder import ModelFolder
-from clika_runtime.step_graph import HIDDEN_STATES
 from clika_runtime.text.tokenizer import Tokenizer
 
 # What a folder whose manifest names no pooling pools (exports before embeddings; checkpoints silent on it).

@@ -1,4 +1,4 @@
-"""Decode-only steps packed without the grid arithmetic of ``clika_runtime.step_graph.pack_step``.
+"""Decode-only steps packed without the grid arithmetic of ``clika_runtime.contract.step_graph.pack_step``.
 
 The engine's hot path: a step where every active row runs one token needs
 only the tokens and past lengths from Python; the rest is cached per layout.
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from clika_runtime.step_graph import (
+from clika_runtime.contract.step_graph import (
     GRID_INDEX,
     INPUT_IDS,
     LOGITS_INDEX,

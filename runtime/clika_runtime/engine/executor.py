@@ -30,10 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from clika_runtime.engine.kv.kv_cache import KVCacheManager
-from clika_runtime.engine.step_plan import StepPlan
-from clika_runtime.manifest import GraphSpec
-from clika_runtime.step_graph import (
+from clika_runtime.contract.manifest import GraphSpec
+from clika_runtime.contract.step_graph import (
     MEDIA_EMBEDS,
     FlatGridFeeds,
     GridLayout,
@@ -43,6 +41,8 @@ from clika_runtime.step_graph import (
     takes_media,
     takes_mrope,
 )
+from clika_runtime.engine.kv.kv_cache import KVCacheManager
+from clika_runtime.engine.step_plan import StepPlan
 
 
 @dataclass

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from clika_runtime.contract.manifest import OPTIMUM_BUILDER
+from clika_runtime.contract.model_folder import ModelFolder
+from clika_runtime.contract.paged_step_graph import PAGED_LAYOUT
 from clika_runtime.engine.core import StepRunner
 from clika_runtime.engine.engine import Engine, EngineOptions
 from clika_runtime.engine.executor import Executor
@@ -18,9 +21,6 @@ from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.past_kv_runner import PastKVRunner
 from clika_runtime.engine.spec_decode.assistant import AssistantDrafter
 from clika_runtime.engine.spec_decode.drafting import ASSISTANT
-from clika_runtime.manifest import OPTIMUM_BUILDER
-from clika_runtime.model_folder import ModelFolder
-from clika_runtime.paged_step_graph import PAGED_LAYOUT
 from clika_runtime.text.tokenizer import Tokenizer
 
 # A paged cache's default byte budget (SmolLM2-135M: about 23k tokens; Qwen2.5-0.5B: about 44k).

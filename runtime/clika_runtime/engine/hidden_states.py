@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from clika_runtime.manifest import Architecture, GraphSpec
-from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
-from clika_runtime.step_graph import (
+from clika_runtime.contract.manifest import Architecture, GraphSpec
+from clika_runtime.contract.paged_step_graph import PagedRow, pack_paged_step
+from clika_runtime.contract.step_graph import (
     HIDDEN_STATES,
     LOGITS_INDEX,
     GridLayout,

@@ -25,11 +25,11 @@ from collections.abc import Callable
 import numpy as np
 import onnxruntime as ort
 
+from clika_runtime.contract.manifest import GraphSpec
+from clika_runtime.contract.past_kv_graph import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 from clika_runtime.engine.executor import StepTiming
 from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.step_plan import ScheduledRow, StepPlan
-from clika_runtime.manifest import GraphSpec
-from clika_runtime.past_kv_graph import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 
 
 class PastKVRunner:

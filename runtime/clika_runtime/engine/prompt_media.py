@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clika_runtime.step_graph import MediaSpan, RopeSpan
+from clika_runtime.contract.step_graph import MediaSpan, RopeSpan
 
 # Key ids are negative (no token id is), 60 bits of the digest: distinct images never meet.
 _KEY_BITS = 60

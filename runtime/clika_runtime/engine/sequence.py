@@ -9,9 +9,9 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from clika_runtime.contract.step_graph import RopeSpan
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.prompt_media import PromptMedia
-from clika_runtime.step_graph import RopeSpan
 
 
 class SequenceStatus(enum.IntEnum):

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from clika_runtime.contract.manifest import AudioSpec, ManifestError
 from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, TurnError
 from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
 from clika_runtime.engine.stages import StageEvent
-from clika_runtime.manifest import AudioSpec, ManifestError
 from clika_runtime.media.audio_settings import settings_from_details
 from clika_runtime.media.audio_tower import AudioTower
 from clika_runtime.media.families import audio_family

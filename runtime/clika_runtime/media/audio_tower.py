@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from clika_runtime.manifest import AudioSpec, Manifest, ManifestError
+from clika_runtime.contract.manifest import AudioSpec, Manifest, ManifestError
+from clika_runtime.contract.model_folder import open_session, session_options
 from clika_runtime.media.arguments import audio_arrays
 from clika_runtime.media.audio_settings import settings_from_details
 from clika_runtime.media.embedding import MediaEmbedding, check_token_budget
 from clika_runtime.media.embedding_cache import EmbeddingCache
 from clika_runtime.media.families import audio_family
-from clika_runtime.model_folder import open_session, session_options
 
 
 def audio_digest(samples: np.ndarray) -> str:

@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from clika_runtime.contract.manifest import ManifestError, VisionSpec
 from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, TurnError
 from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
 from clika_runtime.engine.stages import StageEvent
-from clika_runtime.manifest import ManifestError, VisionSpec
 from clika_runtime.media.arguments import VideoInput
 from clika_runtime.media.families import find_vision_family
 from clika_runtime.media.mrope_positions import mrope_span

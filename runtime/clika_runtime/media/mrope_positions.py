@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from clika_runtime.step_graph import RopeSpan
+from clika_runtime.contract.step_graph import RopeSpan
 
 
 def mrope_span(

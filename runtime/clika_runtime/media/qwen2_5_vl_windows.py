@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clika_runtime.manifest import VisionSpec
+from clika_runtime.contract.manifest import VisionSpec
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from clika_runtime.manifest import VisionSpec
+from clika_runtime.contract.manifest import VisionSpec
 from clika_runtime.media.arguments import VideoClip
 from clika_runtime.media.embedding import MediaEmbedding
 from clika_runtime.media.vision_graph import VisionGraph

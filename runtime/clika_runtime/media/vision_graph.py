@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from clika_runtime.manifest import VisionSpec
+from clika_runtime.contract.manifest import VisionSpec
 from clika_runtime.media.embedding_cache import EmbeddingCache
 
 

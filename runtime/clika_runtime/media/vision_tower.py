@@ -13,15 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from clika_runtime.manifest import Manifest, ManifestError, VisionSpec
+from clika_runtime.contract.manifest import Manifest, ManifestError, VisionSpec
+from clika_runtime.contract.model_folder import open_session, session_options
+from clika_runtime.contract.step_graph import takes_media
 from clika_runtime.media.arguments import image_arrays, video_clips
 from clika_runtime.media.embedding import MediaEmbedding, check_token_budget
 from clika_runtime.media.embedding_cache import EmbeddingCache
 from clika_runtime.media.families import find_vision_family, vision_family
 from clika_runtime.media.processor_config import read_processor_settings
 from clika_runtime.media.vision_graph import VisionGraph
-from clika_runtime.model_folder import open_session, session_options
-from clika_runtime.step_graph import takes_media
 
 
 def reads_video(folder: str | Path, spec: VisionSpec | None) -> bool:

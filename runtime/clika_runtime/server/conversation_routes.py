@@ -23,8 +23,8 @@ from starlette.routing import Route
 
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.served import Served
-from clika_runtime.sessions.sqlite_store import SQLiteStore
-from clika_runtime.sessions.store import StoreError, checked_id
+from clika_runtime.sessions.stores.conversation_store import StoreError, checked_id
+from clika_runtime.sessions.stores.sqlite import SQLiteStore
 from clika_runtime.store import cache_root
 
 CHAT_HOME_ENV = "CLIKA_CHAT_HOME"

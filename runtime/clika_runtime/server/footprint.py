@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 
 KV_DTYPE_BYTES = {"float32": 4, "int8": 1}
 PAGED_DEFAULT_BYTES = 1 << 30  # the paged cache's default cap (engine.factory.DEFAULT_KV_CACHE_BYTES)

@@ -12,10 +12,11 @@
 
 from clika_runtime.sessions.chat import AsyncChat
 from clika_runtime.sessions.results import EVENT_TYPES, Event, RunCancelled, TurnResult
+from clika_runtime.sessions.run_result import RunResult
 from clika_runtime.sessions.session import AsyncSession, new_session_id
-from clika_runtime.sessions.sqlite_store import SCHEMA_VERSION, SQLiteStore
-from clika_runtime.sessions.store import ConversationStore, InMemoryStore, StoreError
-from clika_runtime.sessions.tool_run import RunResult, ToolConversation
+from clika_runtime.sessions.stores.conversation_store import ConversationStore, InMemoryStore, StoreError
+from clika_runtime.sessions.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from clika_runtime.sessions.tool_run import ToolConversation
 from clika_runtime.sessions.turn import TurnStream
 
 __all__ = [

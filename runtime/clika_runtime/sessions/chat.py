@@ -34,9 +34,10 @@ from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.foreign_toolkit import as_toolkit, toolkit_instructions
 from clika_runtime.sessions.results import TurnResult
 from clika_runtime.sessions.retry import RetryPolicy
+from clika_runtime.sessions.run_result import RunResult
 from clika_runtime.sessions.session import AsyncSession
-from clika_runtime.sessions.store import ConversationStore, InMemoryStore, checked_id
-from clika_runtime.sessions.tool_run import RunResult, ToolConversation
+from clika_runtime.sessions.stores.conversation_store import ConversationStore, InMemoryStore, checked_id
+from clika_runtime.sessions.tool_run import ToolConversation
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel

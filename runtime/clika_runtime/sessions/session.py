@@ -33,9 +33,10 @@ from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.prefill import prefill_partial_turn
 from clika_runtime.sessions.results import Event, TurnResult
 from clika_runtime.sessions.retry import RetryPolicy
+from clika_runtime.sessions.run_result import RunResult
 from clika_runtime.sessions.session_state import SessionHost, SessionState, new_session_id
-from clika_runtime.sessions.store import ConversationStore, checked_id
-from clika_runtime.sessions.tool_run import RunResult, run_on_session
+from clika_runtime.sessions.stores.conversation_store import ConversationStore, checked_id
+from clika_runtime.sessions.tool_run import run_on_session
 from clika_runtime.sessions.turn import TurnHandle, TurnRun, TurnSpec, TurnStream
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from clika_runtime.chat.history import checked_messages
 from clika_runtime.chat.kv_resume import ConversationPrompt, conversation_prompt, restore_kv, save_kv
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.sessions.results import TurnResult
-from clika_runtime.sessions.store import ConversationStore
+from clika_runtime.sessions.stores.conversation_store import ConversationStore
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel

@@ -1,4 +1,4 @@
-"""The tool-running loop on an async session, and what it hands back.
+"""The tool-running loop on an async session (what it hands back: ``run_result.RunResult``).
 
 ``await session.run(prompt, toolkit=kit)`` runs the loop of
 :mod:`clika_runtime.chat.tools.loop` on an :class:`AsyncSession`: each model
@@ -14,18 +14,18 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from clika_runtime.chat.tools.loop import LoopCancelled, LoopHooks, LoopResult, ModelTurn, Veto, run_tool_loop
+from clika_runtime.chat.tools.loop import LoopCancelled, LoopHooks, ModelTurn, Veto, run_tool_loop
 from clika_runtime.chat.tools.toolkit import Toolkit, ToolOutput
 from clika_runtime.sessions.results import Event, RunCancelled, TurnResult
 from clika_runtime.sessions.retry import RetryPolicy
+from clika_runtime.sessions.run_result import RunResult
 from clika_runtime.sessions.turn import TurnStream
 
 
-class AsyncSession(Protocol):
-    """What the loop needs of an async session (``clika_runtime.sessions.session.AsyncSession``)."""
+class ToolRunHost(Protocol):
+    """The session a tool run drives: what the loop needs of it (``sessions.session.AsyncSession`` is one)."""
 
     @property
     def session_id(self) -> str: ...
@@ -57,128 +57,12 @@ class AsyncSession(Protocol):
     async def run(self, prompt: str, **options: Any) -> RunResult: ...
 
 
-RESULT_SUBTYPES = {
-    "completed": "success",
-    "max_turns": "error_max_turns",
-    "vetoed": "error_vetoed",
-    "error": "error",
-}
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """How a tool-running loop on a session ended (see :class:`~clika_runtime.chat.tools.loop.LoopResult`).
-
-    Read like a result message: ``result`` (the final text), ``subtype``
-    (``success``, ``error_max_turns``, ``error_vetoed``, ``error``),
-    ``num_turns`` (model calls), ``usage`` (tokens summed over them),
-    ``tool_calls`` (calls run), ``tool_counts`` (per tool). The names agent
-    clients read are there too: ``turns``, ``tool_call_count``, ``model``,
-    ``run_status`` (``done``, ``pending``, ``incomplete``), ``limit``
-    (``"maxTurns"`` when the bound stopped it), ``pending`` (the request a
-    suspended tool made) and, in ``usage``, ``prompt_tokens`` /
-    ``completion_tokens`` / ``total_tokens`` beside the runtime's own keys.
-    """
-
-    loop: LoopResult
-    session_id: str
-    messages: tuple[Mapping[str, Any], ...]
-    model: str = ""
-    pending: Any = None
-
-    @property
-    def text(self) -> str:
-        return self.loop.text
-
-    @property
-    def result(self) -> str:
-        return self.loop.reason if self.loop.status == "error" else self.loop.text
-
-    @property
-    def status(self) -> str:
-        return self.loop.status
-
-    @property
-    def run_status(self) -> str:
-        if self.pending is not None:
-            return "pending"
-        return "incomplete" if self.loop.status == "max_turns" else "done"
-
-    @property
-    def limit(self) -> str | None:
-        return "maxTurns" if self.loop.status == "max_turns" else None
-
-    @property
-    def subtype(self) -> str:
-        return RESULT_SUBTYPES[self.loop.status]
-
-    @property
-    def is_error(self) -> bool:
-        return self.subtype != "success"
-
-    @property
-    def num_turns(self) -> int:
-        return self.loop.model_calls
-
-    @property
-    def turns(self) -> int:
-        return self.loop.model_calls
-
-    @property
-    def tool_calls(self) -> int:
-        return self.loop.num_tool_calls
-
-    @property
-    def tool_call_count(self) -> int:
-        return self.loop.num_tool_calls
-
-    @property
-    def tool_counts(self) -> dict[str, int]:
-        return self.loop.tool_counts
-
-    @property
-    def outputs(self) -> tuple[ToolOutput, ...]:
-        return self.loop.outputs
-
-    @property
-    def usage(self) -> dict[str, int]:
-        usage = {key: int(value) for key, value in self.loop.usage.items()}
-        read, made = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
-        return {**usage, "prompt_tokens": read, "completion_tokens": made, "total_tokens": read + made}
-
-    @property
-    def last(self) -> TurnResult | None:
-        """The last model turn's own result."""
-        return None if self.loop.last is None else self.loop.last.detail
-
-    def to_message(self) -> dict[str, Any]:
-        """The loop's result message (type, subtype, result, session_id, total_cost_usd,
-        duration_ms, num_turns, usage, tool_calls)."""
-        return {
-            "type": "result",
-            "subtype": self.subtype,
-            "result": self.result,
-            "session_id": self.session_id,
-            "total_cost_usd": 0.0,
-            "duration_ms": self.loop.duration_ms,
-            "num_turns": self.num_turns,
-            "usage": self.usage,
-            "tool_calls": self.tool_calls,
-        }
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_message().get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_message()[key]
-
-
 class SessionConversation:
     """The loop's driver over one async session (its turns honour ``cancel`` too)."""
 
     def __init__(
         self,
-        session: AsyncSession,
+        session: ToolRunHost,
         cancel: asyncio.Event | None,
         turn_options: Mapping[str, Any],
         on_event: Callable[[Event], Any] | None = None,
@@ -227,7 +111,7 @@ class SessionConversation:
 
 
 async def run_on_session(
-    session: AsyncSession,
+    session: ToolRunHost,
     prompt: str,
     toolkit: Toolkit,
     *,
@@ -298,7 +182,7 @@ class ToolConversation:
 
     def __init__(
         self,
-        session: AsyncSession,
+        session: ToolRunHost,
         toolkit: Toolkit,
         *,
         cancel: asyncio.Event | None = None,
@@ -316,7 +200,7 @@ class ToolConversation:
         self._retry = retry
 
     @property
-    def session(self) -> AsyncSession:
+    def session(self) -> ToolRunHost:
         return self._session
 
     @property

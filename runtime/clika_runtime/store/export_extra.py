@@ -16,7 +16,7 @@ from types import ModuleType
 
 from clika_runtime.store.local_model import ModelError
 
-PULLER_MODULE = "clika_export.pull"
+PULLER_MODULE = "clika_export.pull.puller"
 INSTALL_HINT = "pip install 'clika-runtime[export]'"
 
 

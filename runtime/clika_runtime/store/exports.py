@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clika_runtime.manifest import Manifest, ManifestError
+from clika_runtime.contract.manifest import Manifest, ManifestError
 from clika_runtime.store.cache import exports_dir
 from clika_runtime.store.export_extra import puller
 from clika_runtime.store.local_model import MANIFEST, PRECISIONS

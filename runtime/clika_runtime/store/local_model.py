@@ -8,7 +8,7 @@ from pathlib import Path
 
 from clika_runtime.store.sizes import folder_size
 
-# The name the commands run when none is named (clika_export.catalog.DEFAULT_MODEL, which the
+# The name the commands run when none is named (clika_export.pull.catalog.DEFAULT_MODEL, which the
 # runtime cannot import; tests/runtime/store/test_store.py checks the two agree).
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 DEFAULT_PRECISION = "int4"

@@ -18,8 +18,8 @@ from support.lazy import torch
 
 from clika_export.api import export
 from clika_export.verify import FP32_TOLERANCE, StepRunner, relative_error
-from clika_runtime.manifest import Manifest
-from clika_runtime.step_graph import HIDDEN_STATES, STEP_INPUTS, pack_step
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.step_graph import HIDDEN_STATES, STEP_INPUTS, pack_step
 
 
 def _reference(model: torch.nn.Module, tokens: list[int]) -> np.ndarray:
@@ -179,8 +179,8 @@ def test_a_flat_grid_graph_fed_the_flat_layout_gives_the_same_logits(
     exported, make_flat_grid_folder, tmp_path
 ) -> None:
     """Folders exported before token_cell (flat grid_index, token_index) get the same results."""
-    from clika_runtime.model_folder import open_session, session_options
-    from clika_runtime.step_graph import GridLayout, grid_layout
+    from clika_runtime.contract.model_folder import open_session, session_options
+    from clika_runtime.contract.step_graph import GridLayout, grid_layout
 
     _, out, manifest = exported
     flat_out = make_flat_grid_folder(out, tmp_path / "flat")

@@ -17,17 +17,17 @@ from click.testing import CliRunner
 
 from clika_cli.main import clika
 from clika_export.api import cached_export
-from clika_export.fetch import fetch_data
 from clika_export.graph.kv_int8 import (
     CALIBRATION_REVISION,
     INT8_KV_MODEL_FILE,
     PRECISION_KEY,
     ensure_int8_kv_graph,
 )
+from clika_export.pull.fetch import fetch_data
 from clika_quant.quality import SequenceRunner, perplexity, text_tokens, wiki_texts
 from clika_runtime import modelverse
-from clika_runtime.manifest import Manifest, ManifestError, graph_key
-from clika_runtime.model_folder import open_model_folder
+from clika_runtime.contract.manifest import Manifest, ManifestError, graph_key
+from clika_runtime.contract.model_folder import open_model_folder
 
 PROMPT = "the int8 cache keeps a quarter of the bytes"
 

@@ -19,8 +19,8 @@ from paged_runner import PagedRunner
 from clika_export.api import export
 from clika_export.graph.paged_graph import PagedGraphError, derive_paged_graph
 from clika_export.verify import StepRunner
-from clika_runtime.manifest import Manifest
-from clika_runtime.paged_step_graph import PAGED_STEP_INPUTS
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.paged_step_graph import PAGED_STEP_INPUTS
 
 
 @pytest.fixture(scope="module", params=[("llama", False), ("qwen2", True)])

@@ -21,8 +21,8 @@ from rope_layouts import stored_tables_folder
 from clika_export.api import export
 from clika_export.verify import StepRunner
 from clika_runtime import modelverse
+from clika_runtime.contract.manifest import COMPUTED_TABLES_VERSION, FORMAT_VERSION, Manifest
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.manifest import COMPUTED_TABLES_VERSION, FORMAT_VERSION, Manifest
 
 PROMPTS = ([256, 72, 101, 108, 108, 111], [256, 9, 8, 7, 6, 5, 4, 3, 2, 1, 30, 31, 32, 33])
 

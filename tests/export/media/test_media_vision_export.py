@@ -26,7 +26,7 @@ from vision_helpers import (
 )
 
 from clika_export.media.vision_export import attach_vision, export_vision
-from clika_runtime.manifest import Manifest
+from clika_runtime.contract.manifest import Manifest
 from clika_runtime.media.idefics3 import preprocess_idefics3
 from clika_runtime.media.processor_config import processor_settings
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl

@@ -27,8 +27,8 @@ from vision_helpers import (
 from clika_export.api import cache_key, cached_export, export
 from clika_export.checkpoint import CheckpointError
 from clika_runtime import Tensor, modelverse
-from clika_runtime.manifest import Manifest
-from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.step_graph import MEDIA_INPUTS, MROPE_INPUTS
 
 NEW_TOKENS = 10
 QUESTION = "What is this?"

@@ -11,7 +11,7 @@ import pytest
 from gguf import GGUFValueType
 
 from clika_export.checkpoint import CheckpointError
-from clika_export.fetch import fetch_data, fetch_gguf
+from clika_export.pull.fetch import fetch_data, fetch_gguf
 from clika_export.readers.gguf import read_gguf
 from clika_export.tokenizer_gguf import read_gguf_tokenizer
 

@@ -28,10 +28,10 @@ from clika_export.checkpoint import CheckpointError
 from clika_export.graph.hidden_states import HIDDEN_NORM, ensure_hidden_states
 from clika_export.readers.pooling import hf_pooling
 from clika_runtime import modelverse
+from clika_runtime.contract.manifest import MANIFEST_FILE, Manifest
+from clika_runtime.contract.step_graph import HIDDEN_STATES
 from clika_runtime.embedding import Embedder, EmbeddingError, EmbeddingUnavailable
 from clika_runtime.embedding.embedder import EmbeddingCancelled
-from clika_runtime.manifest import MANIFEST_FILE, Manifest
-from clika_runtime.step_graph import HIDDEN_STATES
 
 TEXTS = ["the cat sat on the mat", "a", "embeddings pool the final hidden states", "0123456789 " * 5]
 TOLERANCE = 1e-4

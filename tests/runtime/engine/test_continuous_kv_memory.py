@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from clika_runtime import modelverse
+from clika_runtime.contract.manifest import Manifest
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.kv.kv_cache import IDLE_KEEP_POSITIONS, RECOMPUTED_TAIL
-from clika_runtime.manifest import Manifest
 
 CONTEXT = 4096
 PROMPT = 3000

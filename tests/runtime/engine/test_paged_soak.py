@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from clika_runtime import modelverse
+from clika_runtime.contract.manifest import Manifest
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.manifest import Manifest
 
 CONTEXT = 512
 REQUESTS = 300

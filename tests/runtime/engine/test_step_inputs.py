@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clika_runtime.engine.decode_packer import DecodePacker
-from clika_runtime.step_graph import (
+from clika_runtime.contract.step_graph import (
     STEP_INPUTS,
     FlatGridFeeds,
     GridLayout,
@@ -14,6 +13,7 @@ from clika_runtime.step_graph import (
     grid_layout,
     pack_step,
 )
+from clika_runtime.engine.decode_packer import DecodePacker
 
 
 def general(num_rows, slots, pasts, tokens, **limits):

@@ -13,10 +13,10 @@ from clika_export.checkpoint import RawBlocks
 from clika_quant.model_file import ExternalWeights, save_graph
 from clika_quant.options import QuantError
 from clika_quant.quantize import quantize_proto
+from clika_runtime.contract.model_folder import open_session, session_options
 from clika_runtime.kernels.fallback_graph import rewrite
 from clika_runtime.kernels.gguf_matmul import DOMAIN, OP_TYPE
 from clika_runtime.kernels.graph_loading import inference_session
-from clika_runtime.model_folder import open_session, session_options
 
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 ROWS, COLS = 48, 512

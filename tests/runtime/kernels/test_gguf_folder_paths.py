@@ -9,8 +9,8 @@ import pytest
 from clika_export.api import export
 from clika_quant.quality import SequenceRunner
 from clika_runtime import modelverse
-from clika_runtime.manifest import Manifest
-from clika_runtime.model_folder import open_model_folder, open_session, session_options
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_model_folder, open_session, session_options
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from clika_quant.quality import SequenceRunner
+from clika_runtime.contract.model_folder import open_model_folder
 from clika_runtime.kernels.library import kernel_status
-from clika_runtime.model_folder import open_model_folder
 
 pytestmark = pytest.mark.slow
 

@@ -18,11 +18,11 @@ from support.lazy import torch
 from vision_helpers import assert_close_in_scale
 
 from clika_runtime import Tensor, modelverse
-from clika_runtime.manifest import Manifest, ManifestError
+from clika_runtime.contract.manifest import Manifest, ManifestError
+from clika_runtime.contract.model_folder import open_session
+from clika_runtime.contract.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
-from clika_runtime.model_folder import open_session
 from clika_runtime.sessions import AsyncChat
-from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 
 NEW_TOKENS = 10
 QUESTION = "What is said?"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from clika_runtime.manifest import ManifestError, VisionSpec
+from clika_runtime.contract.manifest import ManifestError, VisionSpec
 from clika_runtime.media.audio_family import AudioFamily
 from clika_runtime.media.families import AUDIO_FAMILIES, VISION_FAMILIES, audio_family, vision_family
 from clika_runtime.media.image_prompts import ImagePrompts

@@ -9,10 +9,10 @@ import pytest
 from clika_export.families import family_for
 from clika_export.graph.paged_graph import derive_paged_graph
 from clika_export.readers.hf import read_hf
-from clika_runtime import step_graph as io
+from clika_runtime.contract import step_graph as io
+from clika_runtime.contract.model_folder import open_session
+from clika_runtime.contract.step_graph import MediaSpan, pack_media, pack_step, takes_media, text_only_media
 from clika_runtime.engine.prompt_media import media_key_id, prompt_media
-from clika_runtime.model_folder import open_session
-from clika_runtime.step_graph import MediaSpan, pack_media, pack_step, takes_media, text_only_media
 
 
 def test_media_rows_land_at_each_chunks_packed_offset():

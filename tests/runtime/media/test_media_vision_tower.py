@@ -25,7 +25,7 @@ from vision_helpers import (
 )
 
 from clika_export.media.vision_export import attach_vision, export_vision
-from clika_runtime.manifest import Manifest, ManifestError
+from clika_runtime.contract.manifest import Manifest, ManifestError
 from clika_runtime.media.arguments import video_clips
 from clika_runtime.media.placeholders import expand_markers
 from clika_runtime.media.processor_config import processor_settings

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from clika_runtime.contract.step_graph import MROPE_POSITIONS, MROPE_ROWS, pack_mrope
 from clika_runtime.media.mrope_positions import mrope_span
-from clika_runtime.step_graph import MROPE_POSITIONS, MROPE_ROWS, pack_mrope
 
 
 def test_an_image_sits_on_its_grid_and_the_text_after_it_continues_from_its_extent():

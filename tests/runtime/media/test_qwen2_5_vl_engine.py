@@ -21,13 +21,20 @@ from vision_helpers import QWEN2_VL_IMAGE_TOKEN, assert_close_in_scale, random_i
 from clika_export.api import export
 from clika_export.checkpoint import CheckpointError
 from clika_runtime import Tensor, modelverse
+from clika_runtime.contract.manifest import Manifest, ManifestError
+from clika_runtime.contract.step_graph import (
+    MEDIA_INPUTS,
+    MROPE_INPUTS,
+    MediaSpan,
+    pack_media,
+    pack_mrope,
+    pack_step,
+)
 from clika_runtime.engine.prompt_media import prompt_media
-from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.qwen2_5_vl_windows import window_inputs
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.vision_tower import VisionTower
-from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS, MediaSpan, pack_media, pack_mrope, pack_step
 
 NEW_TOKENS = 12
 QUESTION = "What is in the picture?"

@@ -26,6 +26,16 @@ from vision_helpers import (
 from clika_export.api import export
 from clika_export.checkpoint import CheckpointError
 from clika_runtime import Tensor, modelverse
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_model_folder
+from clika_runtime.contract.step_graph import (
+    MEDIA_INPUTS,
+    MROPE_INPUTS,
+    MediaSpan,
+    pack_media,
+    pack_mrope,
+    pack_step,
+)
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
@@ -35,11 +45,8 @@ from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.prompt_media import prompt_media
 from clika_runtime.engine.sequence import Request, Sequence
 from clika_runtime.engine.step_plan import StepPlan
-from clika_runtime.manifest import Manifest
 from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.vision_tower import VisionTower
-from clika_runtime.model_folder import open_model_folder
-from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS, MediaSpan, pack_media, pack_mrope, pack_step
 
 NEW_TOKENS = 12
 QUESTION = "What is in the picture?"

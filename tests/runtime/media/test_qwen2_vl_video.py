@@ -27,6 +27,8 @@ from vision_helpers import (
 from clika_export.api import export
 from clika_export.media.vision_export import export_vision
 from clika_runtime import modelverse
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_model_folder
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
@@ -34,7 +36,6 @@ from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
 from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.sequence import Request, Sequence
-from clika_runtime.manifest import Manifest
 from clika_runtime.media.arguments import VideoInput, video_clips
 from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.processor_config import ProcessorConfigError
@@ -42,7 +43,6 @@ from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl_video
 from clika_runtime.media.qwen2_vl_video import VIDEO_PROCESSOR_FILE, read_video_settings
 from clika_runtime.media.video import sample_frames
 from clika_runtime.media.vision_tower import VisionTower, media_support
-from clika_runtime.model_folder import open_model_folder
 
 NEW_TOKENS = 10
 QUESTION = "What happens in the clip?"

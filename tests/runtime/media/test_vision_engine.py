@@ -21,6 +21,9 @@ from vision_helpers import (
 )
 
 from clika_runtime import modelverse
+from clika_runtime.contract.manifest import Manifest
+from clika_runtime.contract.model_folder import open_model_folder, open_session
+from clika_runtime.contract.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
@@ -30,11 +33,8 @@ from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.prompt_media import prompt_media
 from clika_runtime.engine.sequence import Request, Sequence
 from clika_runtime.engine.step_plan import StepPlan
-from clika_runtime.manifest import Manifest
 from clika_runtime.media.idefics3 import preprocess_idefics3
 from clika_runtime.media.vision_tower import VisionTower
-from clika_runtime.model_folder import open_model_folder, open_session
-from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
 
 NEW_TOKENS = 12
 

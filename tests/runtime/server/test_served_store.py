@@ -15,7 +15,7 @@ import ollama
 import pytest
 from store_models import export_into, link_export
 
-from clika_export.catalog import CATALOG, GGUF, CatalogItem, WheelSource
+from clika_export.pull.catalog import CATALOG, GGUF, CatalogItem, WheelSource
 from clika_runtime import modelverse
 from clika_runtime.server import build_router, start_server
 from clika_runtime.server.footprint import footprint

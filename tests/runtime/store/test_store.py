@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from clika_export.pull import source_sha256
+from clika_export.pull.puller import source_sha256
 from clika_runtime import modelverse
 from clika_runtime.store import ModelError, cached_exports, remove, resolve
 from clika_runtime.store.names import NameRecord, names_dir, record_path, write_record
@@ -76,7 +76,7 @@ def test_a_missing_path_and_an_exported_folder_at_another_precision_are_refused(
 
 
 def test_the_runtime_store_and_the_catalog_name_the_same_default():
-    from clika_export import catalog
+    from clika_export.pull import catalog
     from clika_runtime import store
 
     assert store.DEFAULT_MODEL == catalog.DEFAULT_MODEL == catalog.default_model()

@@ -10,8 +10,8 @@ from clika_runtime.chat.templates.chat_template import ChatTemplate
 from clika_runtime.chat.templates.messages import plain_conversation_text
 
 if TYPE_CHECKING:
+    from clika_runtime.contract.model_folder import ModelFolder
     from clika_runtime.engine.config import GenerationConfig
-    from clika_runtime.model_folder import ModelFolder
     from clika_runtime.text.tokenizer import Tokenizer
 
 

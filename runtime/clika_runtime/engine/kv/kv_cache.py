@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from clika_runtime.contract.step_graph import StepRow, pack_step
 from clika_runtime.engine.decode_packer import DecodePacker
 from clika_runtime.engine.kv.kv_snapshot import KVSnapshot
 from clika_runtime.engine.sequence import Sequence
 from clika_runtime.engine.step_plan import ScheduledRow, StepPlan
-from clika_runtime.step_graph import StepRow, pack_step
 
 # Capacity grows in these steps so a growing conversation rarely reallocates.
 CAPACITY_ALIGN = 256

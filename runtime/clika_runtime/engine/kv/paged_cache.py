@@ -29,6 +29,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from clika_runtime.contract.paged_step_graph import PagedRow, pack_paged_step
 from clika_runtime.engine.kv.block_pool import BlockPool
 from clika_runtime.engine.kv.kv_cache import (
     Allocation,
@@ -43,7 +44,6 @@ from clika_runtime.engine.kv.kv_snapshot import KVSnapshot, install_snapshot, ta
 from clika_runtime.engine.kv.prefix_cache import ROOT_HASH, PrefixIndex, PrefixMatch, chain_hash
 from clika_runtime.engine.sequence import Sequence
 from clika_runtime.engine.step_plan import StepPlan
-from clika_runtime.paged_step_graph import PagedRow, pack_paged_step
 
 # The pools' first allocation, in blocks (then doubling).
 INITIAL_BLOCKS = 16

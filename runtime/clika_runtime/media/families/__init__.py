@@ -8,7 +8,7 @@ refuse an unknown family by name; ``find_vision_family`` answers None for one.
 
 from __future__ import annotations
 
-from clika_runtime.manifest import ManifestError
+from clika_runtime.contract.manifest import ManifestError
 from clika_runtime.media.audio_family import AudioFamily
 from clika_runtime.media.families import idefics3, qwen2_audio, qwen2_vl
 from clika_runtime.media.vision_family import VisionFamily

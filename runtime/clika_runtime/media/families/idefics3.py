@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clika_runtime.manifest import VisionSpec
+from clika_runtime.contract.manifest import VisionSpec
 from clika_runtime.media.arguments import VideoClip
 from clika_runtime.media.embedding import MediaEmbedding, image_digest
 from clika_runtime.media.idefics3 import Idefics3Settings, preprocess_idefics3

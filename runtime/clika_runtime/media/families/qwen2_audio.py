@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from clika_runtime.manifest import ManifestError
+from clika_runtime.contract.manifest import ManifestError
 from clika_runtime.media.audio_features import (
     AudioSettings,
     encoder_attention_bias,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clika_runtime.manifest import ManifestError, VisionSpec
+from clika_runtime.contract.manifest import ManifestError, VisionSpec
 from clika_runtime.media.arguments import VideoClip
 from clika_runtime.media.embedding import MediaEmbedding, image_digest
 from clika_runtime.media.placeholders import QWEN2_VL_IMAGE, QWEN2_VL_VIDEO, qwen2_vl_image_text

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from clika_runtime.manifest import Manifest, ManifestError
+from clika_runtime.contract.manifest import Manifest, ManifestError
 from clika_runtime.server.backend import Finished, ModelBackend, ReplyRun, start_all
 from clika_runtime.server.bridge import run_events
 from clika_runtime.server.errors import bad_request, error_body

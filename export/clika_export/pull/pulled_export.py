@@ -1,7 +1,7 @@
 """A pulled source's export at one precision: found in the cache, or fetched and exported once.
 
 Both ways of pulling end here: a catalog name or a checkpoint path
-(``clika_export.pull``) and an ``hf://`` spec (``clika_export.hub_pull``).
+(``clika_export.pull.puller``) and an ``hf://`` spec (``clika_export.pull.hub_pull``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from clika_export.api import ExportError, cache_key, cached_export
 from clika_export.checkpoint import CheckpointError
-from clika_export.fetch import FetchError
 from clika_export.graph.hidden_states import HiddenStatesError, ensure_hidden_states
+from clika_export.pull.fetch import FetchError
 from clika_runtime.store.cache import exports_dir
 from clika_runtime.store.exports import is_model_folder
 from clika_runtime.store.local_model import LocalModel, ModelError, Say

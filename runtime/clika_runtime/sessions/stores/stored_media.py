@@ -29,7 +29,7 @@ import numpy as np
 from clika_runtime.chat.media_turns import IMAGE_PART, VIDEO_PART
 from clika_runtime.media.arguments import image_arrays, video_clips
 from clika_runtime.media.embedding import image_digest
-from clika_runtime.sessions.stored_parts import (
+from clika_runtime.sessions.stores.stored_parts import (
     checked_array,
     detached_parts,
     held,

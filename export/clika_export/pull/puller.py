@@ -14,11 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from clika_export.api import source_sha256 as _source_sha256
-from clika_export.catalog import CATALOG, GGUF, CatalogItem, names
 from clika_export.checkpoint import CheckpointError
 from clika_export.families import supported
-from clika_export.fetch import blob_path, fetch_gguf
-from clika_export.pulled_export import export_pulled
+from clika_export.pull.catalog import CATALOG, GGUF, CatalogItem, names
+from clika_export.pull.fetch import blob_path, fetch_gguf
+from clika_export.pull.pulled_export import export_pulled
 from clika_export.readers.hf import is_hf_folder
 from clika_runtime.store.local_model import (
     DEFAULT_PRECISION,
@@ -36,7 +36,7 @@ def pull(spec: str, precision: str | None, *, pull: bool, say: Say, progress: bo
     """The model folder for a checkpoint path, a catalog name or an ``hf://`` spec, pulled if ``pull``."""
     if spec.startswith(HUB_SCHEME):
         try:
-            from clika_export.hub_pull import pull_from_hub
+            from clika_export.pull.hub_pull import pull_from_hub
         except ImportError as exc:
             raise ModelError(
                 f"{spec}: models from the Hub need huggingface_hub (pip install 'clika-runtime[export]'): {exc}"

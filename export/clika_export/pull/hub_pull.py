@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from clika_export.hub_files import HubError, Listing, download_file, is_offline, list_repository
-from clika_export.hub_spec import HubSpec, parse_hub_spec
-from clika_export.pulled_export import export_folder, export_pulled
+from clika_export.pull.hub_files import HubError, Listing, download_file, is_offline, list_repository
+from clika_export.pull.hub_spec import HubSpec, parse_hub_spec
+from clika_export.pull.pulled_export import export_folder, export_pulled
 from clika_export.readers.hf import folder_sha256
 from clika_runtime.store.cache import cache_root
 from clika_runtime.store.exports import is_model_folder

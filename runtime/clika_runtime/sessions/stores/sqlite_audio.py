@@ -5,8 +5,8 @@ row's form).
 
 from __future__ import annotations
 
-from clika_runtime.sessions.sqlite_kept_media import KeptMedia
-from clika_runtime.sessions.stored_audio import samples_from_record, samples_record
+from clika_runtime.sessions.stores.sqlite_kept_media import KeptMedia
+from clika_runtime.sessions.stores.stored_audio import samples_from_record, samples_record
 
 # The tables of schema 3: the samples, and which conversation uses which clip.
 AUDIO_TABLES = (

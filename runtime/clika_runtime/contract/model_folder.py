@@ -20,11 +20,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from clika_runtime.kernels.fallback_graph import FallbackError
-from clika_runtime.kernels.graph_loading import prepare_graph
-from clika_runtime.kernels.proto_wire import WireError
-from clika_runtime.kernels.transcode import TranscodeError
-from clika_runtime.manifest import (
+from clika_runtime.contract.manifest import (
     KV_CACHE_DTYPES,
     MANIFEST_FILE,
     OPTIMUM_BUILDER,
@@ -33,7 +29,11 @@ from clika_runtime.manifest import (
     ManifestError,
     graph_key,
 )
-from clika_runtime.rope_tables import RopeTable, RopeTableError, computed_initializers
+from clika_runtime.contract.rope_tables import RopeTable, RopeTableError, computed_initializers
+from clika_runtime.kernels.fallback_graph import FallbackError
+from clika_runtime.kernels.graph_loading import prepare_graph
+from clika_runtime.kernels.proto_wire import WireError
+from clika_runtime.kernels.transcode import TranscodeError
 from clika_runtime.text.tokenizer import Tokenizer as TextTokenizer
 
 DEFAULT_KV_MODE = "continuous"
@@ -139,7 +139,7 @@ def open_session(
     model_path: Path, options: ort.SessionOptions, rope_tables: Sequence[RopeTable]
 ) -> ort.InferenceSession:
     """An ORT CPU session on ``model_path`` whose placeholder initializers take ``rope_tables``
-    computed (a manifest's ``rope_tables``, ``clika_runtime.rope_tables``); a ManifestError
+    computed (a manifest's ``rope_tables``, ``clika_runtime.contract.rope_tables``); a ManifestError
     when the graph or its weights cannot be loaded.
 
     Every session on a step graph opens here, so none runs on an empty placeholder. A graph

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-from clika_export.pip_config import IndexConfig
-from clika_export.resumable_download import Connection
+from clika_export.pull.pip_config import IndexConfig
+from clika_export.pull.resumable_download import Connection
 
 _JSON = "application/vnd.pypi.simple.v1+json"
 _ACCEPT = f"{_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"

@@ -25,8 +25,8 @@ import numpy as np
 from clika_runtime.chat.media_turns import AUDIO_PART
 from clika_runtime.media.arguments import audio_arrays
 from clika_runtime.media.audio_tower import audio_digest
-from clika_runtime.sessions.stored_media import StoredImageError
-from clika_runtime.sessions.stored_parts import (
+from clika_runtime.sessions.stores.stored_media import StoredImageError
+from clika_runtime.sessions.stores.stored_parts import (
     checked_array,
     detached_parts,
     held,

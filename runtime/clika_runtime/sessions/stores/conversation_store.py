@@ -16,8 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from clika_runtime.sessions.stored_audio import attach_audio, audio_digests, detach_audio
-from clika_runtime.sessions.stored_media import (
+from clika_runtime.sessions.stores.stored_audio import attach_audio, audio_digests, detach_audio
+from clika_runtime.sessions.stores.stored_media import (
     StoredImageError,
     attach_images,
     detach_images,

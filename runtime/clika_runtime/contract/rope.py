@@ -1,7 +1,7 @@
 """Rotary position tables (cos/sin caches): the one implementation, NumPy only.
 
 The exporter calls it to build a graph and the runtime to compute the tables a
-folder's graphs hold as placeholders (``clika_runtime.rope_tables``), so both
+folder's graphs hold as placeholders (``clika_runtime.contract.rope_tables``), so both
 get the same bits.
 
 The tables hold ``a * cos(p * inv_freq)`` and ``a * sin(p * inv_freq)`` for

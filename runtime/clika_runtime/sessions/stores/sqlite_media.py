@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from clika_runtime.sessions.sqlite_kept_media import KeptMedia
-from clika_runtime.sessions.stored_media import pixels_from_record, pixels_record
+from clika_runtime.sessions.stores.sqlite_kept_media import KeptMedia
+from clika_runtime.sessions.stores.stored_media import pixels_from_record, pixels_record
 
 # The tables of schema 2: the pixels, and which conversation uses which image.
 MEDIA_TABLES = (

@@ -14,11 +14,11 @@ being misread, before anything is written to it. A damaged file (a corrupt page,
 a row that is not a transcript) raises ``StoreError``.
 
 Images a transcript's turns carry are kept once each, by their sha256, in the
-``media`` table (``sessions.stored_media``): the transcript names them, a link
+``media`` table (``stored_media``): the transcript names them, a link
 table says which conversations use which, and an image no conversation uses
 any more is deleted in the transaction that dropped its last use. Audio clips
-are kept the same way in tables of their own (``sessions.stored_audio``,
-schema 3); ``sessions.sqlite_kept_media`` keeps both kinds. A file of an older schema (1: no media tables, 2: no audio tables)
+are kept the same way in tables of their own (``stored_audio``,
+schema 3); ``sqlite_kept_media`` keeps both kinds. A file of an older schema (1: no media tables, 2: no audio tables)
 is migrated in place when opened: the tables are added in one transaction,
 after the file was inspected read-only.
 """
@@ -34,17 +34,22 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from clika_runtime.sessions.sqlite_audio import AUDIO, AUDIO_TABLES
-from clika_runtime.sessions.sqlite_kept_media import link, read, unlink
-from clika_runtime.sessions.sqlite_media import IMAGES, MEDIA_TABLES
-from clika_runtime.sessions.store import StoreError, checked_id, decode_messages, encode_messages
-from clika_runtime.sessions.stored_audio import (
+from clika_runtime.sessions.stores.conversation_store import (
+    StoreError,
+    checked_id,
+    decode_messages,
+    encode_messages,
+)
+from clika_runtime.sessions.stores.sqlite_audio import AUDIO, AUDIO_TABLES
+from clika_runtime.sessions.stores.sqlite_kept_media import link, read, unlink
+from clika_runtime.sessions.stores.sqlite_media import IMAGES, MEDIA_TABLES
+from clika_runtime.sessions.stores.stored_audio import (
     MAX_STORED_AUDIO_BYTES,
     attach_audio,
     audio_digests,
     detach_audio,
 )
-from clika_runtime.sessions.stored_media import (
+from clika_runtime.sessions.stores.stored_media import (
     MAX_STORED_IMAGE_BYTES,
     StoredImageError,
     attach_images,
@@ -73,7 +78,7 @@ _T = TypeVar("_T")
 
 
 class SQLiteStore:
-    """A :class:`~clika_runtime.sessions.store.ConversationStore` in a SQLite file (created when absent).
+    """A :class:`~clika_runtime.sessions.stores.conversation_store.ConversationStore` in a SQLite file (created when absent).
 
     ::
 

@@ -38,8 +38,8 @@ from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import build_hf_headers
 from tqdm import tqdm
 
-from clika_export.hub_spec import HubSpec
-from clika_export.resumable_download import Connection, DownloadError, download
+from clika_export.pull.hub_spec import HubSpec
+from clika_export.pull.resumable_download import Connection, DownloadError, download
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _GIT_SHA1 = re.compile(r"[0-9a-f]{40}")

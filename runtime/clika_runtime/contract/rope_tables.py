@@ -5,8 +5,8 @@ initializer names (stored in every graph as ``[0, rotary_dim / 2]``
 placeholders) and what they are computed from: positions (the context
 window), rotary dims (fewer than ``head_dim`` for a partial rotary), theta and
 transformers' scaling dict. Gemma 3 has two entries: its global rope and its
-sliding layers' local one. ``clika_runtime.model_folder.open_session`` computes
-them with ``clika_runtime.rope`` and hands them to ONNX Runtime
+sliding layers' local one. ``clika_runtime.contract.model_folder.open_session`` computes
+them with ``clika_runtime.contract.rope`` and hands them to ONNX Runtime
 (``SessionOptions.add_initializer``), which reads them in place.
 
 Why computed: stored, they are 1-1.5% of a llama or qwen2 folder and 17.7% of
@@ -73,7 +73,7 @@ class RopeTable:
 def computed_initializers(tables: tuple[RopeTable, ...]) -> dict[str, np.ndarray]:
     """Every table of ``tables`` computed, by initializer name; a RopeTableError naming the entry
     whose scaling gives no table (raised from its frequencies, before its table is allocated)."""
-    from clika_runtime.rope import RopeError, cos_sin_caches  # NumPy: only once tables are computed
+    from clika_runtime.contract.rope import RopeError, cos_sin_caches  # NumPy: only once tables are computed
 
     arrays = {}
     for i, table in enumerate(tables):

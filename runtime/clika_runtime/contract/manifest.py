@@ -15,7 +15,7 @@ Graph contract (``GraphSpec``), one ORT call = one engine step for a batch
   ``(row, col)`` of packed token ``t``; folders exported before these took
   ``grid_index`` flat (``[B * S]``) and ``token_index[t] = row * S + col``
   instead of ``token_cell``, and the runtime still feeds them
-  (``clika_runtime.step_graph.GridLayout``);
+  (``clika_runtime.contract.step_graph.GridLayout``);
 * each row ``b`` has ``query_seqlens[b]`` new tokens (0 = idle row) after
   ``past_len[b]`` cached ones; ``seqlens_k[b] = past_len[b] + query_seqlens[b] - 1``
   (0 for an idle row); ``total_sequence_length`` is the step's largest
@@ -24,7 +24,7 @@ Graph contract (``GraphSpec``), one ORT call = one engine step for a batch
 * ``logits_index`` picks which packed positions get logits (each row's last
   token when decoding, every position for perplexity or speculative checks).
 
-``clika_runtime.step_graph.pack_step`` builds these arrays and documents
+``clika_runtime.contract.step_graph.pack_step`` builds these arrays and documents
 each row kind and the capacity rule (an active row needs ``past_len + S <= capacity``).
 
 ``precision["matrices"]`` maps each weight initializer (``model.layers.3.attn.qkv.weight``,
@@ -39,7 +39,7 @@ updates the cache in place.
 
 ``rope_tables`` lists the rotary tables every graph holds as an empty
 placeholder and the parameters the runtime computes them from when it opens a
-session (``clika_runtime.rope_tables``); older folders store them and list none.
+session (``clika_runtime.contract.rope_tables``); older folders store them and list none.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from clika_runtime.rope_tables import RopeTable, RopeTableError, rope_tables_from_json
+from clika_runtime.contract.rope_tables import RopeTable, RopeTableError, rope_tables_from_json
 
 FORMAT_NAME = "clika-model"
 FORMAT_VERSION = 1
@@ -201,7 +201,7 @@ class Manifest:
     audio: AudioSpec | None = None  # folders whose model hears audio
     # How embeddings pool the ``hidden_states`` output: {"pooling": "mean" | "last" | "cls"}.
     embedding: dict[str, Any] = field(default_factory=dict)
-    # Rope tables the graphs hold as placeholders, computed at load (clika_runtime.rope_tables).
+    # Rope tables the graphs hold as placeholders, computed at load (clika_runtime.contract.rope_tables).
     rope_tables: tuple[RopeTable, ...] = ()
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
