@@ -13,7 +13,8 @@ from typing import Any
 from clika_runtime.engine.core import StepRunner
 from clika_runtime.engine.engine import Engine, EngineOptions
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
+from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
+from clika_runtime.engine.kv.kv_cache import CacheShape, KVCacheManager
 from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.past_kv_runner import PastKVRunner
 from clika_runtime.engine.spec_decode.assistant import AssistantDrafter

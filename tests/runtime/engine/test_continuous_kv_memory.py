@@ -14,7 +14,8 @@ import pytest
 
 from clika_runtime import modelverse
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.kv.kv_cache import IDLE_KEEP_POSITIONS, RECOMPUTED_TAIL
+from clika_runtime.engine.kv.continuous_cache import IDLE_KEEP_POSITIONS
+from clika_runtime.engine.kv.kv_cache import RECOMPUTED_TAIL
 from clika_runtime.manifest import Manifest
 
 CONTEXT = 4096
