@@ -16,7 +16,8 @@ import numpy as np
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import StepTiming
-from clika_runtime.engine.kv.kv_cache import ContinuousKVCache, KVCacheManager
+from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
+from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.output import Delta
 from clika_runtime.engine.report import GenerationReport

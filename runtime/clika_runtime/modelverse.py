@@ -24,35 +24,24 @@ they share its KV cache, its prefix cache, its limits and its stage observer.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from clika_runtime.chat.media_turns import (
-    refuse_media_for,
-    with_audio_on_last_user_turn,
-    with_images_on_last_user_turn,
-)
 from clika_runtime.chat.reply.outcome import ChatOutcome
-from clika_runtime.chat.reply.streamed import StreamedReply, collect_replies, submit_together
+from clika_runtime.chat.reply.streamed import StreamedReply
 from clika_runtime.chat.session import ChatSession
-from clika_runtime.chat.tools.choice import ToolChoice
 from clika_runtime.chat.tools.definitions import ToolCall
-from clika_runtime.chat.turn import Turn, prepare_turn, submit_turn
 from clika_runtime.embedding.embedder import Embedder
 from clika_runtime.engine.config import GenerationConfig, config_from_checkpoint
 from clika_runtime.engine.engine import Engine, EngineOptions, RequestStream
-from clika_runtime.engine.factory import (
-    assistant_options,
-    build_engine,
-    engine_options,
-)
+from clika_runtime.engine.factory import model_engine
 from clika_runtime.engine.report import GenerationReport
 from clika_runtime.engine.response import GenerationResponse, responses_of
 from clika_runtime.engine.spec_decode.assistant import DEFAULT_ASSISTANT_TOKENS
 from clika_runtime.engine.stages import StageEvent, StageObserver
-from clika_runtime.media.arguments import VideoInput
 from clika_runtime.model_facts import Loaded, ModelFacts, check_assistant, open_loaded, open_towers
+from clika_runtime.model_requests import GivenRequest, run_batch, submit_given
 
 __all__ = [
     "ChatOutcome",
@@ -227,15 +216,8 @@ class GenerativeModel(ModelFacts):
         ``limits`` override the load's ``max_active``, ``max_queued``,
         ``max_step_tokens``, ``prefix_reuse`` and ``kv_cache_bytes``.
         """
-        options = engine_options(self._handle.options, limits)
-        assistant = None
-        if self._assistant is not None:
-            helper = self._assistant._handle
-            helper_options = assistant_options(helper.options, options)
-            assistant = build_engine(helper.folder, helper.tokenizer, helper_options, None)
-        engine = build_engine(self._handle.folder, self.tokenizer, options, assistant)
-        engine.observer = observer
-        return engine
+        helper = None if self._assistant is None else self._assistant._handle
+        return model_engine(self._handle, helper, limits, observer)
 
     @property
     def engine(self) -> Engine:
@@ -260,24 +242,6 @@ class GenerativeModel(ModelFacts):
             self._owned_assistant.close()
 
     # -- generation ---------------------------------------------------------------------
-
-    def _config(self, config: Any, overrides: Mapping[str, Any]) -> GenerationConfig:
-        return GenerationConfig.resolve(self.defaults, config, overrides)
-
-    def _turn(
-        self, prompt: Any, messages: Any, config: GenerationConfig, media: list[Any], audio: list[Any]
-    ) -> Turn:
-        """The turn ``prompt`` (one user message, or raw text without a chat template) or
-        ``messages`` makes with its media; ``generate`` offers no tools, whatever the config's choice."""
-        if (prompt is None) == (messages is None):
-            raise ValueError("pass either a prompt or messages= (exactly one of them)")
-        if media and audio:
-            raise ValueError("a prompt takes images or audio, not both")
-        given = {"messages": messages} if messages is not None else self.prompt_turn(prompt, media, audio)
-        request_id = self.engine.new_request_id()  # the media stages report under the request's id
-        return prepare_turn(
-            self, tools=None, policy=config, choice=ToolChoice(), request_id=request_id, **given
-        )
 
     def generate(
         self,
@@ -332,21 +296,10 @@ class GenerativeModel(ModelFacts):
         it). ``cancel()`` on the iterator stops the generation itself at the
         next step, for a caller who wants the compute back.
         """
+        given = GivenRequest(prompt, messages, config, images, audio, videos, skip_special_tokens, overrides)
         if not decode:
-            return self.stream_tokens(
-                prompt,
-                messages=messages,
-                config=config,
-                images=images,
-                audio=audio,
-                videos=videos,
-                skip_special_tokens=skip_special_tokens,
-                **overrides,
-            )
-        stream = self._submit(
-            prompt, messages, config, (images, audio, videos), overrides, skip_special_tokens, detokenize=True
-        )
-        return StreamedReply(stream, stream.texts(), self._set_report)
+            return self._stream(given, RequestStream.token_batches, detokenize=False)
+        return self._stream(given, RequestStream.texts, detokenize=True)
 
     def stream_tokens(
         self,
@@ -365,16 +318,8 @@ class GenerativeModel(ModelFacts):
 
         The iterator closes, cancels and reports as ``stream_generate``'s does.
         """
-        stream = self._submit(
-            prompt,
-            messages,
-            config,
-            (images, audio, videos),
-            overrides,
-            skip_special_tokens,
-            detokenize=False,
-        )
-        return StreamedReply(stream, stream.token_batches(), self._set_report)
+        given = GivenRequest(prompt, messages, config, images, audio, videos, skip_special_tokens, overrides)
+        return self._stream(given, RequestStream.token_batches, detokenize=False)
 
     def stream_responses(
         self,
@@ -395,38 +340,16 @@ class GenerativeModel(ModelFacts):
         request's). The iterator closes, cancels and reports as
         ``stream_generate``'s does.
         """
-        stream = self._submit(
-            prompt, messages, config, (images, audio, videos), overrides, skip_special_tokens, detokenize=True
-        )
-        return StreamedReply(stream, responses_of(stream), self._set_report)
+        given = GivenRequest(prompt, messages, config, images, audio, videos, skip_special_tokens, overrides)
+        return self._stream(given, responses_of, detokenize=True)
 
-    def _submit(
-        self,
-        prompt: str | None,
-        messages: Sequence[Mapping[str, Any]] | None,
-        config: GenerationConfig | Mapping[str, Any] | None,
-        media_given: tuple[Sequence[Any], Sequence[Any], Sequence[Any]],
-        overrides: Mapping[str, Any],
-        skip_special_tokens: bool,
-        *,
-        detokenize: bool,
-    ) -> RequestStream:
-        """The one request path of the streams: ``prompt`` or ``messages`` with its images, audio and
-        videos, checked, prepared and submitted to the model's engine."""
-        images, audio, videos = media_given
-        if prompt is not None and messages is not None:
-            raise ValueError("pass either a prompt or messages= (exactly one of them), not both")
-        refuse_media_for(self, images, audio, videos)
-        cfg = self._config(config, overrides)
-        if messages is not None and (images or videos):
-            messages = with_images_on_last_user_turn(messages, images, videos)
-        if messages is not None and audio:
-            messages = with_audio_on_last_user_turn(messages, audio)
-        media = [*images, *(VideoInput(video) for video in videos)]  # a turn's images, then its videos
-        turn = self._turn(prompt, messages, cfg, media, list(audio))
-        return submit_turn(
-            self.engine, turn, cfg, skip_special_tokens=skip_special_tokens, detokenize=detokenize
-        )
+    def _stream(
+        self, given: GivenRequest, read: Callable[[RequestStream], Iterator[Any]], *, detokenize: bool
+    ) -> StreamedReply:
+        """``given`` submitted to the model's engine, its stream read by ``read``; ``report`` set
+        once it ends."""
+        stream = submit_given(self, given, detokenize=detokenize)
+        return StreamedReply(stream, read(stream), self._set_report)
 
     def _set_report(self, report: GenerationReport | ChatOutcome | None) -> None:
         with self._report_lock:
@@ -450,21 +373,12 @@ class GenerativeModel(ModelFacts):
         """
         if isinstance(prompts, str):
             raise ValueError("generate_batch takes a list of prompts; use generate for one prompt")
-        cfg = self._config(config, overrides)
-        turns = [self._turn(prompt, None, cfg, [], []) for prompt in prompts]
-        if not turns:
-            self._reports = []
-            return []
-        engine = self.engine
-        if max_active is None:  # every prompt at once; never lowers what the engine allows
-            engine.raise_limits(max_active=len(turns))
-        else:
-            engine.set_max_active(max_active)
-        streams = submit_together(engine, turns, cfg)
-        replies, reports, failure = collect_replies(streams)
+        cfg = GenerationConfig.resolve(self.defaults, config, overrides)
+        replies, reports, failure = run_batch(self, prompts, cfg, max_active)
         with self._report_lock:
             self._reports = reports
-            self._report = reports[-1]
+            if reports:
+                self._report = reports[-1]
         if failure is not None:
             raise failure
         return replies
@@ -490,16 +404,8 @@ class GenerativeModel(ModelFacts):
         :class:`ChatOutcome`.
         """
         session = ChatSession(self)  # a call's own conversation object: calls from several threads never meet
-        reply = session.complete(
-            messages,
-            stream=stream,
-            config=config,
-            images=images,
-            audio=audio,
-            videos=videos,
-            tools=tools,
-            **overrides,
-        )
+        media = {"images": images, "audio": audio, "videos": videos}
+        reply = session.complete(messages, stream=stream, config=config, tools=tools, **media, **overrides)
         if isinstance(reply, str):
             self._set_report(session.report)
             return reply

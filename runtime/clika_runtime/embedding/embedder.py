@@ -13,7 +13,7 @@ calls. Sorting keeps the padding small; the vectors come back in input order.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import numpy as np
 
@@ -60,31 +60,24 @@ class Embeddings:
         return sum(self.token_counts)
 
 
+@dataclass(eq=False, repr=False)
 class Embedder:
     """Embeds inputs through ``runner`` with the checkpoint's ``pooling``."""
 
-    def __init__(
-        self,
-        runner: HiddenStateRunner,
-        tokenizer: Tokenizer,
-        pooling: str,
-        context_window: int,
-        *,
-        max_batch: int = DEFAULT_MAX_BATCH,
-        call_tokens: int = DEFAULT_CALL_TOKENS,
-        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-    ) -> None:
-        if pooling not in POOLING_MODES:
+    runner: HiddenStateRunner
+    tokenizer: Tokenizer
+    pooling: str
+    context_window: int
+    _: KW_ONLY
+    max_batch: int = DEFAULT_MAX_BATCH
+    call_tokens: int = DEFAULT_CALL_TOKENS
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLING_MODES:
             raise EmbeddingError(
-                f"the manifest's embedding pooling {pooling!r} is not one of {', '.join(POOLING_MODES)}"
+                f"the manifest's embedding pooling {self.pooling!r} is not one of {', '.join(POOLING_MODES)}"
             )
-        self.runner = runner
-        self.tokenizer = tokenizer
-        self.pooling = pooling
-        self.context_window = context_window
-        self.max_batch = max_batch
-        self.call_tokens = call_tokens
-        self.chunk_tokens = chunk_tokens
 
     @property
     def dimensions(self) -> int:

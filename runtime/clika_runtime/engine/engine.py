@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -21,10 +21,11 @@ from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore, StepRunner
 from clika_runtime.engine.errors import EngineClosedError, QueueFullError
 from clika_runtime.engine.kv.kv_cache import KVCacheManager
+from clika_runtime.engine.load import EngineLoad
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.output import Delta
 from clika_runtime.engine.prompt_media import PromptMedia
-from clika_runtime.engine.report import GenerationReport
+from clika_runtime.engine.request_stream import RequestStream
 from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Request
@@ -34,123 +35,9 @@ from clika_runtime.engine.stage_record import EngineStats
 from clika_runtime.engine.stages import StageObserver
 from clika_runtime.text.tokenizer import Tokenizer
 
-__all__ = ["Delta", "Engine", "EngineOptions", "EngineStats", "RequestStream"]
+__all__ = ["Delta", "Engine", "EngineLoad", "EngineOptions", "EngineStats", "RequestStream"]
 
-_DONE = object()
 T = TypeVar("T")
-
-
-class RequestStream:
-    """One submitted request: iterate it for ``Delta``s; ``report`` is set once it ended.
-
-    Closing it (or ``cancel``) before the end cancels the request: its decode
-    stops at the next step and its slot is freed.
-    """
-
-    def __init__(self, engine: Engine, request_id: int) -> None:
-        self.request_id = request_id
-        self._engine = engine
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._done = threading.Event()
-        self._drained = False
-        self._report: GenerationReport | None = None
-        self._text: list[str] = []
-        self._end_lock = threading.Lock()
-        self._on_end: list[Callable[[], None]] = []
-
-    # -- engine side (a ReplySink) ---------------------------------------------------------
-
-    def put(self, delta: Delta) -> None:
-        self._queue.put(delta)
-
-    def end(self, report: GenerationReport) -> None:
-        self._report = report
-        with self._end_lock:
-            self._done.set()
-            callbacks, self._on_end = self._on_end, []
-        self._queue.put(_DONE)
-        for callback in callbacks:
-            callback()
-
-    # -- caller side ---------------------------------------------------------------
-
-    def when_ended(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once the request ended (at once when it has; else on the engine's
-        thread, so it must return at once)."""
-        with self._end_lock:
-            if not self._done.is_set():
-                self._on_end.append(callback)
-                return
-        callback()
-
-    @property
-    def finished(self) -> bool:
-        return self._done.is_set()
-
-    @property
-    def report(self) -> GenerationReport | None:
-        """How the request ended (None while it runs)."""
-        return self._report if self._done.is_set() else None
-
-    @property
-    def ready(self) -> bool:
-        """Whether the next delta (or the end) is already waiting: reading it will not block."""
-        return not self._queue.empty()
-
-    def __iter__(self) -> Iterator[Delta]:
-        try:
-            while not self._drained:
-                item = self._queue.get()
-                if item is _DONE:
-                    self._drained = True
-                    return
-                self._text.append(item.text)
-                yield item
-        finally:
-            if not self._drained:
-                self.cancel()
-
-    def texts(self) -> Iterator[str]:
-        """The reply's text pieces (empty pieces skipped)."""
-        for delta in self:
-            if delta.text:
-                yield delta.text
-
-    def token_batches(self) -> Iterator[list[int]]:
-        """The reply's token ids, one list per batch of deltas available when asked."""
-        deltas = iter(self)
-        try:
-            for delta in deltas:
-                ids = list(delta.token_ids)
-                while self.ready:
-                    following = next(deltas, None)
-                    if following is None:
-                        break
-                    ids.extend(following.token_ids)
-                if ids:
-                    yield ids
-        finally:
-            deltas.close()  # type: ignore[attr-defined]
-
-    def result(self) -> str:
-        """Wait for the end; the whole visible text."""
-        for _ in self:
-            pass
-        return "".join(self._text)
-
-    def cancel(self) -> None:
-        """Stop the request at the next step (no-op once it ended)."""
-        if not self._done.is_set():
-            self._engine.cancel(self.request_id)
-
-    def close(self) -> None:
-        self.cancel()
-
-    def __enter__(self) -> RequestStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Engine:
@@ -191,6 +78,7 @@ class Engine:
         self._free_slots = self.core.options.max_active  # slots a request could take now, as last seen
         self._max_queued = self.core.options.max_queued
         self._closed = False
+        self._load = EngineLoad.read(self.core)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -333,6 +221,11 @@ class Engine:
     def max_active(self) -> int:
         return self.core.scheduler.max_active
 
+    @property
+    def load(self) -> EngineLoad:
+        """Requests running and waiting, KV use and step totals as of the last step or command."""
+        return self._load
+
     # -- the engine thread -------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -342,12 +235,12 @@ class Engine:
                 continue
             try:
                 plan = core.step()
-                self._note_waiting()
+                self._publish_load()
                 if plan is None and not self._drain(block=True):
                     break  # nothing could be scheduled, then the engine was closed while waiting
             except Exception as exc:  # a failed step ends its requests, not the engine
                 core.fail_all(f"{type(exc).__name__}: {exc}")
-                self._note_waiting()
+                self._publish_load()
         core.cancel_all()
 
     def _drain(self, *, block: bool) -> bool:
@@ -366,7 +259,7 @@ class Engine:
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
-                self._note_waiting()
+                self._publish_load()
                 return True
 
     def _stop(self) -> None:
@@ -394,9 +287,10 @@ class Engine:
         else:
             done.set_result(result)
 
-    def _note_waiting(self) -> None:
-        """Publish the queue length and free slots that ``submit`` checks a new request against."""
-        scheduler = self.core.scheduler
+    def _publish_load(self) -> None:
+        """Publish the engine's load: what readers see, and what ``submit`` checks a new request against."""
+        load = EngineLoad.read(self.core)
         with self._lock:
-            self._waiting = len(scheduler.waiting)
-            self._free_slots = max(scheduler.max_active - len(scheduler.running), 0)
+            self._waiting = load.waiting
+            self._free_slots = load.free_slots
+        self._load = load

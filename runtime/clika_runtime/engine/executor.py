@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 import numpy as np
 import onnxruntime as ort
@@ -53,27 +53,30 @@ class StepTiming:
     model_s: float = 0.0
 
 
-class Executor:
+@dataclass(eq=False, repr=False)
+class GraphRunner:
+    """What every step runner holds: the ORT session and the graph it runs, the cache whose buffers
+    a step reads and writes, the model's sizes, and where the last step's time went."""
+
+    session: ort.InferenceSession
+    graph: GraphSpec
+    cache: KVCacheManager
+    _: KW_ONLY
+    num_layers: int
+    vocab_size: int
+    timing: StepTiming = field(default_factory=StepTiming, init=False)
+
+
+@dataclass(eq=False, repr=False)
+class Executor(GraphRunner):
     """Runs the step graph over the cache's slots with persistent IO bindings."""
 
-    def __init__(
-        self,
-        session: ort.InferenceSession,
-        graph: GraphSpec,
-        cache: KVCacheManager,
-        *,
-        num_layers: int,
-        vocab_size: int,
-        context_window: int,
-    ) -> None:
-        self.session = session
-        self.graph = graph
-        self.cache = cache
-        self.num_layers = num_layers
-        self.vocab_size = vocab_size
-        self.context_window = context_window
+    _: KW_ONLY
+    context_window: int
+
+    def __post_init__(self) -> None:
+        session = self.session
         self.binding = session.io_binding()
-        self.timing = StepTiming()
         self._kv_version = -1
         self._kv_values: list[ort.OrtValue] = []  # the bindings refer to these: keep them alive
         self._inputs: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}

@@ -8,7 +8,7 @@ without a drafter of its own, and rides the main engine as its drafter.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clika_runtime.contract.manifest import OPTIMUM_BUILDER
 from clika_runtime.contract.model_folder import ModelFolder
@@ -16,12 +16,17 @@ from clika_runtime.contract.paged_step_graph import PAGED_LAYOUT
 from clika_runtime.engine.core import StepRunner
 from clika_runtime.engine.engine import Engine, EngineOptions
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache, KVCacheManager
+from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
+from clika_runtime.engine.kv.kv_cache import CacheShape, KVCacheManager
 from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.past_kv_runner import PastKVRunner
 from clika_runtime.engine.spec_decode.assistant import AssistantDrafter
 from clika_runtime.engine.spec_decode.drafting import ASSISTANT
 from clika_runtime.text.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from clika_runtime.engine.stages import StageObserver
+    from clika_runtime.model_facts import Loaded
 
 # A paged cache's default byte budget (SmolLM2-135M: about 23k tokens; Qwen2.5-0.5B: about 44k).
 DEFAULT_KV_CACHE_BYTES = 1 << 30
@@ -68,6 +73,21 @@ def build_engine(
         options=options,
         drafters=None if assistant is None else {ASSISTANT: AssistantDrafter(assistant)},
     )
+
+
+def model_engine(
+    main: Loaded, assistant: Loaded | None, limits: Mapping[str, Any], observer: StageObserver | None
+) -> Engine:
+    """A loaded model's engine: its load's limits with ``limits`` over them, the ``assistant``
+    load's engine (or none) as its drafter, ``observer`` watching its stages."""
+    options = engine_options(main.options, limits)
+    drafter = None
+    if assistant is not None:
+        helper_options = assistant_options(assistant.options, options)
+        drafter = build_engine(assistant.folder, assistant.tokenizer, helper_options, None)
+    engine = build_engine(main.folder, main.tokenizer, options, drafter)
+    engine.observer = observer
+    return engine
 
 
 def assistant_options(base: EngineOptions, main: EngineOptions) -> EngineOptions:

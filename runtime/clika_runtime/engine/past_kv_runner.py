@@ -21,35 +21,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
-import onnxruntime as ort
 
-from clika_runtime.contract.manifest import GraphSpec
 from clika_runtime.contract.past_kv_graph import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
-from clika_runtime.engine.executor import StepTiming
-from clika_runtime.engine.kv.kv_cache import KVCacheManager
+from clika_runtime.engine.executor import GraphRunner, StepTiming
 from clika_runtime.engine.step_plan import ScheduledRow, StepPlan
 
 
-class PastKVRunner:
+@dataclass(eq=False, repr=False)
+class PastKVRunner(GraphRunner):
     """Runs each row of a step as one call of a past-KV graph over the cache's slot buffers."""
 
-    def __init__(
-        self,
-        session: ort.InferenceSession,
-        graph: GraphSpec,
-        cache: KVCacheManager,
-        *,
-        num_layers: int,
-        vocab_size: int,
-    ) -> None:
-        self.session = session
-        self.vocab_size = vocab_size
-        self.graph = graph
-        self.cache = cache
-        self.num_layers = num_layers
-        self.timing = StepTiming()
+    def __post_init__(self) -> None:
+        graph, num_layers = self.graph, self.num_layers
         kv = graph.kv
         self._past = [(kv.past_key.format(layer=i), kv.past_value.format(layer=i)) for i in range(num_layers)]
         present = [

@@ -171,9 +171,9 @@ class ModelBackend:
         return self._card
 
     def load(self) -> dict[str, int]:
-        """Requests decoding and waiting right now (read without stopping the engine)."""
-        scheduler = self.engine.scheduler
-        return {"active": len(scheduler.running), "waiting": len(scheduler.waiting)}
+        """Requests decoding and waiting as of the engine's last step (read without stopping it)."""
+        load = self.engine.load
+        return {"active": load.running, "waiting": load.waiting}
 
     def close(self) -> None:
         """Release what the server owns: a model it loaded itself (and with it the engine)."""

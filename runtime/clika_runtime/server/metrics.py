@@ -104,31 +104,34 @@ class _EngineCollector(Collector):
         )
         yield _gauge("clika_models_loaded", "Models in memory, each with its engine", len(backends))
         engines = [backend.engine for backend in backends]
-        usages = [engine.cache.usage() for engine in engines]
+        snapshots = [engine.load for engine in engines]
 
         def total(key: str) -> int:
-            return sum(usage.get(key, 0) for usage in usages)
+            return sum(snapshot.kv.get(key, 0) for snapshot in snapshots)
 
         yield _gauge("clika_kv_cache_bytes", "Bytes of KV buffers allocated", total("kv_cache_bytes"))
-        if any("blocks" in usage for usage in usages):  # the paged cache
+        if any("blocks" in snapshot.kv for snapshot in snapshots):  # the paged cache
             yield _gauge("clika_kv_blocks", "KV blocks in the pools", total("blocks"))
             yield _gauge("clika_kv_blocks_used", "KV blocks held by running requests", total("blocks_owned"))
             yield _gauge("clika_kv_blocks_cached", "KV blocks kept for prefix reuse", total("blocks_cached"))
         yield _gauge("clika_kv_slots", "KV slots (rows a step may address)", total("slots"))
-        used = total("slots") - sum(engine.cache.num_free for engine in engines)
+        used = sum(snapshot.kv_slots_used for snapshot in snapshots)
         yield _gauge("clika_kv_slots_used", "KV slots held by requests", used)
-        stats = [engine.stats for engine in engines]
-        yield _counter("clika_engine_steps", "Engine steps run", sum(s.steps for s in stats))
+        yield _counter("clika_engine_steps", "Engine steps run", sum(s.steps for s in snapshots))
         yield _counter(
-            "clika_engine_step_tokens", "Tokens computed by engine steps", sum(s.tokens for s in stats)
+            "clika_engine_step_tokens",
+            "Tokens computed by engine steps",
+            sum(s.step_tokens for s in snapshots),
         )
         yield _counter(
             "clika_engine_step_seconds",
             "Seconds spent in engine steps",
-            sum(s.model_s + s.host_s for s in stats),
+            sum(s.step_seconds for s in snapshots),
         )
         yield _counter(
-            "clika_engine_model_seconds", "Seconds spent in ONNX Runtime", sum(s.model_s for s in stats)
+            "clika_engine_model_seconds",
+            "Seconds spent in ONNX Runtime",
+            sum(s.model_seconds for s in snapshots),
         )
         readings = [_integrity(engine) for engine in engines]
         known = [reading for reading in readings if reading is not None]

@@ -15,7 +15,8 @@ import pytest
 from clika_runtime import modelverse
 from clika_runtime.contract.manifest import Manifest
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.kv.kv_cache import IDLE_KEEP_POSITIONS, RECOMPUTED_TAIL
+from clika_runtime.engine.kv.continuous_cache import IDLE_KEEP_POSITIONS
+from clika_runtime.engine.kv.kv_cache import RECOMPUTED_TAIL
 
 CONTEXT = 4096
 PROMPT = 3000

@@ -16,7 +16,8 @@ from engine_fakes import CacheWritingExecutor, Collected, alone, engine_core, pr
 
 from clika_runtime import modelverse
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
+from clika_runtime.engine.kv.kv_cache import CacheShape
 from clika_runtime.engine.sequence import Request, Sequence
 
 _ids = iter(range(1, 10**9))

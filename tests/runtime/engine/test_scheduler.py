@@ -28,7 +28,8 @@ from engine_fakes import (
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.errors import QueueFullError
-from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
+from clika_runtime.engine.kv.kv_cache import CacheShape
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Request, Sequence, SequenceStatus
