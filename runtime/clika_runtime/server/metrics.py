@@ -97,6 +97,10 @@ class _EngineCollector(Collector):
     def collect(self) -> Iterator[Any]:
         """Summed over the loaded models (each has its own engine)."""
         backends = self.backends()
+        # The integrity check runs on each engine's thread between steps: once it returns, every
+        # step that finished before this scrape has published its load, so what follows is read
+        # after them (a reply the client already has is counted), whatever the threads' timing.
+        readings = [_integrity(backend.engine) for backend in backends]
         loads = [backend.load() for backend in backends]
         yield _gauge("clika_requests_running", "Requests decoding now", sum(load["active"] for load in loads))
         yield _gauge(
@@ -133,7 +137,6 @@ class _EngineCollector(Collector):
             "Seconds spent in ONNX Runtime",
             sum(s.model_seconds for s in snapshots),
         )
-        readings = [_integrity(engine) for engine in engines]
         known = [reading for reading in readings if reading is not None]
         if known:
             yield _gauge(
