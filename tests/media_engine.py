@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+import onnxruntime as ort
+
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
@@ -12,7 +15,9 @@ from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.sequence import Request, Sequence
 from clika_runtime.engine.step_plan import StepPlan
-from clika_runtime.model_folder import open_model_folder
+from clika_runtime.manifest import Manifest
+from clika_runtime.model_folder import open_model_folder, open_session
+from clika_runtime.step_graph import MediaSpan, pack_media, pack_mrope, pack_step
 
 
 class Collected:
@@ -74,3 +79,28 @@ def run(core: EngineCore) -> list[StepPlan]:
         if plan is not None:
             plans.append(plan)
     return plans
+
+
+def first_logits(folder, ids: list[int], media) -> np.ndarray:
+    """The continuous graph's logits after the whole prompt ``ids`` with ``media`` in one step.
+
+    The graph runs directly (no engine) on an empty cache; media with rotary
+    positions (M-RoPE) feed them too.
+    """
+    manifest = Manifest.read(folder)
+    graph, arch = manifest.graphs["continuous"], manifest.architecture
+    session = open_session(folder / graph.file, ort.SessionOptions(), manifest.rope_tables)
+    kv = {
+        name.format(layer=layer): np.zeros((1, arch.num_kv_heads, len(ids) + 1, arch.head_dim), np.float32)
+        for layer in range(arch.num_layers)
+        for name in (graph.kv.past_key, graph.kv.past_value)
+    }
+    feeds = {
+        **pack_step([(0, ids, False)]).feeds(),
+        **pack_media([(MediaSpan(media.positions, media.embeds), 0, len(ids))], arch.hidden_size),
+        **kv,
+    }
+    if media.rope is not None:
+        feeds.update(pack_mrope([(media.rope, 0, len(ids))]))
+    (logits,) = session.run([graph.logits_output], feeds)
+    return logits[0]

@@ -9,20 +9,18 @@ import json
 import shutil
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from audio_helpers import AUDIO_TOKEN, N_MELS, build_qwen2_audio_chat, processor
 from audio_signals import speech_like
-from media_engine import engine_core, run, submit
+from media_engine import engine_core, first_logits, run, submit
 from support.lazy import torch
 from vision_helpers import assert_close_in_scale
 
 from clika_runtime import Tensor, modelverse
 from clika_runtime.manifest import Manifest, ManifestError
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
-from clika_runtime.model_folder import open_session
 from clika_runtime.sessions import AsyncChat
-from clika_runtime.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
+from clika_runtime.step_graph import MEDIA_INPUTS
 
 NEW_TOKENS = 10
 QUESTION = "What is said?"
@@ -89,21 +87,8 @@ def test_prompt_ids_and_first_logits_match_transformers(qwen2_audio):
     ids, media = model.encode_with_audio(rendered, [wave])
     prompt, first, _ = transformers_reply(hf_model, rendered, [wave])
     assert ids == prompt and prompt.count(AUDIO_TOKEN) == 62  # 250 frames, conv stride 2, pooled by 2
-    manifest = Manifest.read(folder)
-    graph, arch = manifest.graphs["continuous"], manifest.architecture
-    session = open_session(folder / graph.file, ort.SessionOptions(), manifest.rope_tables)
-    kv = {
-        name.format(layer=layer): np.zeros((1, arch.num_kv_heads, len(ids) + 1, arch.head_dim), np.float32)
-        for layer in range(arch.num_layers)
-        for name in (graph.kv.past_key, graph.kv.past_value)
-    }
-    feeds = {
-        **pack_step([(0, ids, False)]).feeds(),
-        **pack_media([(MediaSpan(media.positions, media.embeds), 0, len(ids))], arch.hidden_size),
-        **kv,
-    }
-    (ours,) = session.run([graph.logits_output], feeds)
-    assert_close_in_scale(ours[0], first)
+    ours = first_logits(folder, ids, media)
+    assert_close_in_scale(ours, first)
 
 
 def test_generate_with_audio_equals_transformers(qwen2_audio):

@@ -11,9 +11,8 @@ import json
 import shutil
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from media_engine import engine_core, run, submit
+from media_engine import engine_core, first_logits, run, submit
 from qwen2_5_vl_helpers import build_qwen2_5_vl_chat, qwen2_5_vl_processor
 from support.lazy import torch
 from vision_helpers import QWEN2_VL_IMAGE_TOKEN, assert_close_in_scale, random_image
@@ -27,7 +26,7 @@ from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.qwen2_5_vl_windows import window_inputs
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.vision_tower import VisionTower
-from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS, MediaSpan, pack_media, pack_mrope, pack_step
+from clika_runtime.step_graph import MEDIA_INPUTS, MROPE_INPUTS
 
 NEW_TOKENS = 12
 QUESTION = "What is in the picture?"
@@ -113,23 +112,9 @@ def test_first_logits_match_transformers_on_the_same_image(qwen2_5_vl):
     image = random_image(90, 60, 2)
     text = rendered(model)
     ids, media = model.encode_with_images(text, [image])
-    manifest = Manifest.read(folder)
-    graph, arch = manifest.graphs["continuous"], manifest.architecture
-    session = ort.InferenceSession(str(folder / graph.file), providers=["CPUExecutionProvider"])
-    kv = {
-        name.format(layer=layer): np.zeros((1, arch.num_kv_heads, len(ids) + 1, arch.head_dim), np.float32)
-        for layer in range(arch.num_layers)
-        for name in (graph.kv.past_key, graph.kv.past_value)
-    }
-    feeds = {
-        **pack_step([(0, ids, False)]).feeds(),
-        **pack_media([(MediaSpan(media.positions, media.embeds), 0, len(ids))], arch.hidden_size),
-        **pack_mrope([(media.rope, 0, len(ids))]),
-        **kv,
-    }
-    (ours,) = session.run([graph.logits_output], feeds)
+    ours = first_logits(folder, ids, media)
     _, first, _ = reference(hf_model, hf, text, [image])
-    assert_close_in_scale(ours[0], first)
+    assert_close_in_scale(ours, first)
 
 
 def test_generate_with_an_image_equals_transformers(qwen2_5_vl):
