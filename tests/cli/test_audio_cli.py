@@ -8,7 +8,7 @@ import builtins
 import numpy as np
 import pytest
 from audio_files import pcm16_values, wav_bytes
-from audio_helpers import AUDIO_TOKEN, build_qwen2_audio_chat
+from audio_helpers import AUDIO_TOKEN
 from audio_signals import speech_like
 
 from clika_cli.chat_repl import ChatRepl
@@ -31,9 +31,8 @@ def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def audio_folder(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
-    return tiny_zoo.export(hf, context_window=512)
+def audio_folder(qwen2_audio_chat_model):
+    return qwen2_audio_chat_model.folder
 
 
 def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, capsys, audio_folder, tmp_path):

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from vision_helpers import build_idefics3_chat, random_image
+from vision_helpers import random_image
 
 from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import local_model
@@ -35,9 +35,8 @@ def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def vision_folder(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_idefics3_chat)
-    return tiny_zoo.export(hf, context_window=512)
+def vision_folder(idefics3_chat_model):
+    return idefics3_chat_model.folder
 
 
 def test_an_image_rides_the_next_message_and_a_saved_chat_keeps_it(

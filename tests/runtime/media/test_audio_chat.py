@@ -10,10 +10,11 @@ import shutil
 
 import numpy as np
 import pytest
-from audio_helpers import AUDIO_TOKEN, N_MELS, build_qwen2_audio_chat, processor
+from audio_helpers import AUDIO_TOKEN, N_MELS, processor
 from audio_signals import speech_like
 from media_engine import engine_core, first_logits, run, submit
 from support.lazy import torch
+from support.zoo import loaded
 from vision_helpers import assert_close_in_scale
 
 from clika_runtime import Tensor, modelverse
@@ -28,12 +29,9 @@ SETTINGS = AudioSettings(n_mels=N_MELS)
 
 
 @pytest.fixture(scope="module")
-def qwen2_audio(tiny_zoo):
-    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    model = modelverse.load(folder, threads=1)
-    yield hf_model, folder, model
-    model.close()
+def qwen2_audio(qwen2_audio_chat_model):
+    with loaded(qwen2_audio_chat_model.folder) as model:
+        yield qwen2_audio_chat_model.reference, qwen2_audio_chat_model.folder, model
 
 
 def audio_turn(question: str = QUESTION, clips: int = 1) -> dict:

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from media_engine import Collected, engine_core, first_logits, run, submit
 from support.lazy import torch
+from support.zoo import loaded
 from vision_helpers import (
     QWEN2_VL_IMAGE_TOKEN,
     assert_close_in_scale,
-    build_qwen2_vl_chat,
     qwen2_vl_processor,
     random_image,
 )
@@ -38,12 +38,9 @@ QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tiny_zoo):
-    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_vl_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    model = modelverse.load(folder, threads=1)
-    yield hf_model, hf, folder, model
-    model.close()
+def qwen2_vl(qwen2_vl_chat_model):
+    with loaded(qwen2_vl_chat_model.folder) as model:
+        yield (*qwen2_vl_chat_model, model)
 
 
 def rendered(model, question: str = QUESTION) -> str:

@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 from media_engine import engine_core, first_logits, run, submit
 from support.lazy import torch
+from support.zoo import loaded as loaded_model
 from vision_helpers import (
     IDEFICS3_IMAGE_TOKEN,
     assert_close_in_scale,
-    build_idefics3_chat,
     random_image,
 )
 
-from clika_runtime import modelverse
 from clika_runtime.engine.prompt_media import prompt_media
 from clika_runtime.manifest import Manifest
 from clika_runtime.media.idefics3 import preprocess_idefics3
@@ -29,18 +28,14 @@ NEW_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def idefics3(tiny_zoo):
-    model, hf = tiny_zoo.checkpoint(build_idefics3_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    return model, folder
+def idefics3(idefics3_chat_model):
+    return idefics3_chat_model.reference, idefics3_chat_model.folder
 
 
 @pytest.fixture(scope="module")
 def loaded(idefics3):
-    _, folder = idefics3
-    model = modelverse.load(folder, threads=1)
-    yield model
-    model.close()
+    with loaded_model(idefics3[1]) as model:
+        yield model
 
 
 def image_prompt(model, tower: VisionTower, image: np.ndarray, question: str = "What is this?"):

@@ -16,10 +16,9 @@ import httpx
 import openai
 import pytest
 from audio_files import pcm16_values, wav_bytes
-from audio_helpers import build_qwen2_audio_chat
 from audio_signals import speech_like
+from support.zoo import loaded
 
-from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
 MODEL = "tiny-audio"
@@ -27,16 +26,14 @@ QUESTION = "What is said?"
 
 
 @pytest.fixture(scope="module")
-def audio_folder(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
-    return tiny_zoo.export(hf, context_window=512)
+def audio_folder(qwen2_audio_chat_model):
+    return qwen2_audio_chat_model.folder
 
 
 @pytest.fixture(scope="module")
 def audio_model(audio_folder):
-    model = modelverse.load(audio_folder, threads=1)
-    yield model
-    model.close()
+    with loaded(audio_folder) as model:
+        yield model
 
 
 def audio_message(data: bytes, audio_format: str = "wav") -> list[dict]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import openai
 import pytest
-from vision_helpers import build_qwen2_vl_chat, png_data_url, qwen2_vl_processor, random_image
+from support.zoo import loaded
+from vision_helpers import png_data_url, qwen2_vl_processor, random_image
 
-from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
 pytest.importorskip("PIL.Image")
@@ -19,12 +19,9 @@ NEW_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tiny_zoo):
-    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_vl_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    model = modelverse.load(folder, threads=1)
-    yield hf_model, hf, model
-    model.close()
+def qwen2_vl(qwen2_vl_chat_model):
+    with loaded(qwen2_vl_chat_model.folder) as model:
+        yield qwen2_vl_chat_model.reference, qwen2_vl_chat_model.checkpoint, model
 
 
 def test_the_openai_client_sends_an_image_url_part(qwen2_vl):

@@ -13,9 +13,9 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from vision_helpers import build_idefics3_chat, random_image
+from support.zoo import loaded
+from vision_helpers import random_image
 
-from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
 PIL = pytest.importorskip("PIL.Image")
@@ -25,12 +25,9 @@ QUESTION = "What is this?"
 
 
 @pytest.fixture(scope="module")
-def vision_model(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_idefics3_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    model = modelverse.load(folder, threads=1)
-    yield model
-    model.close()
+def vision_model(idefics3_chat_model):
+    with loaded(idefics3_chat_model.folder) as model:
+        yield model
 
 
 def png_bytes(image: np.ndarray) -> bytes:
