@@ -19,9 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from audio_helpers import build_qwen2_audio_chat
 from package_index import PackageIndex
+from qwen2_5_vl_helpers import build_qwen2_5_vl_chat
 from support.session_store import KEPT_STORE_ENV, session_store
 from support.zoo import ChatModel, Zoo
+from vision_helpers import build_idefics3_chat, build_qwen2_vl_chat
 
 from clika_export.fetch import CACHE_ENV, cache_root, fetch_gguf
 
@@ -268,32 +271,24 @@ def tiny_model(tiny_llama_model: Path):
 @pytest.fixture(scope="session")
 def idefics3_chat_model(tiny_zoo: Zoo) -> ChatModel:
     """A tiny Idefics3 (SmolVLM-style) chat checkpoint and its export."""
-    from vision_helpers import build_idefics3_chat
-
     return tiny_zoo.chat_model(build_idefics3_chat)
 
 
 @pytest.fixture(scope="session")
 def qwen2_vl_chat_model(tiny_zoo: Zoo) -> ChatModel:
     """A tiny Qwen2-VL chat checkpoint and its export."""
-    from vision_helpers import build_qwen2_vl_chat
-
     return tiny_zoo.chat_model(build_qwen2_vl_chat)
 
 
 @pytest.fixture(scope="session")
 def qwen2_5_vl_chat_model(tiny_zoo: Zoo) -> ChatModel:
     """A tiny Qwen2.5-VL chat checkpoint and its export."""
-    from qwen2_5_vl_helpers import build_qwen2_5_vl_chat
-
     return tiny_zoo.chat_model(build_qwen2_5_vl_chat)
 
 
 @pytest.fixture(scope="session")
 def qwen2_audio_chat_model(tiny_zoo: Zoo) -> ChatModel:
     """A tiny Qwen2-Audio chat checkpoint and its export."""
-    from audio_helpers import build_qwen2_audio_chat
-
     return tiny_zoo.chat_model(build_qwen2_audio_chat)
 
 

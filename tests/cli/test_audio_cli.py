@@ -3,31 +3,18 @@ message, a saved chat keeps it losslessly, and a text-only model refuses it by n
 
 from __future__ import annotations
 
-import builtins
-
 import numpy as np
 import pytest
 from audio_files import pcm16_values, wav_bytes
 from audio_helpers import AUDIO_TOKEN
 from audio_signals import speech_like
+from support.chat_input import repl_errors, typed
 
 from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import local_model
 from clika_cli.conversations import Conversations
 from clika_cli.model_info import describe
 from clika_runtime import modelverse
-
-
-def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
-    feed = iter(lines)
-
-    def fake_input(prompt: str = "") -> str:
-        line = next(feed, None)
-        if line is None:
-            raise EOFError
-        return line
-
-    monkeypatch.setattr(builtins, "input", fake_input)
 
 
 @pytest.fixture(scope="module")
@@ -85,20 +72,8 @@ def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, ca
 def test_a_text_only_model_refuses_audio(monkeypatch, capsys, tiny_llama_model, tmp_path):
     path = tmp_path / "clip.wav"
     path.write_bytes(wav_bytes(speech_like(0.5, seed=1)))
-    model = modelverse.load(tiny_llama_model, threads=1)
-    repl = ChatRepl(
-        model, system=None, budget=2, overrides={}, conversations=Conversations(tmp_path / "c.db")
-    )
-    typed(monkeypatch, f"/audio {path}")
-    try:
-        repl.run()
-    finally:
-        repl.close()
-        model.close()
-    assert (
-        "Error: this model takes no audio; /audio needs a model with an audio graph"
-        in capsys.readouterr().err
-    )
+    err = repl_errors(monkeypatch, capsys, tiny_llama_model, tmp_path, f"/audio {path}")
+    assert "Error: this model takes no audio; /audio needs a model with an audio graph" in err
 
 
 def test_show_names_audio(audio_folder):

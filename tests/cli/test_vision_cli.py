@@ -3,7 +3,6 @@ a saved chat keeps it, and a text-only model refuses it by name."""
 
 from __future__ import annotations
 
-import builtins
 import os
 import re
 import subprocess
@@ -11,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from support.chat_input import repl_errors, typed
 from vision_helpers import random_image
 
 from clika_cli.chat_repl import ChatRepl
@@ -20,18 +20,6 @@ from clika_cli.model_info import describe
 from clika_runtime import modelverse
 
 PIL = pytest.importorskip("PIL.Image")
-
-
-def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
-    feed = iter(lines)
-
-    def fake_input(prompt: str = "") -> str:
-        line = next(feed, None)
-        if line is None:
-            raise EOFError
-        return line
-
-    monkeypatch.setattr(builtins, "input", fake_input)
 
 
 @pytest.fixture(scope="module")
@@ -78,20 +66,8 @@ def test_an_image_rides_the_next_message_and_a_saved_chat_keeps_it(
 def test_a_text_only_model_refuses_image(monkeypatch, capsys, tiny_llama_model, tmp_path):
     path = tmp_path / "photo.png"
     PIL.fromarray(random_image(8, 8, 1)).save(path)
-    model = modelverse.load(tiny_llama_model, threads=1)
-    repl = ChatRepl(
-        model, system=None, budget=2, overrides={}, conversations=Conversations(tmp_path / "c.db")
-    )
-    typed(monkeypatch, f"/image {path}")
-    try:
-        repl.run()
-    finally:
-        repl.close()
-        model.close()
-    assert (
-        "Error: this model reads text only; /image needs a model with a vision graph"
-        in capsys.readouterr().err
-    )
+    err = repl_errors(monkeypatch, capsys, tiny_llama_model, tmp_path, f"/image {path}")
+    assert "Error: this model reads text only; /image needs a model with a vision graph" in err
 
 
 def test_show_names_what_the_model_reads(vision_folder, tiny_llama_model):

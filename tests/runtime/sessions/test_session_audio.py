@@ -12,14 +12,13 @@ import pytest
 import resumed_sessions
 from audio_helpers import AUDIO_TOKEN
 from audio_signals import speech_like
-from resumed_sessions import loaded, second_process
+from resumed_sessions import GREEDY, loaded, second_process
 
 from clika_runtime.media.vision_tower import media_support
 from clika_runtime.sessions import AsyncChat, SQLiteStore
 
 QUESTION = "What is said?"
 FOLLOW_UP = "And then?"
-GREEDY = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")

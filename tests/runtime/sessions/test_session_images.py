@@ -8,14 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import resumed_sessions
-from resumed_sessions import loaded, second_process
+from resumed_sessions import GREEDY, loaded, second_process
 from vision_helpers import random_image
 
 from clika_runtime.sessions import SQLiteStore
 
 QUESTION = "What is this?"
 FOLLOW_UP = "And the colours?"
-GREEDY = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
