@@ -268,28 +268,20 @@ def tiny_model(tiny_llama_model: Path):
 # -- tiny media chat models (exported with a 512-token window) ----------------
 
 
-@pytest.fixture(scope="session")
-def idefics3_chat_model(tiny_zoo: Zoo) -> ChatModel:
-    """A tiny Idefics3 (SmolVLM-style) chat checkpoint and its export."""
-    return tiny_zoo.chat_model(build_idefics3_chat)
+def _chat_model_fixture(name: str, build, family: str):
+    def chat_model(tiny_zoo: Zoo) -> ChatModel:
+        return tiny_zoo.chat_model(build)
+
+    chat_model.__doc__ = f"A tiny {family} chat checkpoint and its 512-token export (``ChatModel``)."
+    return pytest.fixture(scope="session", name=name)(chat_model)
 
 
-@pytest.fixture(scope="session")
-def qwen2_vl_chat_model(tiny_zoo: Zoo) -> ChatModel:
-    """A tiny Qwen2-VL chat checkpoint and its export."""
-    return tiny_zoo.chat_model(build_qwen2_vl_chat)
-
-
-@pytest.fixture(scope="session")
-def qwen2_5_vl_chat_model(tiny_zoo: Zoo) -> ChatModel:
-    """A tiny Qwen2.5-VL chat checkpoint and its export."""
-    return tiny_zoo.chat_model(build_qwen2_5_vl_chat)
-
-
-@pytest.fixture(scope="session")
-def qwen2_audio_chat_model(tiny_zoo: Zoo) -> ChatModel:
-    """A tiny Qwen2-Audio chat checkpoint and its export."""
-    return tiny_zoo.chat_model(build_qwen2_audio_chat)
+idefics3_chat_model = _chat_model_fixture(
+    "idefics3_chat_model", build_idefics3_chat, "Idefics3 (SmolVLM-style)"
+)
+qwen2_vl_chat_model = _chat_model_fixture("qwen2_vl_chat_model", build_qwen2_vl_chat, "Qwen2-VL")
+qwen2_5_vl_chat_model = _chat_model_fixture("qwen2_5_vl_chat_model", build_qwen2_5_vl_chat, "Qwen2.5-VL")
+qwen2_audio_chat_model = _chat_model_fixture("qwen2_audio_chat_model", build_qwen2_audio_chat, "Qwen2-Audio")
 
 
 # -- the flat grid layout of older exports -------------------------------------

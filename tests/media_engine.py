@@ -81,6 +81,21 @@ def run(core: EngineCore) -> list[StepPlan]:
     return plans
 
 
+def run_beside_text(core: EngineCore, text_ids, ids, media, new_tokens: int) -> tuple[Collected, Collected]:
+    """A text request and then the media prompt ``ids`` run to the end: (text sink, media sink).
+
+    Asserts what the media checks rely on: the two ran batched in one step, and the
+    media prompt came in more than two chunks.
+    """
+    text_seq, text_sink = submit(core, text_ids, None, new_tokens)
+    media_seq, media_sink = submit(core, ids, media, new_tokens)
+    plans = run(core)
+    pair = {text_seq.request_id, media_seq.request_id}
+    assert any({r.seq.request_id for r in p.rows} == pair for p in plans)  # batched beside the text
+    assert len([r for p in plans for r in p.rows if r.seq is media_seq and r.start < len(ids)]) > 2
+    return text_sink, media_sink
+
+
 def first_logits(folder, ids: list[int], media) -> np.ndarray:
     """The continuous graph's logits after the whole prompt ``ids`` with ``media`` in one step.
 

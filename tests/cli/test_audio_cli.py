@@ -8,13 +8,10 @@ import pytest
 from audio_files import pcm16_values, wav_bytes
 from audio_helpers import AUDIO_TOKEN
 from audio_signals import speech_like
-from support.chat_input import repl_errors, typed
+from support.chat_input import chat_repl, repl_errors, typed
 
-from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import local_model
-from clika_cli.conversations import Conversations
 from clika_cli.model_info import describe
-from clika_runtime import modelverse
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +24,6 @@ def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, ca
     path = tmp_path / "clip.wav"
     path.write_bytes(wav_bytes(wave))
     (tmp_path / "broken.wav").write_bytes(b"RIFF")
-    model = modelverse.load(audio_folder, threads=1)
-    conversations = Conversations(tmp_path / "c.db")
-    repl = ChatRepl(model, system=None, budget=3, overrides={"temperature": 0.0}, conversations=conversations)
     typed(
         monkeypatch,
         f"/audio {path}",
@@ -40,7 +34,7 @@ def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, ca
         "/clear",
         "/load clip",
     )
-    try:
+    with chat_repl(audio_folder, tmp_path, budget=3, overrides={"temperature": 0.0}) as (model, repl):
         repl.run()
         history = repl.session.messages
         repl.reply("And now?")  # the resumed chat renders the clip again
@@ -53,9 +47,6 @@ def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, ca
             ],
         }
         ids, _ = model.encode_with_audio(model.render([turn]), [pcm16_values(wave)])
-    finally:
-        repl.close()
-        model.close()
     err = capsys.readouterr().err
     assert "(audio attached: 1.25 s; it rides your next message)" in err
     assert "broken.wav: not a PCM WAV file" in err

@@ -10,10 +10,9 @@ import sys
 
 import numpy as np
 import pytest
-from support.chat_input import repl_errors, typed
+from support.chat_input import chat_repl, repl_errors, typed
 from vision_helpers import random_image
 
-from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import local_model
 from clika_cli.conversations import Conversations
 from clika_cli.model_info import describe
@@ -33,9 +32,6 @@ def test_an_image_rides_the_next_message_and_a_saved_chat_keeps_it(
     image = random_image(60, 90, 4)
     path = tmp_path / "photo.png"
     PIL.fromarray(image).save(path)
-    model = modelverse.load(vision_folder, threads=1)
-    conversations = Conversations(tmp_path / "c.db")
-    repl = ChatRepl(model, system=None, budget=3, overrides={"temperature": 0.0}, conversations=conversations)
     typed(
         monkeypatch,
         f"/image {path}",
@@ -45,15 +41,12 @@ def test_an_image_rides_the_next_message_and_a_saved_chat_keeps_it(
         "/clear",
         "/load pic",
     )
-    try:
+    with chat_repl(vision_folder, tmp_path, budget=3, overrides={"temperature": 0.0}) as (model, repl):
         repl.run()
         history = repl.session.messages
         repl.reply("And now?")  # the resumed chat renders the image again
         cached = repl.session.report.cached_tokens
         prompt = repl.session.report.prompt_tokens
-    finally:
-        repl.close()
-        model.close()
     err = capsys.readouterr().err
     assert "(image attached: 90 x 60; it rides your next message)" in err
     assert "Error: /image nowhere.png: no such image file" in err

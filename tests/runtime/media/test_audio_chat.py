@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from audio_helpers import AUDIO_TOKEN, N_MELS, processor
 from audio_signals import speech_like
-from media_engine import engine_core, first_logits, run, submit
+from media_engine import engine_core, first_logits, run, run_beside_text, submit
 from support.lazy import torch
 from support.zoo import loaded
 from vision_helpers import assert_close_in_scale
@@ -129,16 +129,8 @@ def test_audio_beside_a_text_request_in_chunks_then_reused_next_turn(qwen2_audio
     ids, media = model.encode_with_audio(rendered, [wave])
     _, _, expected = transformers_reply(hf_model, rendered, [wave])
     core = engine_core(folder, mode, kv_dtype=kv_dtype)  # 48-token steps: the clip's rows come in chunks
-    text_seq, text_sink = submit(
-        core, model.tokenizer.encode(model.render([{"role": "user", "content": "hi"}])), None, NEW_TOKENS
-    )
-    audio_seq, audio_sink = submit(core, ids, media, NEW_TOKENS)
-    plans = run(core)
-    together = [
-        p for p in plans if {r.seq.request_id for r in p.rows} == {text_seq.request_id, audio_seq.request_id}
-    ]
-    chunks = [r for p in plans for r in p.rows if r.seq is audio_seq and r.start < len(ids)]
-    assert together and len(chunks) > 2  # batched with the text request, the prompt in several chunks
+    text_ids = model.tokenizer.encode(model.render([{"role": "user", "content": "hi"}]))
+    text_sink, audio_sink = run_beside_text(core, text_ids, ids, media, NEW_TOKENS)
     # The int8 cache is close, not equal: its reply starts the same.
     same = NEW_TOKENS if kv_dtype == "float32" else 2
     assert audio_sink.tokens[:same] == expected[:same]

@@ -12,7 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
-from media_engine import engine_core, first_logits, run, submit
+from media_engine import engine_core, first_logits, run, run_beside_text, submit
 from qwen2_5_vl_helpers import qwen2_5_vl_processor
 from support.lazy import torch
 from support.zoo import loaded
@@ -137,12 +137,7 @@ def test_the_image_prefix_is_reused_next_turn_and_the_replies_equal_transformers
     inputs, _, first_reply = reference(hf_model, hf, text, [image])
     core = engine_core(folder, mode, max_step_tokens=16)  # the prompt comes in chunks
     text_ids = model.tokenizer.encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n")
-    text_seq, text_sink = submit(core, text_ids, None, NEW_TOKENS)
-    image_seq, sink = submit(core, ids, media, NEW_TOKENS)
-    plans = run(core)
-    pair = {text_seq.request_id, image_seq.request_id}
-    assert any({r.seq.request_id for r in p.rows} == pair for p in plans)  # batched beside the text
-    assert len([r for p in plans for r in p.rows if r.seq is image_seq and r.start < len(ids)]) > 2
+    text_sink, sink = run_beside_text(core, text_ids, ids, media, NEW_TOKENS)
     assert sink.tokens == first_reply
     with torch.no_grad():
         alone = hf_model.generate(

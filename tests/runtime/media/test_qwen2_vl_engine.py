@@ -12,7 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
-from media_engine import Collected, engine_core, first_logits, run, submit
+from media_engine import Collected, engine_core, first_logits, run, run_beside_text, submit
 from support.lazy import torch
 from support.zoo import loaded
 from vision_helpers import (
@@ -145,14 +145,7 @@ def test_greedy_continuation_beside_a_text_request_in_chunks(qwen2_vl, mode, kv_
     core = engine_core(folder, mode, kv_dtype=kv_dtype, max_step_tokens=16)
     text_ids = model.tokenizer.encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n")
     _, text_alone = reference_text(hf_model, text_ids)
-    text_seq, text_sink = submit(core, text_ids, None, NEW_TOKENS)
-    image_seq, image_sink = submit(core, ids, media, NEW_TOKENS)
-    plans = run(core)
-    both = [
-        p for p in plans if {r.seq.request_id for r in p.rows} == {text_seq.request_id, image_seq.request_id}
-    ]
-    chunks = [r for p in plans for r in p.rows if r.seq is image_seq and r.start < len(ids)]
-    assert both and len(chunks) > 2  # batched with the text request, the prompt in several chunks
+    text_sink, image_sink = run_beside_text(core, text_ids, ids, media, NEW_TOKENS)
     if kv_dtype == "float32":
         assert image_sink.tokens == expected
         assert text_sink.tokens == text_alone  # the text row rotates by its plain positions

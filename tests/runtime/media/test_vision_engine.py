@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from media_engine import engine_core, first_logits, run, submit
+from media_engine import engine_core, first_logits, run, run_beside_text, submit
 from support.lazy import torch
 from support.zoo import loaded as loaded_model
 from vision_helpers import (
@@ -91,14 +91,7 @@ def test_greedy_continuation_beside_a_text_request_in_chunks(idefics3, loaded, m
     _, expected = reference(hf_model, ids, image, tower.settings)
     core = engine_core(folder, mode, kv_dtype=kv_dtype)  # 48-token steps: the image's rows come in chunks
     text_ids = loaded.tokenizer.encode("<|im_start|>User: hello there<end_of_utterance>\nAssistant:")
-    text_seq, text_sink = submit(core, text_ids, None, NEW_TOKENS)
-    image_seq, image_sink = submit(core, ids, media, NEW_TOKENS)
-    plans = run(core)
-    both = [
-        p for p in plans if {r.seq.request_id for r in p.rows} == {text_seq.request_id, image_seq.request_id}
-    ]
-    chunks = [r for p in plans for r in p.rows if r.seq is image_seq and r.start < len(ids)]
-    assert both and len(chunks) > 2  # batched with the text request, the prompt in several chunks
+    text_sink, image_sink = run_beside_text(core, text_ids, ids, media, NEW_TOKENS)
     if kv_dtype == "float32":
         assert image_sink.tokens == expected
     else:  # the int8 cache is close, not equal: the reply starts the same

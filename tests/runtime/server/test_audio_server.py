@@ -7,6 +7,7 @@ formats other than WAV, bad bytes and audio for a text-only model are 400s namin
 from __future__ import annotations
 
 import base64
+import functools
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import openai
 import pytest
 from audio_files import pcm16_values, wav_bytes
 from audio_signals import speech_like
+from support.refusals import refused_400
 from support.zoo import loaded
 
 from clika_runtime.server import start_server
@@ -66,14 +68,7 @@ def test_bad_audio_parts_are_400s_naming_the_part(audio_model, tiny_model):
         start_server(audio_model, model_id=MODEL) as running,
         httpx.Client(base_url=running.base_url) as http,
     ):
-
-        def refused(messages, expect: str) -> dict:
-            body = {"model": MODEL, "messages": messages, "max_tokens": 2}
-            response = http.post("/v1/chat/completions", json=body, timeout=60)
-            assert response.status_code == 400, response.text
-            error = response.json()["error"]
-            assert expect in error["message"], error
-            return error
+        refused = functools.partial(refused_400, http, MODEL)
 
         error = refused(audio_message(clip, "mp3"), "format 'mp3' is not read (formats: wav)")
         assert error["param"] == "messages[0].content[0].input_audio.format"

@@ -7,12 +7,14 @@ pixels; local files are read only behind the server's flag, remote URLs never.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 
 import httpx
 import numpy as np
 import openai
 import pytest
+from support.refusals import refused_400
 from support.zoo import loaded
 from vision_helpers import random_image
 
@@ -67,14 +69,7 @@ def test_bad_image_parts_are_400s_naming_the_part(vision_model, tiny_model, tmp_
         start_server(vision_model, model_id=MODEL) as running,
         httpx.Client(base_url=running.base_url) as http,
     ):
-
-        def refused(messages, expect: str) -> dict:
-            body = {"model": MODEL, "messages": messages, "max_tokens": 2}
-            response = http.post("/v1/chat/completions", json=body, timeout=60)
-            assert response.status_code == 400, response.text
-            error = response.json()["error"]
-            assert expect in error["message"]
-            return error
+        refused = functools.partial(refused_400, http, MODEL)
 
         error = refused(image_message("https://example.com/cat.png"), "remote image URLs are not fetched")
         assert error["param"] == "messages[0].content[0].image_url"
