@@ -26,7 +26,11 @@ SHORT = RequestOptions(temperature=0.0, max_output_tokens=4)
 
 
 class HeldSteps:
-    """Parks the engine after each step until released, so the break lands mid-reply."""
+    """Parks the engine at each step after the first until released, so the break lands mid-reply.
+
+    The first step runs freely: its tokens are the first item the test reads. Parking it
+    too would hold that item back until the wait's timeout.
+    """
 
     def __init__(self) -> None:
         self.stepped = threading.Event()
@@ -34,8 +38,9 @@ class HeldSteps:
 
     def __call__(self, event: StageEvent) -> None:
         if event.stage == "step":
+            if self.stepped.is_set():
+                self.go_on.wait(timeout=60)
             self.stepped.set()
-            self.go_on.wait(timeout=60)
 
 
 async def until_ended(stream, timeout: float = 60.0):

@@ -18,7 +18,7 @@ import openai
 import pytest
 from audio_files import pcm16_values, wav_bytes
 from audio_signals import speech_like
-from support.refusals import refused_400
+from support.served_chat import openai_greedy_reply, refused_400
 from support.zoo import loaded
 
 from clika_runtime.server import start_server
@@ -51,12 +51,7 @@ def test_the_openai_client_sends_an_input_audio_part(audio_model):
     expected = audio_model.generate(
         QUESTION, audio=[pcm16_values(wave)], max_new_tokens=8, temperature=0.0, ignore_eos=True
     )
-    with start_server(audio_model, model_id=MODEL) as running:
-        client = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=120)
-        reply = client.chat.completions.create(
-            model=MODEL, messages=audio_message(wav_bytes(wave)), max_tokens=8, temperature=0.0,
-            extra_body={"ignore_eos": True},
-        )  # fmt: skip
+    reply = openai_greedy_reply(audio_model, MODEL, audio_message(wav_bytes(wave)), max_tokens=8)
     assert reply.choices[0].message.content == expected
     assert reply.usage.prompt_tokens == audio_model.report.prompt_tokens
 

@@ -4,13 +4,11 @@ the same pixels."""
 
 from __future__ import annotations
 
-import openai
 import pytest
 from qwen2_5_vl_helpers import qwen2_5_vl_processor
+from support.served_chat import openai_greedy_reply
 from support.zoo import loaded
 from vision_helpers import png_data_url, qwen2_vl_processor, random_image
-
-from clika_runtime.server import start_server
 
 pytest.importorskip("PIL.Image")
 from support.lazy import torch
@@ -47,11 +45,6 @@ def test_the_openai_client_sends_an_image_url_part(served):
         {"type": "image_url", "image_url": {"url": png_data_url(image)}},
         {"type": "text", "text": QUESTION},
     ]
-    with start_server(model, model_id=model_id) as running:
-        client = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=120)
-        reply = client.chat.completions.create(
-            model=model_id, messages=[{"role": "user", "content": parts}], max_tokens=NEW_TOKENS,
-            temperature=0.0, extra_body={"ignore_eos": True},
-        )  # fmt: skip
+    reply = openai_greedy_reply(model, model_id, [{"role": "user", "content": parts}], NEW_TOKENS)
     assert reply.choices[0].message.content == expected
     assert reply.usage.prompt_tokens == len(prompt)

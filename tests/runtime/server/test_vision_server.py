@@ -12,9 +12,8 @@ import io
 
 import httpx
 import numpy as np
-import openai
 import pytest
-from support.refusals import refused_400
+from support.served_chat import openai_greedy_reply, refused_400
 from support.zoo import loaded
 from vision_helpers import random_image
 
@@ -52,12 +51,7 @@ def test_the_openai_client_sends_an_image_url_part(vision_model):
     expected = vision_model.generate(
         QUESTION, images=[image], max_new_tokens=8, temperature=0.0, ignore_eos=True
     )
-    with start_server(vision_model, model_id=MODEL) as running:
-        client = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=120)
-        reply = client.chat.completions.create(
-            model=MODEL, messages=image_message(data_url(image)), max_tokens=8, temperature=0.0,
-            extra_body={"ignore_eos": True},
-        )  # fmt: skip
+    reply = openai_greedy_reply(vision_model, MODEL, image_message(data_url(image)), max_tokens=8)
     assert reply.choices[0].message.content == expected
     assert reply.usage.prompt_tokens == vision_model.report.prompt_tokens
 
