@@ -35,7 +35,7 @@ CHAT_HOME_ENV = "CLIKA_CHAT_HOME"
 
 @pytest.fixture(scope="session", autouse=True)
 def store_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """``$CLIKA_CACHE`` for the whole session: a fresh store sharing only the verified downloads.
+    """``$CLIKA_CACHE`` for the whole session: a fresh store sharing downloads, caches and test exports.
 
     What the tests export, pull or save never reaches the user's store (see
     ``support.session_store``); subprocesses inherit the setting.
