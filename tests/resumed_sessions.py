@@ -13,6 +13,9 @@ from typing import Any
 from clika_runtime import modelverse
 from clika_runtime.sessions import AsyncChat, SQLiteStore
 
+# Six greedy tokens past the end of text: replies long enough to compare, the same on every run.
+GREEDY = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
+
 
 @contextmanager
 def loaded(folder: Path) -> Iterator[modelverse.GenerativeModel]:

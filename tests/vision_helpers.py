@@ -112,20 +112,28 @@ IDEFICS3_TEMPLATE = (
 )
 
 
-def idefics3_tokenizer():
-    """Byte-level: the 256 byte symbols, the Idefics3 specials from 256, ``<image>`` at 319."""
+def marker_tokenizer(specials: tuple[str, ...], marker: str, marker_id: int):
+    """Byte-level: the 256 byte symbols, ``specials`` from 256, unused tokens, ``marker`` at ``marker_id``.
+
+    The media checkpoints' tokenizers: the marker is the token a media item expands into.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    specials = [*IDEFICS3_SPECIALS]
-    specials += [f"<unused_{i}>" for i in range(IDEFICS3_IMAGE_TOKEN - 256 - len(specials))] + ["<image>"]
-    vocab.update({token: 256 + i for i, token in enumerate(specials)})
+    tokens = [*specials]
+    tokens += [f"<unused_{i}>" for i in range(marker_id - 256 - len(tokens))] + [marker]
+    vocab.update({token: 256 + i for i, token in enumerate(tokens)})
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens(specials)
-    assert tokenizer.token_to_id("<image>") == IDEFICS3_IMAGE_TOKEN
+    tokenizer.add_special_tokens(tokens)
+    assert tokenizer.token_to_id(marker) == marker_id
     return tokenizer
+
+
+def idefics3_tokenizer():
+    """Byte-level: the 256 byte symbols, the Idefics3 specials from 256, ``<image>`` at 319."""
+    return marker_tokenizer(IDEFICS3_SPECIALS, "<image>", IDEFICS3_IMAGE_TOKEN)
 
 
 def build_idefics3_chat(folder: Path):
@@ -159,20 +167,7 @@ QWEN2_VL_TEMPLATE = (
 
 def qwen2_vl_tokenizer():
     """Byte-level: the 256 byte symbols, Qwen2-VL's specials from 256, ``<|image_pad|>`` at 319."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    specials = [*QWEN2_VL_SPECIALS]
-    specials += [f"<unused_{i}>" for i in range(QWEN2_VL_IMAGE_TOKEN - 256 - len(specials))] + [
-        "<|image_pad|>"
-    ]
-    vocab.update({token: 256 + i for i, token in enumerate(specials)})
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens(specials)
-    assert tokenizer.token_to_id("<|image_pad|>") == QWEN2_VL_IMAGE_TOKEN
-    return tokenizer
+    return marker_tokenizer(QWEN2_VL_SPECIALS, "<|image_pad|>", QWEN2_VL_IMAGE_TOKEN)
 
 
 def build_qwen2_vl_chat(folder: Path):

@@ -3,37 +3,20 @@ message, a saved chat keeps it losslessly, and a text-only model refuses it by n
 
 from __future__ import annotations
 
-import builtins
-
 import numpy as np
 import pytest
 from audio_files import pcm16_values, wav_bytes
-from audio_helpers import AUDIO_TOKEN, build_qwen2_audio_chat
+from audio_helpers import AUDIO_TOKEN
 from audio_signals import speech_like
+from support.chat_input import chat_repl, repl_errors, typed
 
-from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import local_model
-from clika_cli.conversations import Conversations
 from clika_cli.model_info import describe
-from clika_runtime import modelverse
-
-
-def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
-    feed = iter(lines)
-
-    def fake_input(prompt: str = "") -> str:
-        line = next(feed, None)
-        if line is None:
-            raise EOFError
-        return line
-
-    monkeypatch.setattr(builtins, "input", fake_input)
 
 
 @pytest.fixture(scope="module")
-def audio_folder(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
-    return tiny_zoo.export(hf, context_window=512)
+def audio_folder(qwen2_audio_chat_model):
+    return qwen2_audio_chat_model.folder
 
 
 def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, capsys, audio_folder, tmp_path):
@@ -41,9 +24,6 @@ def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, ca
     path = tmp_path / "clip.wav"
     path.write_bytes(wav_bytes(wave))
     (tmp_path / "broken.wav").write_bytes(b"RIFF")
-    model = modelverse.load(audio_folder, threads=1)
-    conversations = Conversations(tmp_path / "c.db")
-    repl = ChatRepl(model, system=None, budget=3, overrides={"temperature": 0.0}, conversations=conversations)
     typed(
         monkeypatch,
         f"/audio {path}",
@@ -54,7 +34,7 @@ def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, ca
         "/clear",
         "/load clip",
     )
-    try:
+    with chat_repl(audio_folder, tmp_path, budget=3, overrides={"temperature": 0.0}) as (model, repl):
         repl.run()
         history = repl.session.messages
         repl.reply("And now?")  # the resumed chat renders the clip again
@@ -67,9 +47,6 @@ def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, ca
             ],
         }
         ids, _ = model.encode_with_audio(model.render([turn]), [pcm16_values(wave)])
-    finally:
-        repl.close()
-        model.close()
     err = capsys.readouterr().err
     assert "(audio attached: 1.25 s; it rides your next message)" in err
     assert "broken.wav: not a PCM WAV file" in err
@@ -86,20 +63,8 @@ def test_a_clip_rides_the_next_message_and_a_saved_chat_keeps_it(monkeypatch, ca
 def test_a_text_only_model_refuses_audio(monkeypatch, capsys, tiny_llama_model, tmp_path):
     path = tmp_path / "clip.wav"
     path.write_bytes(wav_bytes(speech_like(0.5, seed=1)))
-    model = modelverse.load(tiny_llama_model, threads=1)
-    repl = ChatRepl(
-        model, system=None, budget=2, overrides={}, conversations=Conversations(tmp_path / "c.db")
-    )
-    typed(monkeypatch, f"/audio {path}")
-    try:
-        repl.run()
-    finally:
-        repl.close()
-        model.close()
-    assert (
-        "Error: this model takes no audio; /audio needs a model with an audio graph"
-        in capsys.readouterr().err
-    )
+    err = repl_errors(monkeypatch, capsys, tiny_llama_model, tmp_path, f"/audio {path}")
+    assert "Error: this model takes no audio; /audio needs a model with an audio graph" in err
 
 
 def test_show_names_audio(audio_folder):

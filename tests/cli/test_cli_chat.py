@@ -7,12 +7,12 @@ leaving. Input parsing (continued lines, blocks) is checked without a model.
 
 from __future__ import annotations
 
-import builtins
 import os
 import re
 import sys
 
 import pytest
+from support.chat_input import typed
 
 from clika_cli.chat_input import read_message
 from clika_cli.chat_repl import ChatRepl
@@ -21,22 +21,6 @@ from clika_runtime import modelverse
 
 PROMPT = ">>> "
 STATS = re.compile(r"(\d+) tokens, [\d.]+ tokens/s")
-
-
-def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> list[str]:
-    """Make ``input()`` return ``lines`` one by one; returns the prompts it was shown."""
-    shown: list[str] = []
-    feed = iter(lines)
-
-    def fake_input(prompt: str = "") -> str:
-        shown.append(prompt)
-        line = next(feed, None)
-        if line is None:
-            raise EOFError  # Ctrl-D
-        return line
-
-    monkeypatch.setattr(builtins, "input", fake_input)
-    return shown
 
 
 def test_a_line_ending_in_a_backslash_continues(monkeypatch):

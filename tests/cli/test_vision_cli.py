@@ -3,7 +3,6 @@ a saved chat keeps it, and a text-only model refuses it by name."""
 
 from __future__ import annotations
 
-import builtins
 import os
 import re
 import subprocess
@@ -11,9 +10,9 @@ import sys
 
 import numpy as np
 import pytest
-from vision_helpers import build_idefics3_chat, random_image
+from support.chat_input import chat_repl, repl_errors, typed
+from vision_helpers import random_image
 
-from clika_cli.chat_repl import ChatRepl
 from clika_cli.common import local_model
 from clika_cli.conversations import Conversations
 from clika_cli.model_info import describe
@@ -22,22 +21,9 @@ from clika_runtime import modelverse
 PIL = pytest.importorskip("PIL.Image")
 
 
-def typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
-    feed = iter(lines)
-
-    def fake_input(prompt: str = "") -> str:
-        line = next(feed, None)
-        if line is None:
-            raise EOFError
-        return line
-
-    monkeypatch.setattr(builtins, "input", fake_input)
-
-
 @pytest.fixture(scope="module")
-def vision_folder(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_idefics3_chat)
-    return tiny_zoo.export(hf, context_window=512)
+def vision_folder(idefics3_chat_model):
+    return idefics3_chat_model.folder
 
 
 def test_an_image_rides_the_next_message_and_a_saved_chat_keeps_it(
@@ -46,9 +32,6 @@ def test_an_image_rides_the_next_message_and_a_saved_chat_keeps_it(
     image = random_image(60, 90, 4)
     path = tmp_path / "photo.png"
     PIL.fromarray(image).save(path)
-    model = modelverse.load(vision_folder, threads=1)
-    conversations = Conversations(tmp_path / "c.db")
-    repl = ChatRepl(model, system=None, budget=3, overrides={"temperature": 0.0}, conversations=conversations)
     typed(
         monkeypatch,
         f"/image {path}",
@@ -58,15 +41,12 @@ def test_an_image_rides_the_next_message_and_a_saved_chat_keeps_it(
         "/clear",
         "/load pic",
     )
-    try:
+    with chat_repl(vision_folder, tmp_path, budget=3, overrides={"temperature": 0.0}) as (model, repl):
         repl.run()
         history = repl.session.messages
         repl.reply("And now?")  # the resumed chat renders the image again
         cached = repl.session.report.cached_tokens
         prompt = repl.session.report.prompt_tokens
-    finally:
-        repl.close()
-        model.close()
     err = capsys.readouterr().err
     assert "(image attached: 90 x 60; it rides your next message)" in err
     assert "Error: /image nowhere.png: no such image file" in err
@@ -79,20 +59,8 @@ def test_an_image_rides_the_next_message_and_a_saved_chat_keeps_it(
 def test_a_text_only_model_refuses_image(monkeypatch, capsys, tiny_llama_model, tmp_path):
     path = tmp_path / "photo.png"
     PIL.fromarray(random_image(8, 8, 1)).save(path)
-    model = modelverse.load(tiny_llama_model, threads=1)
-    repl = ChatRepl(
-        model, system=None, budget=2, overrides={}, conversations=Conversations(tmp_path / "c.db")
-    )
-    typed(monkeypatch, f"/image {path}")
-    try:
-        repl.run()
-    finally:
-        repl.close()
-        model.close()
-    assert (
-        "Error: this model reads text only; /image needs a model with a vision graph"
-        in capsys.readouterr().err
-    )
+    err = repl_errors(monkeypatch, capsys, tiny_llama_model, tmp_path, f"/image {path}")
+    assert "Error: this model reads text only; /image needs a model with a vision graph" in err
 
 
 def test_show_names_what_the_model_reads(vision_folder, tiny_llama_model):

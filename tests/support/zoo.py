@@ -11,10 +11,20 @@ zoo checks at the session's end that every folder it handed out is as built.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class ChatModel(NamedTuple):
+    """A tiny chat checkpoint and its export: what media tests compare the runtime against."""
+
+    reference: Any  # the transformers model the checkpoint was saved from
+    checkpoint: Path
+    folder: Path
 
 
 class Zoo:
@@ -24,6 +34,7 @@ class Zoo:
         self._root = root
         self._checkpoints: dict[tuple, tuple[Any, Path]] = {}
         self._exports: dict[tuple, Path] = {}
+        self._variants: dict[tuple, Path] = {}
         self._as_built: dict[Path, set] = {}
 
     def checkpoint(self, build: Callable, *args: Any, **options: Any) -> tuple[Any, Path]:
@@ -41,6 +52,21 @@ class Zoo:
             self._checkpoints[key] = (model, folder)
         return self._checkpoints[key]
 
+    def variant(self, checkpoint: Path, change: Callable[[Path], None]) -> Path:
+        """A copy of ``checkpoint`` that ``change(copy)`` edits (a video processor, a template ...), made once.
+
+        Copying the built folder spares building it again; the copy's weights are the
+        original's, so the model ``checkpoint`` returned stays its reference.
+        """
+        key = (checkpoint, change.__module__, change.__qualname__)
+        if key not in self._variants:
+            folder = checkpoint.parent / f"variant-{len(self._variants)}" / "hf"
+            shutil.copytree(checkpoint, folder)
+            change(folder)
+            self._as_built[folder] = _listing(folder)
+            self._variants[key] = folder
+        return self._variants[key]
+
     def export(self, checkpoint: Path, **options: Any) -> Path:
         """``clika_export.api.export(checkpoint, ..., **options)`` run once: the model folder."""
         from clika_export.api import export
@@ -52,6 +78,11 @@ class Zoo:
             self._as_built[folder] = _listing(folder)
             self._exports[key] = folder
         return self._exports[key]
+
+    def chat_model(self, build: Callable, context_window: int = 512) -> ChatModel:
+        """``build``'s checkpoint and its export with a ``context_window``-token window, each made once."""
+        reference, checkpoint = self.checkpoint(build)
+        return ChatModel(reference, checkpoint, self.export(checkpoint, context_window=context_window))
 
     def changed(self) -> list[Path]:
         """The folders handed out whose files no longer are as built (added, removed or rewritten)."""
@@ -70,3 +101,15 @@ def _listing(folder: Path) -> set[tuple[str, int, int]]:
             info = (Path(parent) / name).stat()
             found.add((os.path.relpath(Path(parent) / name, folder), info.st_size, info.st_mtime_ns))
     return found
+
+
+@contextlib.contextmanager
+def loaded(folder: Path, threads: int = 1) -> Iterator[Any]:
+    """The model folder loaded (``modelverse.load``), closed on leaving."""
+    from clika_runtime import modelverse
+
+    model = modelverse.load(folder, threads=threads)
+    try:
+        yield model
+    finally:
+        model.close()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
-import torch
-from transformers import LlamaConfig
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from support.lazy import torch, transformers
 
 from clika_export.checkpoint import CheckpointError
 from clika_export.graph.rope import SUPPORTED_ROPE_TYPES, cos_sin_caches, inverse_frequencies
@@ -46,15 +46,16 @@ CASES = {
 }
 
 
-def _transformers(config: LlamaConfig, kind: str, seq_len: int | None) -> tuple[np.ndarray, float]:
-    inv_freq, factor = ROPE_INIT_FUNCTIONS[kind](config, torch.device("cpu"), seq_len)
+def _transformers(config, kind: str, seq_len: int | None) -> tuple[np.ndarray, float]:
+    init_functions = importlib.import_module("transformers.modeling_rope_utils").ROPE_INIT_FUNCTIONS
+    inv_freq, factor = init_functions[kind](config, torch.device("cpu"), seq_len)
     return inv_freq.numpy(), float(factor)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_frequencies_and_attention_factor_match_transformers(name: str) -> None:
     params = {"rope_theta": 10000.0, **CASES[name]}
-    config = LlamaConfig(**BASE, rope_parameters=params)
+    config = transformers.LlamaConfig(**BASE, rope_parameters=params)
     theta, scaling = rope_settings(config.to_dict(), "full_attention")
     kind = params["rope_type"]
     # Context windows inside the original one, then beyond it (longrope switches factors there).
@@ -68,7 +69,7 @@ def test_frequencies_and_attention_factor_match_transformers(name: str) -> None:
 
 
 def test_longrope_uses_the_long_factors_only_past_the_original_window() -> None:
-    config = LlamaConfig(**BASE, rope_parameters={"rope_theta": 10000.0, **CASES["longrope"]})
+    config = transformers.LlamaConfig(**BASE, rope_parameters={"rope_theta": 10000.0, **CASES["longrope"]})
     theta, scaling = rope_settings(config.to_dict(), "full_attention")
     short, _ = inverse_frequencies(HEAD_DIM, theta, scaling, 64)
     long, _ = inverse_frequencies(HEAD_DIM, theta, scaling, 65)

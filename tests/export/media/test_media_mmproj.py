@@ -16,8 +16,6 @@ from support.lazy import torch
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     assert_close_in_scale,
-    build_idefics3,
-    build_qwen2_vl,
     random_image,
 )
 
@@ -27,11 +25,6 @@ from clika_runtime.media.idefics3 import preprocess_idefics3
 from clika_runtime.media.processor_config import processor_settings, read_processor_settings
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
-
-
-@pytest.fixture(scope="module")
-def idefics3(tiny_zoo):
-    return tiny_zoo.checkpoint(build_idefics3)
 
 
 def _embeds(folder, spec, pixels):
@@ -74,11 +67,6 @@ def test_mmproj_of_another_projector_or_missing_tensor_is_refused(idefics3, tmp_
         export_mmproj(
             write_idefics3_mmproj(model, tmp_path / "b.gguf", drop="v.blk.1.ffn_down.weight"), tmp_path / "b"
         )
-
-
-@pytest.fixture(scope="module")
-def qwen2_vl(tiny_zoo):
-    return tiny_zoo.checkpoint(build_qwen2_vl)
 
 
 def test_qwen2_vl_mmproj_embeddings_match_transformers(qwen2_vl, tmp_path):

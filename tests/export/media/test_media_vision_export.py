@@ -20,8 +20,6 @@ from vision_helpers import (
     IDEFICS3_PROCESSOR,
     QWEN2_VL_PROCESSOR,
     assert_close_in_scale,
-    build_idefics3,
-    build_qwen2_vl,
     random_image,
 )
 
@@ -31,16 +29,6 @@ from clika_runtime.media.idefics3 import preprocess_idefics3
 from clika_runtime.media.processor_config import processor_settings
 from clika_runtime.media.qwen2_vl import preprocess_qwen2_vl
 from clika_runtime.media.qwen2_vl_positions import frame_attention_bias, rotary_tables
-
-
-@pytest.fixture(scope="module")
-def idefics3(tiny_zoo):
-    return tiny_zoo.checkpoint(build_idefics3)
-
-
-@pytest.fixture(scope="module")
-def qwen2_vl(tiny_zoo):
-    return tiny_zoo.checkpoint(build_qwen2_vl)
 
 
 def test_idefics3_image_embeddings_match_transformers(idefics3, tmp_path):

@@ -9,18 +9,17 @@ import json
 import shutil
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from audio_helpers import AUDIO_TOKEN, N_MELS, build_qwen2_audio_chat, processor
+from audio_helpers import AUDIO_TOKEN, N_MELS, processor
 from audio_signals import speech_like
-from media_engine import engine_core, run, submit
+from media_engine import engine_core, first_logits, run, run_beside_text, submit
 from support.lazy import torch
+from support.zoo import loaded
 from vision_helpers import assert_close_in_scale
 
 from clika_runtime import Tensor, modelverse
 from clika_runtime.contract.manifest import Manifest, ManifestError
-from clika_runtime.contract.model_folder import open_session
-from clika_runtime.contract.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
+from clika_runtime.contract.step_graph import MEDIA_INPUTS
 from clika_runtime.media.audio_features import AudioSettings, log_mel_features
 from clika_runtime.sessions import AsyncChat
 
@@ -30,12 +29,9 @@ SETTINGS = AudioSettings(n_mels=N_MELS)
 
 
 @pytest.fixture(scope="module")
-def qwen2_audio(tiny_zoo):
-    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    model = modelverse.load(folder, threads=1)
-    yield hf_model, folder, model
-    model.close()
+def qwen2_audio(qwen2_audio_chat_model):
+    with loaded(qwen2_audio_chat_model.folder) as model:
+        yield qwen2_audio_chat_model.reference, qwen2_audio_chat_model.folder, model
 
 
 def audio_turn(question: str = QUESTION, clips: int = 1) -> dict:
@@ -89,21 +85,8 @@ def test_prompt_ids_and_first_logits_match_transformers(qwen2_audio):
     ids, media = model.encode_with_audio(rendered, [wave])
     prompt, first, _ = transformers_reply(hf_model, rendered, [wave])
     assert ids == prompt and prompt.count(AUDIO_TOKEN) == 62  # 250 frames, conv stride 2, pooled by 2
-    manifest = Manifest.read(folder)
-    graph, arch = manifest.graphs["continuous"], manifest.architecture
-    session = open_session(folder / graph.file, ort.SessionOptions(), manifest.rope_tables)
-    kv = {
-        name.format(layer=layer): np.zeros((1, arch.num_kv_heads, len(ids) + 1, arch.head_dim), np.float32)
-        for layer in range(arch.num_layers)
-        for name in (graph.kv.past_key, graph.kv.past_value)
-    }
-    feeds = {
-        **pack_step([(0, ids, False)]).feeds(),
-        **pack_media([(MediaSpan(media.positions, media.embeds), 0, len(ids))], arch.hidden_size),
-        **kv,
-    }
-    (ours,) = session.run([graph.logits_output], feeds)
-    assert_close_in_scale(ours[0], first)
+    ours = first_logits(folder, ids, media)
+    assert_close_in_scale(ours, first)
 
 
 def test_generate_with_audio_equals_transformers(qwen2_audio):
@@ -146,16 +129,8 @@ def test_audio_beside_a_text_request_in_chunks_then_reused_next_turn(qwen2_audio
     ids, media = model.encode_with_audio(rendered, [wave])
     _, _, expected = transformers_reply(hf_model, rendered, [wave])
     core = engine_core(folder, mode, kv_dtype=kv_dtype)  # 48-token steps: the clip's rows come in chunks
-    text_seq, text_sink = submit(
-        core, model.tokenizer.encode(model.render([{"role": "user", "content": "hi"}])), None, NEW_TOKENS
-    )
-    audio_seq, audio_sink = submit(core, ids, media, NEW_TOKENS)
-    plans = run(core)
-    together = [
-        p for p in plans if {r.seq.request_id for r in p.rows} == {text_seq.request_id, audio_seq.request_id}
-    ]
-    chunks = [r for p in plans for r in p.rows if r.seq is audio_seq and r.start < len(ids)]
-    assert together and len(chunks) > 2  # batched with the text request, the prompt in several chunks
+    text_ids = model.tokenizer.encode(model.render([{"role": "user", "content": "hi"}]))
+    text_sink, audio_sink = run_beside_text(core, text_ids, ids, media, NEW_TOKENS)
     # The int8 cache is close, not equal: its reply starts the same.
     same = NEW_TOKENS if kv_dtype == "float32" else 2
     assert audio_sink.tokens[:same] == expected[:same]

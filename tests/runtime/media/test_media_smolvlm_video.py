@@ -31,12 +31,16 @@ VIDEO_PROCESSOR = {**IDEFICS3_PROCESSOR, "video_sampling": SAMPLING}
 
 
 @pytest.fixture(scope="module")
-def smolvlm2(tmp_path_factory, tiny_llama_model):
-    model, checkpoint = build_idefics3(tmp_path_factory.mktemp("smolvlm2-hf"))
-    (checkpoint / "preprocessor_config.json").write_text(json.dumps(VIDEO_PROCESSOR))
+def smolvlm2(tmp_path_factory, tiny_llama_model, tiny_zoo):
+    model, plain = tiny_zoo.checkpoint(build_idefics3)
+    checkpoint = tiny_zoo.variant(plain, with_video_sampling)
     folder = Path(shutil.copytree(tiny_llama_model, tmp_path_factory.mktemp("smolvlm2") / "model"))
     attach_vision(folder, export_vision(checkpoint, folder))
     return model, folder
+
+
+def with_video_sampling(checkpoint):
+    (checkpoint / "preprocessor_config.json").write_text(json.dumps(VIDEO_PROCESSOR))
 
 
 def clip(frames: int, rate: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -11,25 +11,18 @@ import json
 import shutil
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from media_engine import engine_core, run, submit
-from qwen2_5_vl_helpers import build_qwen2_5_vl_chat, qwen2_5_vl_processor
+from media_engine import engine_core, first_logits, run, run_beside_text, submit
+from qwen2_5_vl_helpers import qwen2_5_vl_processor
 from support.lazy import torch
+from support.zoo import loaded
 from vision_helpers import QWEN2_VL_IMAGE_TOKEN, assert_close_in_scale, random_image
 
 from clika_export.api import export
 from clika_export.checkpoint import CheckpointError
 from clika_runtime import Tensor, modelverse
 from clika_runtime.contract.manifest import Manifest, ManifestError
-from clika_runtime.contract.step_graph import (
-    MEDIA_INPUTS,
-    MROPE_INPUTS,
-    MediaSpan,
-    pack_media,
-    pack_mrope,
-    pack_step,
-)
+from clika_runtime.contract.step_graph import MEDIA_INPUTS, MROPE_INPUTS
 from clika_runtime.engine.prompt_media import prompt_media
 from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.qwen2_5_vl_windows import window_inputs
@@ -41,12 +34,9 @@ QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
-def qwen2_5_vl(tiny_zoo):
-    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_5_vl_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    model = modelverse.load(folder, threads=1)
-    yield hf_model, hf, folder, model
-    model.close()
+def qwen2_5_vl(qwen2_5_vl_chat_model):
+    with loaded(qwen2_5_vl_chat_model.folder) as model:
+        yield (*qwen2_5_vl_chat_model, model)
 
 
 def rendered(model, question: str = QUESTION) -> str:
@@ -120,23 +110,9 @@ def test_first_logits_match_transformers_on_the_same_image(qwen2_5_vl):
     image = random_image(90, 60, 2)
     text = rendered(model)
     ids, media = model.encode_with_images(text, [image])
-    manifest = Manifest.read(folder)
-    graph, arch = manifest.graphs["continuous"], manifest.architecture
-    session = ort.InferenceSession(str(folder / graph.file), providers=["CPUExecutionProvider"])
-    kv = {
-        name.format(layer=layer): np.zeros((1, arch.num_kv_heads, len(ids) + 1, arch.head_dim), np.float32)
-        for layer in range(arch.num_layers)
-        for name in (graph.kv.past_key, graph.kv.past_value)
-    }
-    feeds = {
-        **pack_step([(0, ids, False)]).feeds(),
-        **pack_media([(MediaSpan(media.positions, media.embeds), 0, len(ids))], arch.hidden_size),
-        **pack_mrope([(media.rope, 0, len(ids))]),
-        **kv,
-    }
-    (ours,) = session.run([graph.logits_output], feeds)
+    ours = first_logits(folder, ids, media)
     _, first, _ = reference(hf_model, hf, text, [image])
-    assert_close_in_scale(ours[0], first)
+    assert_close_in_scale(ours, first)
 
 
 def test_generate_with_an_image_equals_transformers(qwen2_5_vl):
@@ -161,12 +137,7 @@ def test_the_image_prefix_is_reused_next_turn_and_the_replies_equal_transformers
     inputs, _, first_reply = reference(hf_model, hf, text, [image])
     core = engine_core(folder, mode, max_step_tokens=16)  # the prompt comes in chunks
     text_ids = model.tokenizer.encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n")
-    text_seq, text_sink = submit(core, text_ids, None, NEW_TOKENS)
-    image_seq, sink = submit(core, ids, media, NEW_TOKENS)
-    plans = run(core)
-    pair = {text_seq.request_id, image_seq.request_id}
-    assert any({r.seq.request_id for r in p.rows} == pair for p in plans)  # batched beside the text
-    assert len([r for p in plans for r in p.rows if r.seq is image_seq and r.start < len(ids)]) > 2
+    text_sink, sink = run_beside_text(core, text_ids, ids, media, NEW_TOKENS)
     assert sink.tokens == first_reply
     with torch.no_grad():
         alone = hf_model.generate(

@@ -7,18 +7,17 @@ the image's prefix reused on the next turn, in both KV modes.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import shutil
 
 import numpy as np
-import onnxruntime as ort
 import pytest
+from media_engine import Collected, engine_core, first_logits, run, run_beside_text, submit
 from support.lazy import torch
+from support.zoo import loaded
 from vision_helpers import (
     QWEN2_VL_IMAGE_TOKEN,
     assert_close_in_scale,
-    build_qwen2_vl_chat,
     qwen2_vl_processor,
     random_image,
 )
@@ -27,25 +26,10 @@ from clika_export.api import export
 from clika_export.checkpoint import CheckpointError
 from clika_runtime import Tensor, modelverse
 from clika_runtime.contract.manifest import Manifest
-from clika_runtime.contract.model_folder import open_model_folder
-from clika_runtime.contract.step_graph import (
-    MEDIA_INPUTS,
-    MROPE_INPUTS,
-    MediaSpan,
-    pack_media,
-    pack_mrope,
-    pack_step,
-)
+from clika_runtime.contract.step_graph import MEDIA_INPUTS, MROPE_INPUTS
 from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.core import EngineCore
-from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
-from clika_runtime.engine.kv.kv_cache import CacheShape
-from clika_runtime.engine.kv.paged_cache import PagedKVCache
-from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.prompt_media import prompt_media
 from clika_runtime.engine.sequence import Request, Sequence
-from clika_runtime.engine.step_plan import StepPlan
 from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.vision_tower import VisionTower
 
@@ -54,12 +38,9 @@ QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl(tiny_zoo):
-    hf_model, hf = tiny_zoo.checkpoint(build_qwen2_vl_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    model = modelverse.load(folder, threads=1)
-    yield hf_model, hf, folder, model
-    model.close()
+def qwen2_vl(qwen2_vl_chat_model):
+    with loaded(qwen2_vl_chat_model.folder) as model:
+        yield (*qwen2_vl_chat_model, model)
 
 
 def rendered(model, question: str = QUESTION) -> str:
@@ -128,23 +109,9 @@ def test_first_logits_match_transformers_on_the_same_image(qwen2_vl):
     image = random_image(90, 60, 2)
     text = rendered(model)
     ids, media = model.encode_with_images(text, [image])
-    manifest = Manifest.read(folder)
-    graph, arch = manifest.graphs["continuous"], manifest.architecture
-    session = ort.InferenceSession(str(folder / graph.file), providers=["CPUExecutionProvider"])
-    kv = {
-        name.format(layer=layer): np.zeros((1, arch.num_kv_heads, len(ids) + 1, arch.head_dim), np.float32)
-        for layer in range(arch.num_layers)
-        for name in (graph.kv.past_key, graph.kv.past_value)
-    }
-    feeds = {
-        **pack_step([(0, ids, False)]).feeds(),
-        **pack_media([(MediaSpan(media.positions, media.embeds), 0, len(ids))], arch.hidden_size),
-        **pack_mrope([(media.rope, 0, len(ids))]),
-        **kv,
-    }
-    (ours,) = session.run([graph.logits_output], feeds)
+    ours = first_logits(folder, ids, media)
     _, first, _, _ = reference(hf_model, hf, text, image)
-    assert_close_in_scale(ours[0], first)
+    assert_close_in_scale(ours, first)
 
 
 def test_generate_with_an_image_equals_transformers(qwen2_vl):
@@ -160,64 +127,8 @@ def test_generate_with_an_image_equals_transformers(qwen2_vl):
     assert ours == expected
 
 
-class Collected:
-    """A reply sink keeping the tokens and the report."""
-
-    def __init__(self) -> None:
-        self.tokens: list[int] = []
-        self.report = None
-
-    def put(self, delta) -> None:
-        self.tokens.extend(delta.token_ids)
-
-    def end(self, report) -> None:
-        self.report = report
-
-
-def engine_core(folder, mode: str, *, max_step_tokens: int = 16, kv_dtype: str = "float32") -> EngineCore:
-    """A synchronous engine core on the folder's ``mode`` graph: the test decides what each step runs."""
-    opened = open_model_folder(folder, kv_mode=mode, kv_dtype=kv_dtype, threads=1)
-    arch = opened.manifest.architecture
-    shape = CacheShape(arch.num_layers, arch.num_kv_heads, arch.head_dim, opened.graph.kv.dtype)
-    window = opened.manifest.context_window
-    if mode == "paged":
-        cache = PagedKVCache(
-            shape, block_size=opened.graph.kv.block_size, max_bytes=1 << 26, num_slots=4, max_seq=window
-        )
-    else:
-        cache = ContinuousKVCache(shape, num_slots=4, max_seq=window, slack=max_step_tokens)
-    executor = Executor(
-        opened.session, opened.graph, cache, num_layers=arch.num_layers, vocab_size=arch.vocab_size,
-        context_window=window,
-    )  # fmt: skip
-    options = EngineOptions(max_active=4, max_step_tokens=max_step_tokens)
-    return EngineCore(
-        executor, cache, opened.tokenizer, max_seq=window, vocab_size=arch.vocab_size, options=options
-    )
-
-
-_ids = itertools.count(1)
-
-
 def greedy(new_tokens: int = NEW_TOKENS) -> GenerationConfig:
     return GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-
-
-def submit(core: EngineCore, ids, media=None) -> tuple[Sequence, Collected]:
-    prompt = core.check_request(ids, greedy(), media)
-    sink = Collected()
-    seq = core.add(Sequence(Request(next(_ids), prompt, greedy(), media=media)), sink)
-    return seq, sink
-
-
-def run(core: EngineCore) -> list[StepPlan]:
-    plans = []
-    while core.has_work:
-        plan = core.step()
-        core.check_integrity()
-        if plan is not None:
-            plans.append(plan)
-    return plans
 
 
 @pytest.mark.parametrize(
@@ -230,17 +141,11 @@ def test_greedy_continuation_beside_a_text_request_in_chunks(qwen2_vl, mode, kv_
     text = rendered(model)
     ids, media = model.encode_with_images(text, [image])
     _, _, expected, _ = reference(hf_model, hf, text, image)
-    core = engine_core(folder, mode, kv_dtype=kv_dtype)  # 16-token steps: the prompt comes in chunks
+    # 16-token steps: the prompt comes in chunks
+    core = engine_core(folder, mode, kv_dtype=kv_dtype, max_step_tokens=16)
     text_ids = model.tokenizer.encode("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n")
     _, text_alone = reference_text(hf_model, text_ids)
-    text_seq, text_sink = submit(core, text_ids)
-    image_seq, image_sink = submit(core, ids, media)
-    plans = run(core)
-    both = [
-        p for p in plans if {r.seq.request_id for r in p.rows} == {text_seq.request_id, image_seq.request_id}
-    ]
-    chunks = [r for p in plans for r in p.rows if r.seq is image_seq and r.start < len(ids)]
-    assert both and len(chunks) > 2  # batched with the text request, the prompt in several chunks
+    text_sink, image_sink = run_beside_text(core, text_ids, ids, media, NEW_TOKENS)
     if kv_dtype == "float32":
         assert image_sink.tokens == expected
         assert text_sink.tokens == text_alone  # the text row rotates by its plain positions
@@ -262,8 +167,8 @@ def test_the_image_prefix_is_reused_next_turn_and_the_reply_equals_transformers(
     text = rendered(model)
     ids, media = model.encode_with_images(text, [image])
     _, _, first_reply, inputs = reference(hf_model, hf, text, image)
-    core = engine_core(folder, mode)
-    _, sink = submit(core, ids, media)
+    core = engine_core(folder, mode, max_step_tokens=16)
+    _, sink = submit(core, ids, media, NEW_TOKENS)
     run(core)
     assert sink.tokens == first_reply
     follow_up = model.tokenizer.encode(
@@ -273,7 +178,7 @@ def test_the_image_prefix_is_reused_next_turn_and_the_reply_equals_transformers(
     (embedding,) = VisionTower.open(folder).embed_images([image])
     again = prompt_media(turn, QWEN2_VL_IMAGE_TOKEN, [(embedding.embeds, embedding.digest)])
     again = dataclasses.replace(again, rope=mrope_span(len(turn), again.positions, [embedding.grid]))
-    _, second_sink = submit(core, turn, again)
+    _, second_sink = submit(core, turn, again, NEW_TOKENS)
     run(core)
     assert second_sink.report.cached_tokens >= len(ids)  # the image's prefix and the reply from the cache
     assert second_sink.tokens == continued(hf_model, inputs, turn)
@@ -318,10 +223,10 @@ def test_prompt_lookup_drafts_after_the_image_keep_the_greedy_reply(qwen2_vl):
     text = rendered(model)
     ids, media = model.encode_with_images(text, [image])
     _, _, expected, _ = reference(hf_model, hf, text, image, 24)
-    core = engine_core(folder, "continuous")
+    core = engine_core(folder, "continuous", max_step_tokens=16)
     config = GenerationConfig(max_new_tokens=24, temperature=0.0, ignore_eos=True, prompt_lookup_num_tokens=4)
     sink = Collected()
-    core.add(Sequence(Request(next(_ids), core.check_request(ids, config, media), config, media=media)), sink)
+    core.add(Sequence(Request(1, core.check_request(ids, config, media), config, media=media)), sink)
     run(core)
     assert sink.tokens == expected
     assert sink.report.draft_tokens > 0  # drafted rows ran past the prompt at index + delta
@@ -330,7 +235,7 @@ def test_prompt_lookup_drafts_after_the_image_keep_the_greedy_reply(qwen2_vl):
 def test_media_without_rotary_positions_are_refused_by_name(qwen2_vl):
     _, _, folder, model = qwen2_vl
     ids, media = model.encode_with_images(rendered(model), [random_image(56, 56, 1)])
-    core = engine_core(folder, "continuous")
+    core = engine_core(folder, "continuous", max_step_tokens=16)
     with pytest.raises(ValueError, match="M-RoPE and the media carry no rotary positions"):
         core.check_request(ids, greedy(), dataclasses.replace(media, rope=None))
     with pytest.raises(ValueError, match="for a .*-token prompt, not this"):

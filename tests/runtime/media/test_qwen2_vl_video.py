@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 from support.lazy import torch, transformers
+from support.zoo import loaded
 from vision_helpers import (
     QWEN2_VL_IMAGE_TOKEN,
     QWEN2_VL_PROCESSOR,
@@ -24,16 +25,13 @@ from vision_helpers import (
     random_image,
 )
 
-from clika_export.api import export
 from clika_export.media.vision_export import export_vision
-from clika_runtime import modelverse
 from clika_runtime.contract.manifest import Manifest
 from clika_runtime.contract.model_folder import open_model_folder
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
-from clika_runtime.engine.kv.kv_cache import CacheShape
+from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
 from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.sequence import Request, Sequence
@@ -70,17 +68,19 @@ TEMPLATE = (
 
 
 @pytest.fixture(scope="module")
-def qwen2_vl_video(tmp_path_factory):
-    hf_model, hf = build_qwen2_vl_chat(tmp_path_factory.mktemp("qwen2-vl-video-hf"))
+def qwen2_vl_video(tiny_zoo):
+    hf_model, chat = tiny_zoo.checkpoint(build_qwen2_vl_chat)
+    hf = tiny_zoo.variant(chat, with_video_processor)
+    folder = tiny_zoo.export(hf, context_window=512)
+    with loaded(folder) as model:
+        yield hf_model, hf, folder, model
+
+
+def with_video_processor(hf):
+    """The video processor config and a template that takes video parts."""
     (hf / VIDEO_PROCESSOR_FILE).write_text(json.dumps(VIDEO_PROCESSOR))
     config = json.loads((hf / "tokenizer_config.json").read_text())
     (hf / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
-    folder = export(
-        hf, tmp_path_factory.mktemp("qwen2-vl-video") / "model", context_window=512, progress=False
-    )
-    model = modelverse.load(folder, threads=1)
-    yield hf_model, hf, folder, model
-    model.close()
 
 
 def clip(frames: int, fps: float, seed: int, height: int = 60, width: int = 90):

@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 from support.lazy import torch, transformers
+from support.zoo import loaded
 from vision_helpers import (
     IDEFICS3_PROCESSOR,
     build_idefics3,
-    build_idefics3_chat,
     idefics3_tokenizer,
     random_image,
 )
@@ -24,12 +24,9 @@ QUESTION = "What is this?"
 
 
 @pytest.fixture(scope="module")
-def idefics3(tiny_zoo):
-    hf_model, hf = tiny_zoo.checkpoint(build_idefics3_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    model = modelverse.load(folder, threads=1)
-    yield hf_model, model
-    model.close()
+def idefics3(idefics3_chat_model):
+    with loaded(idefics3_chat_model.folder) as model:
+        yield idefics3_chat_model.reference, model
 
 
 def processor():

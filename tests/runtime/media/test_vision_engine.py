@@ -7,33 +7,20 @@ vision tower as its own graph, the step graph taking ``media_embeds`` / ``media_
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
-import onnxruntime as ort
 import pytest
+from media_engine import engine_core, first_logits, run, run_beside_text, submit
 from support.lazy import torch
+from support.zoo import loaded as loaded_model
 from vision_helpers import (
     IDEFICS3_IMAGE_TOKEN,
     assert_close_in_scale,
-    build_idefics3_chat,
     random_image,
 )
 
-from clika_runtime import modelverse
 from clika_runtime.contract.manifest import Manifest
-from clika_runtime.contract.model_folder import open_model_folder, open_session
-from clika_runtime.contract.step_graph import MEDIA_INPUTS, MediaSpan, pack_media, pack_step
-from clika_runtime.engine.config import GenerationConfig
-from clika_runtime.engine.core import EngineCore
-from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
-from clika_runtime.engine.kv.kv_cache import CacheShape
-from clika_runtime.engine.kv.paged_cache import PagedKVCache
-from clika_runtime.engine.options import EngineOptions
+from clika_runtime.contract.step_graph import MEDIA_INPUTS
 from clika_runtime.engine.prompt_media import prompt_media
-from clika_runtime.engine.sequence import Request, Sequence
-from clika_runtime.engine.step_plan import StepPlan
 from clika_runtime.media.idefics3 import preprocess_idefics3
 from clika_runtime.media.vision_tower import VisionTower
 
@@ -41,18 +28,14 @@ NEW_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def idefics3(tiny_zoo):
-    model, hf = tiny_zoo.checkpoint(build_idefics3_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    return model, folder
+def idefics3(idefics3_chat_model):
+    return idefics3_chat_model.reference, idefics3_chat_model.folder
 
 
 @pytest.fixture(scope="module")
 def loaded(idefics3):
-    _, folder = idefics3
-    model = modelverse.load(folder, threads=1)
-    yield model
-    model.close()
+    with loaded_model(idefics3[1]) as model:
+        yield model
 
 
 def image_prompt(model, tower: VisionTower, image: np.ndarray, question: str = "What is this?"):
@@ -76,10 +59,6 @@ def reference(hf_model, ids, image, settings):
     return first, out[0, len(ids) :].tolist()
 
 
-def greedy(max_new_tokens: int = NEW_TOKENS) -> GenerationConfig:
-    return GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, ignore_eos=True)
-
-
 def test_export_writes_a_vision_folder_whose_graphs_take_media(idefics3):
     _, folder = idefics3
     manifest = Manifest.read(folder)
@@ -95,79 +74,9 @@ def test_first_logits_match_transformers_on_the_same_image(idefics3, loaded):
     image = random_image(90, 150, 3)
     ids, media = image_prompt(loaded, tower, image)
     assert media is not None and len(media.positions) > 16  # tiles and the global view
-    manifest = Manifest.read(folder)
-    graph = manifest.graphs["continuous"]
-    session = open_session(folder / graph.file, ort.SessionOptions(), manifest.rope_tables)
-    arch = manifest.architecture
-    kv = {
-        name.format(layer=layer): np.zeros((1, arch.num_kv_heads, len(ids) + 1, arch.head_dim), np.float32)
-        for layer in range(arch.num_layers)
-        for name in (graph.kv.past_key, graph.kv.past_value)
-    }
-    feeds = {
-        **pack_step([(0, ids, False)]).feeds(),
-        **pack_media([(MediaSpan(media.positions, media.embeds), 0, len(ids))], arch.hidden_size),
-        **kv,
-    }
-    (ours,) = session.run([graph.logits_output], feeds)
+    ours = first_logits(folder, ids, media)
     first, _ = reference(hf_model, ids, image, tower.settings)
-    assert_close_in_scale(ours[0], first)
-
-
-class Collected:
-    """A reply sink keeping the tokens and the report."""
-
-    def __init__(self) -> None:
-        self.tokens: list[int] = []
-        self.report = None
-
-    def put(self, delta) -> None:
-        self.tokens.extend(delta.token_ids)
-
-    def end(self, report) -> None:
-        self.report = report
-
-
-def engine_core(folder, mode: str, *, max_step_tokens: int = 48, kv_dtype: str = "float32") -> EngineCore:
-    """A synchronous engine core on the folder's ``mode`` graph: the test decides what each step runs."""
-    opened = open_model_folder(folder, kv_mode=mode, kv_dtype=kv_dtype, threads=1)
-    arch = opened.manifest.architecture
-    shape = CacheShape(arch.num_layers, arch.num_kv_heads, arch.head_dim, opened.graph.kv.dtype)
-    window = opened.manifest.context_window
-    if mode == "paged":
-        cache = PagedKVCache(
-            shape, block_size=opened.graph.kv.block_size, max_bytes=1 << 26, num_slots=4, max_seq=window
-        )
-    else:
-        cache = ContinuousKVCache(shape, num_slots=4, max_seq=window, slack=max_step_tokens)
-    executor = Executor(
-        opened.session, opened.graph, cache, num_layers=arch.num_layers, vocab_size=arch.vocab_size,
-        context_window=window,
-    )  # fmt: skip
-    options = EngineOptions(max_active=4, max_step_tokens=max_step_tokens)
-    return EngineCore(
-        executor, cache, opened.tokenizer, max_seq=window, vocab_size=arch.vocab_size, options=options
-    )
-
-
-_ids = itertools.count(1)
-
-
-def submit(core: EngineCore, ids, media=None, new_tokens: int = NEW_TOKENS) -> tuple[Sequence, Collected]:
-    prompt = core.check_request(ids, greedy(new_tokens), media)
-    sink = Collected()
-    seq = core.add(Sequence(Request(next(_ids), prompt, greedy(new_tokens), media=media)), sink)
-    return seq, sink
-
-
-def run(core: EngineCore) -> list[StepPlan]:
-    plans = []
-    while core.has_work:
-        plan = core.step()
-        core.check_integrity()
-        if plan is not None:
-            plans.append(plan)
-    return plans
+    assert_close_in_scale(ours, first)
 
 
 @pytest.mark.parametrize(
@@ -182,14 +91,7 @@ def test_greedy_continuation_beside_a_text_request_in_chunks(idefics3, loaded, m
     _, expected = reference(hf_model, ids, image, tower.settings)
     core = engine_core(folder, mode, kv_dtype=kv_dtype)  # 48-token steps: the image's rows come in chunks
     text_ids = loaded.tokenizer.encode("<|im_start|>User: hello there<end_of_utterance>\nAssistant:")
-    text_seq, text_sink = submit(core, text_ids)
-    image_seq, image_sink = submit(core, ids, media)
-    plans = run(core)
-    both = [
-        p for p in plans if {r.seq.request_id for r in p.rows} == {text_seq.request_id, image_seq.request_id}
-    ]
-    chunks = [r for p in plans for r in p.rows if r.seq is image_seq and r.start < len(ids)]
-    assert both and len(chunks) > 2  # batched with the text request, the prompt in several chunks
+    text_sink, image_sink = run_beside_text(core, text_ids, ids, media, NEW_TOKENS)
     if kv_dtype == "float32":
         assert image_sink.tokens == expected
     else:  # the int8 cache is close, not equal: the reply starts the same
@@ -204,19 +106,19 @@ def test_the_same_image_is_reused_next_turn_and_a_different_one_is_not(idefics3,
     first, other = random_image(100, 100, 11), random_image(100, 100, 12)  # same size: same placeholders
     ids, media = image_prompt(loaded, tower, first)
     core = engine_core(folder, mode)
-    seq, sink = submit(core, ids, media)
+    seq, sink = submit(core, ids, media, NEW_TOKENS)
     run(core)
     # The next turn: the whole first exchange, then a new question; the same image's media.
     follow_up = loaded.tokenizer.encode("<end_of_utterance>\nUser: and now?<end_of_utterance>\n")
     turn = ids + sink.tokens + follow_up
     again = prompt_media(turn, IDEFICS3_IMAGE_TOKEN, [(media.embeds, tower.embed_images([first])[0].digest)])
-    second, second_sink = submit(core, turn, again)
+    second, second_sink = submit(core, turn, again, NEW_TOKENS)
     run(core)
     # The image's prefix and the reply came from the cache.
     assert second_sink.report.cached_tokens >= len(ids)
     other_ids, other_media = image_prompt(loaded, tower, other)
     assert other_ids == ids  # the very same tokens, another image
-    third, third_sink = submit(core, other_ids, other_media)
+    third, third_sink = submit(core, other_ids, other_media, NEW_TOKENS)
     run(core)
     assert third_sink.report.cached_tokens <= int(other_media.positions[0])  # nothing from the image on
     _, expected = reference(hf_model, other_ids, other, tower.settings)

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from support.lazy import torch
+from support.zoo import loaded
 from vision_helpers import IDEFICS3_PROCESSOR, build_idefics3_chat, random_image
 
-from clika_export.api import export
 from clika_runtime import modelverse
 from clika_runtime.media.arguments import video_clips
 from clika_runtime.media.video import sample_frames
@@ -32,20 +32,21 @@ NEW_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def smolvlm2(tmp_path_factory):
-    hf_model, hf = build_idefics3_chat(tmp_path_factory.mktemp("smolvlm2-chat-hf"))
+def smolvlm2(tiny_zoo):
+    hf_model, chat = tiny_zoo.checkpoint(build_idefics3_chat)
+    folder = tiny_zoo.export(tiny_zoo.variant(chat, as_smolvlm2), context_window=512)
+    with loaded(folder) as model:
+        yield hf_model, model
+
+
+def as_smolvlm2(hf):
+    """Video sampling in the processor config and SmolVLM2's chat template (with <video>)."""
     (hf / "preprocessor_config.json").write_text(
         json.dumps({**IDEFICS3_PROCESSOR, "video_sampling": SAMPLING})
     )
     config = json.loads((hf / "tokenizer_config.json").read_text())
-    config["chat_template"] = smolvlm_processing.DEFAULT_CHAT_TEMPLATE  # SmolVLM2's, with <video>
+    config["chat_template"] = smolvlm_processing.DEFAULT_CHAT_TEMPLATE
     (hf / "tokenizer_config.json").write_text(json.dumps(config))
-    folder = export(
-        hf, tmp_path_factory.mktemp("smolvlm2-chat") / "model", context_window=512, progress=False
-    )
-    model = modelverse.load(folder, threads=1)
-    yield hf_model, model
-    model.close()
 
 
 def a_clip(frames: int = 6, rate: float = 2.0) -> tuple[np.ndarray, np.ndarray]:

@@ -11,12 +11,10 @@ import threading
 import time
 
 import pytest
-from audio_helpers import build_qwen2_audio_chat
 from audio_signals import speech_like
-from vision_helpers import build_idefics3_chat, random_image
+from support.zoo import loaded
+from vision_helpers import random_image
 
-from clika_export.api import export
-from clika_runtime import modelverse
 from clika_runtime.compat.foundry_errors import FoundryLocalError, InvalidRequestError, RequestCancelledError
 from clika_runtime.compat.foundry_local import Item, Request, RequestOptions, Session
 from clika_runtime.compat.foundry_sessions import AudioSession, ChatSession, EmbeddingsSession
@@ -28,7 +26,11 @@ SHORT = RequestOptions(temperature=0.0, max_output_tokens=4)
 
 
 class HeldSteps:
-    """Parks the engine after each step until released, so the break lands mid-reply."""
+    """Parks the engine at each step after the first until released, so the break lands mid-reply.
+
+    The first step runs freely: its tokens are the first item the test reads. Parking it
+    too would hold that item back until the wait's timeout.
+    """
 
     def __init__(self) -> None:
         self.stepped = threading.Event()
@@ -36,8 +38,9 @@ class HeldSteps:
 
     def __call__(self, event: StageEvent) -> None:
         if event.stage == "step":
+            if self.stepped.is_set():
+                self.go_on.wait(timeout=60)
             self.stepped.set()
-            self.go_on.wait(timeout=60)
 
 
 async def until_ended(stream, timeout: float = 60.0):
@@ -109,25 +112,15 @@ def test_seed004_dropping_an_item_stream_mid_reply_is_quiet(tiny_model):
 
 
 @pytest.fixture(scope="module")
-def vision_model(tmp_path_factory):
-    _, hf = build_idefics3_chat(tmp_path_factory.mktemp("seed004-idefics3-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("seed004-idefics3") / "model", context_window=512, progress=False
-    )
-    model = modelverse.load(folder, threads=1)
-    yield model
-    model.close()
+def vision_model(idefics3_chat_model):
+    with loaded(idefics3_chat_model.folder) as model:
+        yield model
 
 
 @pytest.fixture(scope="module")
-def audio_model(tmp_path_factory):
-    _, hf = build_qwen2_audio_chat(tmp_path_factory.mktemp("seed004-qwen2-audio-hf"))
-    folder = export(
-        hf, tmp_path_factory.mktemp("seed004-qwen2-audio") / "model", context_window=512, progress=False
-    )
-    model = modelverse.load(folder, threads=1)
-    yield model
-    model.close()
+def audio_model(qwen2_audio_chat_model):
+    with loaded(qwen2_audio_chat_model.folder) as model:
+        yield model
 
 
 def test_seed004_image_and_audio_items_where_the_model_reads_them(tiny_model, vision_model, audio_model):

@@ -7,6 +7,7 @@ formats other than WAV, bad bytes and audio for a text-only model are 400s namin
 from __future__ import annotations
 
 import base64
+import functools
 import signal
 import subprocess
 import sys
@@ -16,10 +17,10 @@ import httpx
 import openai
 import pytest
 from audio_files import pcm16_values, wav_bytes
-from audio_helpers import build_qwen2_audio_chat
 from audio_signals import speech_like
+from support.served_chat import openai_greedy_reply, refused_400
+from support.zoo import loaded
 
-from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
 MODEL = "tiny-audio"
@@ -27,16 +28,14 @@ QUESTION = "What is said?"
 
 
 @pytest.fixture(scope="module")
-def audio_folder(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
-    return tiny_zoo.export(hf, context_window=512)
+def audio_folder(qwen2_audio_chat_model):
+    return qwen2_audio_chat_model.folder
 
 
 @pytest.fixture(scope="module")
 def audio_model(audio_folder):
-    model = modelverse.load(audio_folder, threads=1)
-    yield model
-    model.close()
+    with loaded(audio_folder) as model:
+        yield model
 
 
 def audio_message(data: bytes, audio_format: str = "wav") -> list[dict]:
@@ -52,12 +51,7 @@ def test_the_openai_client_sends_an_input_audio_part(audio_model):
     expected = audio_model.generate(
         QUESTION, audio=[pcm16_values(wave)], max_new_tokens=8, temperature=0.0, ignore_eos=True
     )
-    with start_server(audio_model, model_id=MODEL) as running:
-        client = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=120)
-        reply = client.chat.completions.create(
-            model=MODEL, messages=audio_message(wav_bytes(wave)), max_tokens=8, temperature=0.0,
-            extra_body={"ignore_eos": True},
-        )  # fmt: skip
+    reply = openai_greedy_reply(audio_model, MODEL, audio_message(wav_bytes(wave)), max_tokens=8)
     assert reply.choices[0].message.content == expected
     assert reply.usage.prompt_tokens == audio_model.report.prompt_tokens
 
@@ -69,14 +63,7 @@ def test_bad_audio_parts_are_400s_naming_the_part(audio_model, tiny_model):
         start_server(audio_model, model_id=MODEL) as running,
         httpx.Client(base_url=running.base_url) as http,
     ):
-
-        def refused(messages, expect: str) -> dict:
-            body = {"model": MODEL, "messages": messages, "max_tokens": 2}
-            response = http.post("/v1/chat/completions", json=body, timeout=60)
-            assert response.status_code == 400, response.text
-            error = response.json()["error"]
-            assert expect in error["message"], error
-            return error
+        refused = functools.partial(refused_400, http, MODEL)
 
         error = refused(audio_message(clip, "mp3"), "format 'mp3' is not read (formats: wav)")
         assert error["param"] == "messages[0].content[0].input_audio.format"

@@ -7,15 +7,16 @@ pixels; local files are read only behind the server's flag, remote URLs never.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 
 import httpx
 import numpy as np
-import openai
 import pytest
-from vision_helpers import build_idefics3_chat, random_image
+from support.served_chat import openai_greedy_reply, refused_400
+from support.zoo import loaded
+from vision_helpers import random_image
 
-from clika_runtime import modelverse
 from clika_runtime.server import start_server
 
 PIL = pytest.importorskip("PIL.Image")
@@ -25,12 +26,9 @@ QUESTION = "What is this?"
 
 
 @pytest.fixture(scope="module")
-def vision_model(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_idefics3_chat)
-    folder = tiny_zoo.export(hf, context_window=512)
-    model = modelverse.load(folder, threads=1)
-    yield model
-    model.close()
+def vision_model(idefics3_chat_model):
+    with loaded(idefics3_chat_model.folder) as model:
+        yield model
 
 
 def png_bytes(image: np.ndarray) -> bytes:
@@ -53,12 +51,7 @@ def test_the_openai_client_sends_an_image_url_part(vision_model):
     expected = vision_model.generate(
         QUESTION, images=[image], max_new_tokens=8, temperature=0.0, ignore_eos=True
     )
-    with start_server(vision_model, model_id=MODEL) as running:
-        client = openai.OpenAI(base_url=running.url, api_key="unused", max_retries=0, timeout=120)
-        reply = client.chat.completions.create(
-            model=MODEL, messages=image_message(data_url(image)), max_tokens=8, temperature=0.0,
-            extra_body={"ignore_eos": True},
-        )  # fmt: skip
+    reply = openai_greedy_reply(vision_model, MODEL, image_message(data_url(image)), max_tokens=8)
     assert reply.choices[0].message.content == expected
     assert reply.usage.prompt_tokens == vision_model.report.prompt_tokens
 
@@ -70,14 +63,7 @@ def test_bad_image_parts_are_400s_naming_the_part(vision_model, tiny_model, tmp_
         start_server(vision_model, model_id=MODEL) as running,
         httpx.Client(base_url=running.base_url) as http,
     ):
-
-        def refused(messages, expect: str) -> dict:
-            body = {"model": MODEL, "messages": messages, "max_tokens": 2}
-            response = http.post("/v1/chat/completions", json=body, timeout=60)
-            assert response.status_code == 400, response.text
-            error = response.json()["error"]
-            assert expect in error["message"]
-            return error
+        refused = functools.partial(refused_400, http, MODEL)
 
         error = refused(image_message("https://example.com/cat.png"), "remote image URLs are not fetched")
         assert error["param"] == "messages[0].content[0].image_url"

@@ -10,22 +10,20 @@ import asyncio
 import numpy as np
 import pytest
 import resumed_sessions
-from audio_helpers import AUDIO_TOKEN, build_qwen2_audio_chat
+from audio_helpers import AUDIO_TOKEN
 from audio_signals import speech_like
-from resumed_sessions import loaded, second_process
+from resumed_sessions import GREEDY, loaded, second_process
 
 from clika_runtime.media.vision_tower import media_support
 from clika_runtime.sessions import AsyncChat, SQLiteStore
 
 QUESTION = "What is said?"
 FOLLOW_UP = "And then?"
-GREEDY = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def folder(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_qwen2_audio_chat)
-    return tiny_zoo.export(hf, context_window=512)
+def folder(qwen2_audio_chat_model):
+    return qwen2_audio_chat_model.folder
 
 
 def first_process(folder, path, wave, *, with_kv: bool):

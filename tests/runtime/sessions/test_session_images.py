@@ -8,20 +8,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import resumed_sessions
-from resumed_sessions import loaded, second_process
-from vision_helpers import build_idefics3_chat, random_image
+from resumed_sessions import GREEDY, loaded, second_process
+from vision_helpers import random_image
 
 from clika_runtime.sessions import SQLiteStore
 
 QUESTION = "What is this?"
 FOLLOW_UP = "And the colours?"
-GREEDY = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def folder(tiny_zoo):
-    _, hf = tiny_zoo.checkpoint(build_idefics3_chat)
-    return tiny_zoo.export(hf, context_window=512)
+def folder(idefics3_chat_model):
+    return idefics3_chat_model.folder
 
 
 def transcript(model, messages) -> list[int]:
