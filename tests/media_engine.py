@@ -13,7 +13,8 @@ from clika_runtime.contract.step_graph import MediaSpan, pack_media, pack_mrope,
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.executor import Executor
-from clika_runtime.engine.kv.kv_cache import CacheShape, ContinuousKVCache
+from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
+from clika_runtime.engine.kv.kv_cache import CacheShape
 from clika_runtime.engine.kv.paged_cache import PagedKVCache
 from clika_runtime.engine.options import EngineOptions
 from clika_runtime.engine.sequence import Request, Sequence
