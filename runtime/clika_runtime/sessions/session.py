@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from clika_runtime.chat.history import checked_messages
+from clika_runtime.chat.history_turns import tool_result_turn
 from clika_runtime.chat.media_turns import attach_audio, attach_images, refuse_media_for
 from clika_runtime.chat.tools.loop import LoopHooks
 from clika_runtime.chat.tools.toolkit import Toolkit
@@ -199,14 +200,8 @@ class AsyncSession(SessionState):
     def add_tool_result(self, call_id: str, content: str, *, name: str = "") -> None:
         """Append a tool's answer as a tool turn (a running turn is cancelled first);
         :meth:`respond` then runs the model on."""
-        if not isinstance(call_id, str) or not call_id:
-            raise ValueError("call_id must be the id of the tool call this result answers")
-        if not isinstance(content, str):
-            raise ValueError(f"a tool result's content must be a string, got {type(content).__name__}")
+        turn = tool_result_turn(call_id, content, name)  # checked before the running turn is cancelled
         self._interrupt("a tool result was added to the conversation")
-        turn: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": content}
-        if name:
-            turn["name"] = name
         self._history.append(turn)
 
     # -- editing the conversation ------------------------------------------------------------------

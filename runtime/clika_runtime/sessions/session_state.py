@@ -16,34 +16,24 @@ from typing import TYPE_CHECKING, Any, Protocol
 from clika_runtime.chat.history import checked_messages
 from clika_runtime.chat.kv_resume import ConversationPrompt, conversation_prompt, restore_kv, save_kv
 from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.sessions.prefill import PrefillHost
 from clika_runtime.sessions.results import TurnResult
 from clika_runtime.sessions.stores.conversation_store import ConversationStore
 
 if TYPE_CHECKING:
     from clika_runtime.chat.model import ChatModel
-    from clika_runtime.chat.turn import Turn
-    from clika_runtime.engine.engine import Engine, RequestStream
+    from clika_runtime.engine.engine import Engine
     from clika_runtime.sessions.turn import TurnRun
 
 
-class SessionHost(Protocol):
-    """What a session's turns need of the chat that made it (an ``AsyncChat``)."""
+class SessionHost(PrefillHost, Protocol):
+    """What a session's turns need of the chat that made it (an ``AsyncChat``): what prefilling
+    needs (preparing, encoding, submitting) and its defaults, tools, model and engine."""
 
     @property
     def defaults(self) -> GenerationConfig: ...
 
     def checked_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None: ...
-
-    def prepare(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        policy: GenerationConfig,
-    ) -> Turn: ...
-
-    def submit(self, prepared: Turn, policy: GenerationConfig) -> RequestStream: ...
-
-    def encode(self, text: str) -> list[int]: ...
 
     @property
     def model(self) -> ChatModel: ...

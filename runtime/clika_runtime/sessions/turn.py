@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clika_runtime.chat.history_turns import assistant_turn
 from clika_runtime.chat.reply.events import CallDelta, ReasoningDelta, ReplyEvent, ReplyReader, TextDelta
 from clika_runtime.chat.turn import Turn
 from clika_runtime.engine.async_bridge import AsyncBridge
@@ -126,12 +127,7 @@ class TurnRun:
         """The assistant turn the reply adds to the history."""
         assert self.prepared is not None
         parser = self.prepared.parser
-        reply: dict[str, Any] = {"role": "assistant", "content": parser.text}
-        if parser.tool_calls:
-            reply["tool_calls"] = [call.to_message() for call in parser.tool_calls]
-        if parser.reasoning:
-            reply["reasoning_content"] = parser.reasoning
-        return reply
+        return assistant_turn(parser.text, parser.tool_calls, parser.reasoning)
 
     def result(self, session_id: str, history: Sequence[Mapping[str, Any]]) -> TurnResult:
         """The turn's result (``history``: the conversation after it)."""

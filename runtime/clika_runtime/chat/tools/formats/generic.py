@@ -9,19 +9,13 @@ tagged form, the one the tools block asks for.
 
 from __future__ import annotations
 
-from clika_runtime.chat.tools.formats.base import ToolCallFormat
-from clika_runtime.chat.tools.formats.hermes import tagged_call_rules
-from clika_runtime.chat.tools.formats.syntaxes import FencedJsonSyntax, JsonSequenceSyntax, TaggedSyntax
+from dataclasses import replace
 
-FORMAT = ToolCallFormat(
-    name="generic",
-    syntaxes=(
-        TaggedSyntax("<tool_call>", "</tool_call>"),
-        FencedJsonSyntax(),
-        JsonSequenceSyntax("{", separator=""),
-    ),
-    description="hermes tags, a ```json fence or a bare call object",
-    call_rules=tagged_call_rules,
+from clika_runtime.chat.tools.formats import hermes
+
+# Hermes's readings, tools block and call grammar under the fallback's name (see above).
+FORMAT = replace(
+    hermes.FORMAT, name="generic", description="hermes tags, a ```json fence or a bare call object"
 )
 
 
