@@ -122,12 +122,7 @@ def grid_layout(input_names: Iterable[str]) -> GridLayout | None:
 
 def takes_media(input_names: Iterable[str]) -> bool:
     """True when a step graph (continuous or paged) takes media embeddings for its token rows."""
-    names = set(input_names)
-    if names.isdisjoint(MEDIA_INPUTS):
-        return False
-    if not names.issuperset(MEDIA_INPUTS):
-        raise ValueError(f"the step graph takes one of {MEDIA_EMBEDS} / {MEDIA_ROWS} without the other")
-    return True
+    return _takes_pair(input_names, MEDIA_INPUTS)
 
 
 def text_only_media(inputs: Iterable[object]) -> dict[str, np.ndarray]:
@@ -145,11 +140,17 @@ def text_only_media(inputs: Iterable[object]) -> dict[str, np.ndarray]:
 
 def takes_mrope(input_names: Iterable[str]) -> bool:
     """True when a step graph rotates by M-RoPE positions (``mrope_rows`` / ``mrope_positions``)."""
+    return _takes_pair(input_names, MROPE_INPUTS)
+
+
+def _takes_pair(input_names: Iterable[str], pair: tuple[str, str]) -> bool:
+    """True when a step graph takes both inputs of ``pair``, False when neither: one alone
+    is a graph this runtime cannot feed."""
     names = set(input_names)
-    if names.isdisjoint(MROPE_INPUTS):
+    if names.isdisjoint(pair):
         return False
-    if not names.issuperset(MROPE_INPUTS):
-        raise ValueError(f"the step graph takes one of {MROPE_ROWS} / {MROPE_POSITIONS} without the other")
+    if not names.issuperset(pair):
+        raise ValueError(f"the step graph takes one of {pair[0]} / {pair[1]} without the other")
     return True
 
 
@@ -325,22 +326,25 @@ def _check_room(
     if capacity is not None:
         # GQA counts an idle row as holding one token (its seqlens_k is 0).
         held = np.where(active, past, 1)
-        over = held + width > capacity
-        if over.any():
-            b = int(np.argmax(over))
+        b = _first_row(held + width > capacity)
+        if b is not None:
             raise ValueError(
                 f"row {b} holds {int(held[b])} cached tokens: a step {width} tokens wide does not fit "
                 f"its KV capacity {capacity} (the runtime needs past_len + step width <= capacity, "
                 f"counting an idle row as 1)"
             )
     if context_window is not None:
-        over = past + counts > context_window
-        if over.any():
-            b = int(np.argmax(over))
+        b = _first_row(past + counts > context_window)
+        if b is not None:
             raise ValueError(
                 f"row {b} would hold {int(past[b] + counts[b])} tokens, more than the model's "
                 f"context window {context_window}"
             )
+
+
+def _first_row(over: np.ndarray) -> int | None:
+    """The first row flagged in ``over``, or None when none is."""
+    return int(np.argmax(over)) if over.any() else None
 
 
 def logits_rows(
