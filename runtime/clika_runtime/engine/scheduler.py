@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from collections.abc import Sequence as Seqs
 from operator import attrgetter
 
+from clika_runtime.engine.bounds import require_at_least
 from clika_runtime.engine.errors import QueueFullError
 from clika_runtime.engine.kv.kv_cache import KVCacheManager
 from clika_runtime.engine.sequence import Sequence, SequenceStatus
@@ -58,11 +59,8 @@ class Scheduler:
         max_queued: int = 256,
         max_step_tokens: int = 256,
     ) -> None:
-        for name, value in (("max_active", max_active), ("max_step_tokens", max_step_tokens)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if max_queued < 0:
-            raise ValueError(f"max_queued must be >= 0, got {max_queued}")
+        require_at_least(1, max_active=max_active, max_step_tokens=max_step_tokens)
+        require_at_least(0, max_queued=max_queued)
         self.cache = cache
         self.max_seq = max_seq
         self.max_active = max_active

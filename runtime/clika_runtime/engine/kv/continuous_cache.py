@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from clika_runtime.contract.step_graph import StepRow, pack_step
+from clika_runtime.engine.bounds import require_at_least
 from clika_runtime.engine.decode_packer import DecodePacker
 from clika_runtime.engine.kv.kv_cache import (
     Allocation,
@@ -59,8 +60,7 @@ class ContinuousKVCache(KVCacheManager):
         prefix_reuse: bool = True,
         max_bytes: int | None = None,
     ) -> None:
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        require_at_least(1, num_slots=num_slots)
         self.shape = shape
         self.max_seq = max_seq
         # The graph needs past_len + step width <= capacity for every active row:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from clika_runtime.contract.paged_step_graph import PagedRow, pack_paged_step
+from clika_runtime.engine.bounds import require_at_least
 from clika_runtime.engine.kv.block_pool import BlockPool
 from clika_runtime.engine.kv.kv_cache import (
     Allocation,
@@ -62,10 +63,7 @@ class PagedKVCache(KVCacheManager):
         max_seq: int,
         prefix_reuse: bool = True,
     ) -> None:
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        require_at_least(1, block_size=block_size, num_slots=num_slots)
         self.shape = shape
         self.block_size = block_size
         self.max_seq = max_seq

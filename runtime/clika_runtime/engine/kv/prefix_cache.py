@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from clika_runtime.engine.bounds import require_at_least
+
 # The prefix hash before a sequence's first block.
 ROOT_HASH = 0
 
@@ -55,8 +57,7 @@ class PrefixIndex:
     """Chain keys of cached blocks: full blocks by key, every entry by its parent prefix."""
 
     def __init__(self, block_size: int) -> None:
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        require_at_least(1, block_size=block_size)
         self.block_size = block_size
         self._full: dict[BlockKey, int] = {}
         self._partial: dict[BlockKey, int] = {}
