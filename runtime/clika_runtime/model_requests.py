@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from clika_runtime.chat.media_turns import (
     refuse_media_for,
     with_audio_on_last_user_turn,
     with_images_on_last_user_turn,
 )
+from clika_runtime.chat.model import ChatModel
 from clika_runtime.chat.reply.outcome import ChatOutcome
 from clika_runtime.chat.reply.streamed import collect_replies, submit_together
 from clika_runtime.chat.tools.choice import ToolChoice
@@ -25,8 +26,13 @@ from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import RequestStream
 from clika_runtime.media.arguments import VideoInput
 
-if TYPE_CHECKING:
-    from clika_runtime.modelverse import GenerativeModel
+
+class RequestingModel(ChatModel, Protocol):
+    """What a request needs of ``GenerativeModel`` beyond the chat layer's view of it: the prompt
+    turn it reads a plain prompt and its media into (a protocol, so this module need not import
+    the user API that calls it)."""
+
+    def prompt_turn(self, prompt: Any, media: list[Any], audio: list[Any]) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,7 @@ class GivenRequest:
 
 
 def model_turn(
-    model: GenerativeModel,
+    model: RequestingModel,
     prompt: Any,
     messages: Any,
     config: GenerationConfig,
@@ -62,7 +68,7 @@ def model_turn(
     return prepare_turn(model, tools=None, policy=config, choice=ToolChoice(), request_id=request_id, **given)
 
 
-def submit_given(model: GenerativeModel, given: GivenRequest, *, detokenize: bool) -> RequestStream:
+def submit_given(model: RequestingModel, given: GivenRequest, *, detokenize: bool) -> RequestStream:
     """The one request path of the streams: ``given``'s prompt or messages with its images, audio
     and videos, checked, prepared and submitted to the model's engine."""
     images, audio, videos, messages = given.images, given.audio, given.videos, given.messages
@@ -82,7 +88,7 @@ def submit_given(model: GenerativeModel, given: GivenRequest, *, detokenize: boo
 
 
 def run_batch(
-    model: GenerativeModel, prompts: Sequence[str], cfg: GenerationConfig, max_active: int | None
+    model: RequestingModel, prompts: Sequence[str], cfg: GenerationConfig, max_active: int | None
 ) -> tuple[list[str], list[ChatOutcome], Exception | None]:
     """Every prompt submitted before any reply is read; the replies, their outcomes and the first
     failure. The engine decodes all of them at once (never lowering its limit), or ``max_active``."""

@@ -10,15 +10,18 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from clika_runtime.engine.output import Delta
 from clika_runtime.engine.report import GenerationReport
 
-if TYPE_CHECKING:
-    from clika_runtime.engine.engine import Engine
-
 _DONE = object()
+
+
+class CancelsRequests(Protocol):
+    """The engine as a stream sees it: what closing a stream early asks of it."""
+
+    def cancel(self, request_id: int) -> None: ...
 
 
 class RequestStream:
@@ -28,7 +31,7 @@ class RequestStream:
     stops at the next step and its slot is freed.
     """
 
-    def __init__(self, engine: Engine, request_id: int) -> None:
+    def __init__(self, engine: CancelsRequests, request_id: int) -> None:
         self.request_id = request_id
         self._engine = engine
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()

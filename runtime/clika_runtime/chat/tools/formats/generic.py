@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from clika_runtime.chat.tools.formats import hermes
+from clika_runtime.chat.tools.formats.hermes import FORMAT as HERMES
 
 # Hermes's readings, tools block and call grammar under the fallback's name (see above).
 FORMAT = replace(
-    hermes.FORMAT, name="generic", description="hermes tags, a ```json fence or a bare call object"
+    HERMES, name="generic", description="hermes tags, a ```json fence or a bare call object"
 )
 
 
