@@ -9,7 +9,8 @@ arrays are read in place (no decode, no copy) and processes serving one folder s
 its pages. The key is the graph's bytes, the size and modification time of the
 folder's files the graph names (its external data), and the rewrite's form, so an
 edited folder or a changed rewrite is never served a stale entry. Where the cache
-cannot be written, the load goes on with the arrays in memory, as without it.
+cannot be written, the load goes on with the arrays in memory, as without it. The
+cache is bounded, least recently used entries first (``fallback_budget``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM
+from clika_runtime.kernels.fallback_budget import mark_used, prune
 from clika_runtime.kernels.fallback_graph import RewrittenGraph, rewrite
 from clika_runtime.store.cache import cache_root
 
@@ -55,10 +57,12 @@ def cached_rewrite(model_bytes: bytes, folder: Path | None) -> RewrittenGraph:
     found = _read(entry)
     if found is not None:
         log.info("fallback graph read from %s", entry)
+        mark_used(entry)
         return found
     rewritten = rewrite(model_bytes, folder)
     try:
         _write(entry, rewritten)
+        prune(entry.parent, keep=entry)
     except OSError as exc:
         log.warning("fallback graph not cached (%s): the next load rewrites it again", exc)
     return rewritten

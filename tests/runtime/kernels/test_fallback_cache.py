@@ -5,6 +5,7 @@ breaking a load."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import onnx
@@ -15,6 +16,7 @@ from quant_helpers import OPSETS, BlocksOnly
 
 from clika_export.checkpoint import RawBlocks
 from clika_quant.quantize import quantize_proto
+from clika_runtime.kernels.fallback_budget import BUDGET_ENV, DEFAULT_BUDGET, budget_bytes, mark_used, prune
 from clika_runtime.kernels.fallback_cache import cache_key, cached_rewrite, fallback_dir
 from clika_runtime.kernels.fallback_graph import rewrite
 
@@ -103,3 +105,47 @@ def test_an_unwritable_cache_leaves_the_load_working(gguf_graph, tmp_path, monke
         got = cached_rewrite(gguf_graph, None)
     assert same_rewrite(got, rewrite(gguf_graph, None))
     assert "fallback graph not cached" in caplog.text
+
+
+def fake_entry(root, name: str, size: int, used: float):
+    """A finished cache entry of ``size`` bytes, last used at ``used`` (seconds since the epoch)."""
+    entry = root / name
+    entry.mkdir(parents=True)
+    (entry / "weights.bin").write_bytes(b"\0" * size)
+    (entry / "index.json").write_text("{}")
+    os.utime(entry / "index.json", (used, used))
+    return entry
+
+
+def test_the_least_recently_used_entries_go_until_the_rest_fit(tmp_path):
+    old, mid, new = (fake_entry(tmp_path, n, 1000, t) for n, t in (("a", 100), ("b", 200), ("c", 300)))
+    (tmp_path / ".partial-x").mkdir()  # another process writing an entry: never counted or removed
+    removed = prune(tmp_path, keep=new, budget=2100)
+    assert removed == [old] and not old.exists() and mid.exists() and new.exists()
+    assert (tmp_path / ".partial-x").exists()
+
+
+def test_the_entry_just_written_stays_even_past_the_budget(tmp_path):
+    entries = [fake_entry(tmp_path, n, 1000, t) for n, t in (("a", 300), ("b", 200))]
+    assert prune(tmp_path, keep=entries[0], budget=10) == [entries[1]]
+    assert entries[0].exists()
+
+
+def test_a_read_makes_an_entry_recent_and_a_new_entry_prunes(gguf_graph, cache, monkeypatch):
+    entry = fallback_dir() / cache_key(gguf_graph, None)
+    cached_rewrite(gguf_graph, None)
+    size = sum(path.stat().st_size for path in entry.iterdir())
+    shutil.rmtree(entry)
+    stale = fake_entry(fallback_dir(), "stale", 1000, 100)
+    kept = fake_entry(fallback_dir(), "kept", 1000, 100)
+    mark_used(kept)  # a read, as cached_rewrite does on a hit
+    monkeypatch.setenv(BUDGET_ENV, str(size + 1500))  # room for the new entry and one other
+    cached_rewrite(gguf_graph, None)
+    assert not stale.exists() and kept.exists() and (entry / "index.json").exists()
+
+
+def test_the_budget_comes_from_the_environment(monkeypatch, caplog):
+    monkeypatch.setenv(BUDGET_ENV, "12345")
+    assert budget_bytes() == 12345
+    monkeypatch.setenv(BUDGET_ENV, "lots")
+    assert budget_bytes() == DEFAULT_BUDGET and BUDGET_ENV in caplog.text
