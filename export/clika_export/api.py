@@ -68,6 +68,7 @@ from clika_runtime.contract.manifest import (
 )
 from clika_runtime.contract.step_graph import LOGITS, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM
+from clika_runtime.kernels.library import kernel_status
 
 # Bumped whenever the graph a given checkpoint exports to changes, so cached exports are redone.
 # 2: grid_index [rows, grid_cols] and token_cell [tokens, 2] (GatherND) replace the flat grid maps.
@@ -410,6 +411,10 @@ def cache_key(
         else:
             parts["quant_options"] = QuantOptions.for_precision(precision).to_dict()
             parts["block_sum_form"] = BLOCK_SUM_FORM  # the offsets' graph form changes the numerics
+            # The sensitivity pass measures the folder on this process's compute path (the kernel
+            # library's ISA and engines, or the MatMulNBits fallback) and records that error: an
+            # export measured on one path must not be served where the other runs.
+            parts["measured_with"] = kernel_status().describe()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -163,3 +163,13 @@ def test_check_export_tells_matching_weights_from_others(
     make_tiny_hf(tmp_path / "other", "llama", seed=1)  # same shapes, other weights
     other = check_export(tiny_llama_model, read_hf(tmp_path / "other"), threads=1)
     assert other["max_rel_logits_error"] > 0.1 and other["top1_agreement"] < 0.5
+
+
+def test_a_quantized_export_is_cached_per_compute_path(monkeypatch):
+    """The sensitivity pass records the error it measured on this process's compute path, so the
+    kernel library's exports and the fallback's are kept apart; fp32 measures nothing and is shared."""
+    monkeypatch.delenv("CLIKA_KERNELS", raising=False)
+    kernels = cache_key("0" * 64, "int4", None), cache_key("0" * 64, "fp32", None)
+    monkeypatch.setenv("CLIKA_KERNELS", "off")
+    fallback = cache_key("0" * 64, "int4", None), cache_key("0" * 64, "fp32", None)
+    assert kernels[0] != fallback[0] and kernels[1] == fallback[1]
