@@ -75,7 +75,6 @@ class Engine:
         self._lock = threading.Lock()
         self._posted = 0  # submissions in the inbox, not yet queued by the scheduler
         self._waiting = 0  # the scheduler's queue length, as last seen
-        self._free_slots = self.core.options.max_active  # slots a request could take now, as last seen
         self._max_queued = self.core.options.max_queued
         self._closed = False
         self._load = EngineLoad.read(self.core)
@@ -152,7 +151,7 @@ class Engine:
         with self._lock:
             if self._closed:
                 raise EngineClosedError("the engine is closed; it takes no more requests")
-            if self._posted + self._waiting >= self._max_queued + self._free_slots:
+            if self._posted + self._waiting >= self._max_queued + self._load.free_slots:
                 raise QueueFullError(
                     f"the request queue is full ({self._max_queued} waiting); retry once some finish"
                 )
@@ -290,7 +289,6 @@ class Engine:
     def _publish_load(self) -> None:
         """Publish the engine's load: what readers see, and what ``submit`` checks a new request against."""
         load = EngineLoad.read(self.core)
-        with self._lock:
+        with self._lock:  # submit reads the queue length and the free slots as one pair
             self._waiting = load.waiting
-            self._free_slots = load.free_slots
-        self._load = load
+            self._load = load
