@@ -6,7 +6,7 @@ import gguf
 import numpy as np
 from gguf.quants import dequantize
 
-from clika_runtime.kernels.transcode import BLOCK_LAYOUT
+from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT
 
 # Byte offsets of the fp16 fields (d, and dmin/m where present) in each block type.
 FP16_FIELDS = {
@@ -24,7 +24,7 @@ FP16_FIELDS = {
 def random_blocks(ggml_type: str, rows: int, cols: int, seed: int = 0) -> np.ndarray:
     """Random bytes for ``rows`` rows of ``cols`` weights, with finite fp16 scale fields of either sign."""
     rng = np.random.default_rng(seed)
-    block_bytes, block_weights = BLOCK_LAYOUT[ggml_type]
+    block_weights, block_bytes = BLOCK_LAYOUT[ggml_type]
     n_blocks = rows * cols // block_weights
     blocks = rng.integers(0, 256, (n_blocks, block_bytes), dtype=np.uint8)
     for start in FP16_FIELDS[ggml_type]:

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from gguf_blocks import FP16_FIELDS, gguf_values, random_blocks
 
+from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT
 from clika_runtime.kernels.library import kernel_status, kernels_enabled
-from clika_runtime.kernels.op import BLOCK_LAYOUT, PRECISIONS
+from clika_runtime.kernels.op import PRECISIONS
 
 FORMATS = tuple(BLOCK_LAYOUT)
 ROW_COUNTS = (1, 2, 3, 5, 8, 13, 64)

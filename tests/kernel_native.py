@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clika_runtime.kernels.op import BLOCK_LAYOUT, GGML_TYPE_IDS
+from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT
+from clika_runtime.kernels.op import GGML_TYPE_IDS
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ROOT / "kernels" / "src"

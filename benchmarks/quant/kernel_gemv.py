@@ -25,8 +25,9 @@ from gguf.quants import dequantize
 from onnx import TensorProto, helper, numpy_helper
 
 from clika_quant.onnx_ops import MS_DOMAIN, matmul_nbits
+from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT
 from clika_runtime.kernels.library import register_kernels
-from clika_runtime.kernels.op import BLOCK_LAYOUT, DOMAIN, OP_TYPE, OP_VERSION, op_attributes
+from clika_runtime.kernels.op import DOMAIN, OP_TYPE, OP_VERSION, op_attributes
 from clika_runtime.kernels.transcode import transcode
 
 TARGET_BYTES = 96 << 20  # > 3x the 32 MiB L3

@@ -12,8 +12,9 @@ from clika_export.checkpoint import RawBlocks
 from clika_quant.options import QuantError, QuantOptions
 from clika_quant.quantize import quantize_proto
 from clika_runtime.kernels.centring import center_zero_points
+from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT
 from clika_runtime.kernels.graph_loading import inference_session
-from clika_runtime.kernels.transcode import BLOCK_LAYOUT, transcode
+from clika_runtime.kernels.transcode import transcode
 
 OFFSET_TYPES = ["Q4_1", "Q4_K", "Q5_1", "Q5_K"]
 
@@ -21,7 +22,7 @@ OFFSET_TYPES = ["Q4_1", "Q4_K", "Q5_1", "Q5_K"]
 def random_blocks(ggml_type: str, rows: int, cols: int, seed: int = 0) -> np.ndarray:
     """Random GGUF bytes with small finite fp16 scale and min fields (d, then dmin/m)."""
     rng = np.random.default_rng(seed)
-    block_bytes, block_weights = BLOCK_LAYOUT[ggml_type]
+    block_weights, block_bytes = BLOCK_LAYOUT[ggml_type]
     n_blocks = rows * cols // block_weights
     blocks = rng.integers(0, 256, (n_blocks, block_bytes), dtype=np.uint8)
     for start in (0, 2):

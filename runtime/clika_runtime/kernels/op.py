@@ -11,23 +11,15 @@ rows are computed beside it.
 
 from __future__ import annotations
 
+from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT
+
 DOMAIN = "ai.clika"
 OP_TYPE = "GgufMatMul"
 OP_VERSION = 1
 PRECISIONS = ("fp32", "int8")
 
-# GGML type ids of the formats the op computes, and (weights, bytes) of one block.
+# GGML type ids of the formats the op computes (their blocks: ``gguf_layout``).
 GGML_TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
-BLOCK_LAYOUT = {
-    "Q4_0": (32, 18),
-    "Q4_1": (32, 20),
-    "Q5_0": (32, 22),
-    "Q5_1": (32, 24),
-    "Q8_0": (32, 34),
-    "Q4_K": (256, 144),
-    "Q5_K": (256, 176),
-    "Q6_K": (256, 210),
-}
 
 
 def stored_row_bytes(ggml_type: str, k: int) -> int:

@@ -30,20 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from clika_runtime.kernels.blocks import BlockQuantized
+from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT, QK_K
 
-QK_K = 256
-
-# bytes per block and weights per block
-BLOCK_LAYOUT = {
-    "Q4_0": (18, 32),
-    "Q4_1": (20, 32),
-    "Q5_0": (22, 32),
-    "Q5_1": (24, 32),
-    "Q8_0": (34, 32),
-    "Q4_K": (144, QK_K),
-    "Q5_K": (176, QK_K),
-    "Q6_K": (210, QK_K),
-}
 TRANSCODABLE = tuple(BLOCK_LAYOUT)
 # The types whose MatMulNBits form is 4-bit (the others are 8-bit codes).
 FOUR_BIT_TYPES = ("Q4_0", "Q4_1", "Q4_K")
@@ -155,7 +143,7 @@ def transcode(ggml_type: str, data: np.ndarray, shape: tuple[int, int]) -> Block
         raise TranscodeError(
             f"GGUF type {ggml_type} has no exact MatMulNBits form (supported: {TRANSCODABLE})"
         )
-    block_bytes, block_weights = BLOCK_LAYOUT[ggml_type]
+    block_weights, block_bytes = BLOCK_LAYOUT[ggml_type]
     rows, cols = shape
     if cols % block_weights or data.shape != (rows, cols // block_weights * block_bytes):
         raise TranscodeError(
