@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -170,26 +170,52 @@ def scan_json_value(text: str, pos: int) -> int | None:
     Brackets inside strings do not count, so markup-like text in a JSON string
     never ends a call.
     """
+    return scan_brackets(text, pos, opening="{[", closing="}]", quotes='"', string_end=_json_string_end)
+
+
+def scan_brackets(
+    text: str,
+    pos: int,
+    *,
+    opening: str,
+    closing: str,
+    quotes: str,
+    string_end: Callable[[str, int], int | None],
+) -> int | None:
+    """End (exclusive) of the bracketed span opening at ``text[pos]``; None if the text ends first.
+
+    A string (opened by a character of ``quotes``, its end found by ``string_end``) is
+    skipped whole, so brackets inside it do not count; the formats differ only in those.
+    """
     depth = 0
-    in_string = False
-    escaped = False
-    for index in range(pos, len(text)):
+    index = pos
+    while index < len(text):
         char = text[index]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
+        if char in quotes:
+            index = string_end(text, index)
+            if index is None:
+                return None
+            continue
+        if char in opening:
             depth += 1
-        elif char in "}]":
+        elif char in closing:
             depth -= 1
             if depth <= 0:
                 return index + 1
+        index += 1
+    return None
+
+
+def _json_string_end(text: str, start: int) -> int | None:
+    """End (exclusive) of the JSON string opening at ``text[start]``; None if it never closes."""
+    index = start + 1
+    while index < len(text):
+        if text[index] == "\\":
+            index += 2
+            continue
+        if text[index] == '"':
+            return index + 1
+        index += 1
     return None
 
 

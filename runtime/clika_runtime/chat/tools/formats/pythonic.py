@@ -19,6 +19,7 @@ from clika_runtime.chat.tools.formats.base import (
     ParseContext,
     ToolCallFormat,
     call_name_and_arguments,
+    scan_brackets,
     skip_space,
 )
 from clika_runtime.chat.tools.formats.call_grammar import (
@@ -69,23 +70,7 @@ class PythonicListSyntax(CallSyntax):
 
 def scan_python_brackets(text: str, pos: int) -> int | None:
     """End (exclusive) of the bracketed Python expression opening at ``text[pos]``; strings skipped."""
-    depth = 0
-    index = pos
-    while index < len(text):
-        char = text[index]
-        if char in "'\"":
-            index = _string_end(text, index)
-            if index is None:
-                return None
-            continue
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-            if depth <= 0:
-                return index + 1
-        index += 1
-    return None
+    return scan_brackets(text, pos, opening="([{", closing=")]}", quotes="'\"", string_end=_string_end)
 
 
 def _string_end(text: str, start: int) -> int | None:
