@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from clika_runtime.contract.manifest import AudioSpec, Manifest, ManifestError
-from clika_runtime.contract.model_folder import open_session, session_options
 from clika_runtime.media.arguments import audio_arrays
 from clika_runtime.media.audio_settings import settings_from_details
 from clika_runtime.media.embedding import MediaEmbedding, check_token_budget
 from clika_runtime.media.embedding_cache import EmbeddingCache
 from clika_runtime.media.families import audio_family
+from clika_runtime.media.tower_session import open_tower_session
 
 
 def audio_digest(samples: np.ndarray) -> str:
@@ -43,10 +43,7 @@ class AudioTower:
             raise ManifestError(f"manifest {exc}") from None
         self.family.check_settings(self.settings)
         self.spec = spec
-        self.session = open_session(folder / spec.file, session_options(threads), ())  # no rotary tables
-        names = [i.name for i in self.session.get_inputs()]
-        if set(names) != set(spec.inputs) or set(names) != self.family.INPUTS:
-            raise ManifestError(f"{spec.file} takes {names}, the manifest names {list(spec.inputs)}")
+        self.session = open_tower_session(folder, spec, threads, self.family.INPUTS)
         self._cache = EmbeddingCache()
 
     @classmethod

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from clika_runtime.contract.manifest import Manifest, ManifestError, VisionSpec
-from clika_runtime.contract.model_folder import open_session, session_options
 from clika_runtime.contract.step_graph import takes_media
 from clika_runtime.media.arguments import image_arrays, video_clips
 from clika_runtime.media.embedding import MediaEmbedding, check_token_budget
 from clika_runtime.media.embedding_cache import EmbeddingCache
 from clika_runtime.media.families import find_vision_family, vision_family
 from clika_runtime.media.processor_config import read_processor_settings
+from clika_runtime.media.tower_session import open_tower_session
 from clika_runtime.media.vision_graph import VisionGraph
 
 
@@ -74,12 +74,8 @@ class VisionTower:
         self.settings = settings
         # How clips are sampled and resized beyond the image processor (Qwen2-VL's video processor).
         self.video = video if video is not None else self.family.video_settings(folder, settings)
-        # The tower computes its own positions inside its graph: no manifest table is supplied.
-        self.session = open_session(folder / spec.file, session_options(threads), ())
+        self.session = open_tower_session(folder, spec, threads)
         self._graph = VisionGraph(spec, settings, self.video, self.session, EmbeddingCache())
-        names = [i.name for i in self.session.get_inputs()]
-        if set(names) != set(spec.inputs):
-            raise ManifestError(f"{spec.file} takes {names}, the manifest names {list(spec.inputs)}")
 
     @classmethod
     def open(cls, folder: str | Path, *, threads: int | None = None) -> VisionTower:
