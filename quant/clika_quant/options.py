@@ -263,7 +263,9 @@ class QuantOptions:
                 else ""
             )
             within = (
-                f", within {self.sensitivity_budget:.0%} of their bytes" if self.sensitivity_budget < 1.0 else ""
+                f", within {self.sensitivity_budget:.0%} of their bytes"
+                if self.sensitivity_budget < 1.0
+                else ""
             )
             parts.append(
                 f"those at level 0 (fp32 compute){size} by whole layers and roles where int8 activations "
