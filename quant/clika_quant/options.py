@@ -28,16 +28,19 @@ The defaults follow the kernel table and the frontier in this package's README
   4). ``sensitivity_budget``/``sensitivity_target_kl`` (``clika_quant.sensitivity``):
   the export measures the KL each layer and role adds at level 4 on the calibration
   conversation and computes whole layers and roles at level 0, the most KL per byte
-  first, within a speed budget of 20% of the 4-bit bytes (until the KL left is at most
-  0.0004, which a looser budget reaches), in models of at most 300M weights. Level 0
-  costs decode time in proportion to its bytes (2.3-2.9x the level-4 kernel at one
-  token a step, the same per byte for every role). SmolLM2 (all-level-4 KL 0.0039 on
-  128 tokens): all 30 query/key/value matrices and the last layer, 33 of 120 matrices
-  (18.4% of the 4-bit bytes), answer 36 of 50, none of fp32's 35 lost; the previous
-  default (pairs by estimated KL per byte until the KL left was 0.0004) put 91 matrices
-  (75.5%) at level 0 for the same 35 answers, and the pairs' estimate at 25% and 35% of
-  the bytes lost 3. Qwen2.5-Coder-0.5B with all its 4-bit matrices at level 4 answers
-  the same 42 of 50 as its fp32 export: no pass above 300M.
+  first, until the KL left is at most 0.0004, in models of at most 300M weights. The
+  target decides, not a speed budget (``sensitivity_budget`` 1.0): the clika kernels
+  read the GGUF's own blocks, whose offsets are not centred, so their int8 error is that
+  of llama.cpp's Q8_1, larger than the centred MatMulNBits form's; on SmolLM2 a budget
+  of 20% of the 4-bit bytes (33 of 120 matrices: all query/key/value ones and the last
+  layer) left the KL at 0.0022, and ``clika chat`` answered "What is the capital of
+  France?" with "L'Étoile, ..." on the AVX2 and AVX-512 int8 paths while its float twin
+  answers "The capital of France is Paris." Reaching the target takes 105 of 120
+  matrices (86% of the 4-bit bytes, KL left 0.00040), and the reply is the twin's on
+  every ISA. Level 0 costs decode time in proportion to its bytes (the kernels' fp32
+  path at one token a step: 1.6-1.8x their int8 path per matrix). Qwen2.5-Coder-0.5B
+  with all its 4-bit matrices at level 4 answers the same 42 of 50 as its fp32 export:
+  no pass above 300M.
 * The head is ~28% of the bytes a SmolLM2 decode step reads (8 bits, the GGUF's
   Q8_0). ``head_scan_bits=4``: a 4-bit copy ranks the vocabulary and the 256 best
   logits per row are re-scored from the 8-bit bytes, so greedy decoding and top-k
@@ -161,10 +164,10 @@ class QuantOptions:
     # smaller int8-compute error; see choose.center_zero_points).
     center_zero_points: bool = True
     # Choose level 0 or 4 for whole layers and roles of 4-bit weights by the KL each adds at level 4
-    # on the calibration conversation (``clika_quant.sensitivity``): at most this share of the 4-bit
-    # bytes at level 0, a speed budget (None: no measurement, the levels above), until the estimated
-    # KL left is at most ``sensitivity_target_kl``.
-    sensitivity_budget: float | None = 0.2
+    # on the calibration conversation (``clika_quant.sensitivity``) until the estimated KL left is at
+    # most ``sensitivity_target_kl``, with at most this share of the 4-bit bytes at level 0 (below 1:
+    # a speed budget that may stop short of the target; None: no measurement, the levels above).
+    sensitivity_budget: float | None = 1.0
     sensitivity_target_kl: float = 0.0004
     # Only models with at most this many weights get the pass (None: any size): a tiny model's
     # answers hinge on near ties that int8 activations tip (SmolLM2-135M lost 3 of 35 with every
@@ -259,9 +262,14 @@ class QuantOptions:
                 if self.sensitivity_max_parameters
                 else ""
             )
+            within = (
+                f", within {self.sensitivity_budget:.0%} of their bytes"
+                if self.sensitivity_budget < 1.0
+                else ""
+            )
             parts.append(
                 f"those at level 0 (fp32 compute){size} by whole layers and roles where int8 activations "
-                f"add the most measured error per byte, within {self.sensitivity_budget:.0%} of their bytes "
+                f"add the most measured error per byte{within} "
                 f"(until the KL left is at most {self.sensitivity_target_kl:g})"
             )
         if self.split_layer_blocks:

@@ -20,7 +20,8 @@ take the places at level 0 past ``budget`` of all 4-bit bytes, until the
 estimated KL left is at most ``target_kl``. Level 0 costs decode time in
 proportion to the bytes it multiplies (at one token a step, 2.3-2.9x the
 level-4 kernel, 63-67 us more per MB of 4-bit weights for every role of
-SmolLM2-135M on 2 threads), so the budget is a speed budget. A pair's own KL is
+SmolLM2-135M on 2 threads), so the budget is a speed budget; the default's is 1 (the target
+decides: ``clika_quant.options``). A pair's own KL is
 only estimated (``KL(layer) x share(role)``, ``share`` being the role's part of
 the per-role sum, scaled so that all pairs add up to the KL measured with every
 place at level 4; KL does not add up) and is used for the KL left alone: on
