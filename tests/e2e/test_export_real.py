@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.gguf_references import reference_model, reference_tokenizer
 from support.lazy import torch
 
 from clika_export.api import cached_export
@@ -39,13 +40,9 @@ PROMPTS = [
 
 class Reference:
     def __init__(self, gguf: Path) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         torch.set_num_threads(1)  # on a shared machine one thread beats two contended ones by far
-        self.tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-        ).eval()
+        self.tokenizer = reference_tokenizer(gguf)
+        self.model = reference_model(gguf)
 
     def prompt_ids(self, text: str) -> list[int]:
         messages = [{"role": "user", "content": text}]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import gguf_references
 from weather_exchange import QUESTION, SYSTEM
 
 from clika_runtime import modelverse
@@ -152,9 +153,7 @@ AFTER_RESULT = [
 
 @pytest.fixture(scope="module")
 def reference_tokenizer(qwen05_gguf):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(qwen05_gguf.parent, gguf_file=qwen05_gguf.name)
+    return gguf_references.reference_tokenizer(qwen05_gguf)
 
 
 def _reference_render(tokenizer, messages, content) -> str:
@@ -181,7 +180,6 @@ def test_a_repeated_call_after_the_result_is_the_models_own(qwen05_gguf, referen
     """Without the worked example the model answers a tool result by repeating its call, greedy decoding
     in transformers (float32 weights of the same GGUF) exactly as in our float32 export."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from clika_export.api import cached_export
 
@@ -197,14 +195,10 @@ def test_a_repeated_call_after_the_result_is_the_models_own(qwen05_gguf, referen
     finally:
         ours.close()
     torch.set_num_threads(1)  # one thread beats two contended ones on a shared machine
-    model = AutoModelForCausalLM.from_pretrained(
-        qwen05_gguf.parent, gguf_file=qwen05_gguf.name, dtype=torch.float32
-    )
+    model = gguf_references.reference_model(qwen05_gguf)
     with torch.no_grad():
         ids = torch.tensor([prompt])
-        out = model.eval().generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False
-        )
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False)
     assert got == out[0, len(prompt) :].tolist()
     repeated = reference_tokenizer.decode(got)
     assert repeated.startswith(

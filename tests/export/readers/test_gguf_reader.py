@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType
 from gguf.quants import dequantize
+from support.gguf_references import reference_model
 
 from clika_export.checkpoint import CheckpointError
 from clika_export.readers.gguf import read_gguf
@@ -178,11 +179,9 @@ def test_huge_header_counts_are_refused_before_parsing(tiny_gguf):
 
 
 def _transformers_state_dict(gguf_path: Path) -> tuple[dict[str, np.ndarray], object]:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
-    )
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    model = reference_model(gguf_path)
     state = {name: tensor.detach().numpy() for name, tensor in model.state_dict().items()}
     return state, model.config
 

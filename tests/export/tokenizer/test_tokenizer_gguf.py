@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from pathlib import Path
 
 import pytest
 from gguf import GGUFValueType
+from support.gguf_references import reference_tokenizer
 
 from clika_export.checkpoint import CheckpointError
 from clika_export.pull.fetch import fetch_data, fetch_gguf
@@ -154,11 +154,10 @@ CORPUS = [
 _SMOLLM_DIGIT_SPLIT_DIFFERS = re.compile(r"\s{2,}\d")
 
 
-@functools.lru_cache(maxsize=2)
 def _reference(gguf_path: Path):
-    """transformers' tokenizer for a GGUF (loaded once per model: it takes seconds)."""
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    """transformers' tokenizer for a GGUF (loaded once per session: it takes seconds)."""
+    pytest.importorskip("transformers")
+    return reference_tokenizer(gguf_path)
 
 
 def _wiki_texts(count: int) -> list[str]:
