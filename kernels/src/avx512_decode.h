@@ -83,9 +83,11 @@ inline void block_scales(const uint8_t* unit, int blocks, bool has_m, float zero
 struct Q4_0Blocks {
   static constexpr int kWeights = 32, kBytes = 18, kUnitBlocks = 8;
   static constexpr int kRunGroups[4] = {0, 1, 2, 3};
+  static constexpr bool kHasM = false;
+  static constexpr float kZero = 8.0f;
   static const uint8_t* run(const uint8_t* u, int c, int i) { return u + (2 * c + i) * kBytes + 2; }
   static void scales(const uint8_t* u, int blocks, float* s, float* z) {
-    block_scales<kBytes>(u, blocks, false, 8.0f, s, z);
+    block_scales<kBytes>(u, blocks, kHasM, kZero, s, z);
   }
   static __m512i codes(const uint8_t* u, int c, bool half) {
     return block_pair_nibbles(u + 2 * c * kBytes + 2, u + (2 * c + 1) * kBytes + 2, half);
@@ -95,9 +97,11 @@ struct Q4_0Blocks {
 struct Q4_1Blocks {
   static constexpr int kWeights = 32, kBytes = 20, kUnitBlocks = 8;
   static constexpr int kRunGroups[4] = {0, 1, 2, 3};
+  static constexpr bool kHasM = true;
+  static constexpr float kZero = 0.0f;
   static const uint8_t* run(const uint8_t* u, int c, int i) { return u + (2 * c + i) * kBytes + 4; }
   static void scales(const uint8_t* u, int blocks, float* s, float* z) {
-    block_scales<kBytes>(u, blocks, true, 0.0f, s, z);
+    block_scales<kBytes>(u, blocks, kHasM, kZero, s, z);
   }
   static __m512i codes(const uint8_t* u, int c, bool half) {
     return block_pair_nibbles(u + 2 * c * kBytes + 4, u + (2 * c + 1) * kBytes + 4, half);

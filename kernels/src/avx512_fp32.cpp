@@ -104,11 +104,97 @@ struct NibbleRows {
 };
 
 template <int R>
-using Q4_0Nibbles = NibbleRows<Q4_0Blocks, R>;
-template <int R>
-using Q4_1Nibbles = NibbleRows<Q4_1Blocks, R>;
-template <int R>
 using Q4_KNibbles = NibbleRows<Q4_KBlocks, R>;
+
+// Q4_0 / Q4_1 at a few activation rows, block by block: both 16-groups of a 32-weight block
+// have the block's scale and bias, so one table per block is the table NibbleRows builds
+// for each group, and one widen serves both nibbles. Each block's weights meet the same
+// accumulators in the same order as in NibbleRows (low nibbles into acc 0, high into acc
+// 1, block after block), so the result is that walk's, bit for bit, and the panel's.
+// The walk's per-chunk bookkeeping and its scales put through registers with shuffles cost
+// more than the arithmetic; here the fp16 scales of a piece of blocks are first copied out
+// with plain integer moves (no vector port), converted 16 at a time, and each block reads
+// its own with broadcast loads, which on AVX-512 cores take no shuffle port.
+constexpr int kScalePiece = 64;  // blocks
+
+template <class Format>
+struct BlockScales {
+  alignas(64) float d[kScalePiece];
+  alignas(64) float m[kScalePiece];
+
+  // One masked gather fetches the 4 bytes at the start of 16 blocks (d, and m where the
+  // format has it): staging them with scalar stores instead made every row wait on a
+  // failed store-to-load forward.
+  void load(const uint8_t* blocks, int count) {
+    const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(Format::kBytes));
+    for (int b = 0; b < count; b += 16) {
+      const __mmask16 live = static_cast<__mmask16>(count - b >= 16 ? 0xffff : (1u << (count - b)) - 1);
+      const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at,
+                                                        blocks + b * Format::kBytes, 1);
+      const __m512 scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+      const __m512 bias = Format::kHasM ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)))
+                                        : _mm512_mul_ps(_mm512_set1_ps(-Format::kZero), scale);
+      _mm512_store_ps(d + b, scale);
+      _mm512_store_ps(m + b, bias);
+    }
+  }
+};
+
+template <class Format, int R>
+struct BlockRows {
+  const float* a[R];
+  __m512 acc[R][2];
+
+  BlockRows(const Problem& p, const Activations& x, int64_t m0) {
+    for (int r = 0; r < R; ++r) {
+      a[r] = x.a + (m0 + r) * p.k;
+      acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    }
+  }
+
+  // Blocks b0..b0+count-1 of the row starting at `row`.
+  [[gnu::always_inline]] void piece(const uint8_t* row, int64_t b0, int count, const BlockScales<Format>& s) {
+    const __m512 codes16 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int b = 0; b < count; ++b) {
+      const __m512 table = _mm512_fmadd_ps(codes16, _mm512_set1_ps(s.d[b]), _mm512_set1_ps(s.m[b]));
+      const uint8_t* run = Format::run(row + (b0 + b) * Format::kBytes, 0, 0);
+      const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(run)));
+      const __m512 low = _mm512_permutexvar_ps(q, table);
+      const __m512 high = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
+      const int64_t k = 32 * (b0 + b);
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+        acc[r][0] = _mm512_fmadd_ps(low, _mm512_loadu_ps(a[r] + k), acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(high, _mm512_loadu_ps(a[r] + k + 16), acc[r][1]);
+      }
+    }
+  }
+
+  static void run(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
+    BlockRows rows(p, x, m0);
+    const uint8_t* row = p.b + n * p.row_bytes;
+    const int64_t blocks = p.k / 32;
+    BlockScales<Format> scales;
+    for (int64_t b0 = 0; b0 < blocks; b0 += kScalePiece) {
+      const int count = static_cast<int>(std::min<int64_t>(kScalePiece, blocks - b0));
+      scales.load(row + b0 * Format::kBytes, count);
+      rows.piece(row, b0, count, scales);
+    }
+    for (int r = 0; r < R; ++r) p.y[(m0 + r) * p.n + n] = reduce_pair(rows.acc[r][0], rows.acc[r][1]);
+  }
+};
+
+template <class Format>
+void block_rows_range(const Problem& p, const Activations& x, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    switch (p.m) {
+      case 4: BlockRows<Format, 4>::run(p, x, n, 0); break;
+      case 3: BlockRows<Format, 3>::run(p, x, n, 0); break;
+      case 2: BlockRows<Format, 2>::run(p, x, n, 0); break;
+      default: BlockRows<Format, 1>::run(p, x, n, 0); break;
+    }
+  }
+}
 
 // Prefill (more activation rows than a tile): the task's weight rows decoded once into
 // fp32 scratch, each weight the same fma(code, scale, bias) the in-register walk forms,
@@ -245,12 +331,22 @@ void fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int
   }
 }
 
+// The 32-weight 4-bit formats walk their blocks directly at a few rows (BlockRows).
+template <class Format>
+void block_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+  if (p.m > 4) {
+    panel_range<Format>(p, x, s, n0, n1);
+  } else {
+    block_rows_range<Format>(p, x, n0, n1);
+  }
+}
+
 }  // namespace
 
 void avx512_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
   switch (p.type) {
-    case kQ4_0: fp32_range<Q4_0Blocks, Q4_0Nibbles>(p, x, s, n0, n1); break;
-    case kQ4_1: fp32_range<Q4_1Blocks, Q4_1Nibbles>(p, x, s, n0, n1); break;
+    case kQ4_0: block_fp32_range<Q4_0Blocks>(p, x, s, n0, n1); break;
+    case kQ4_1: block_fp32_range<Q4_1Blocks>(p, x, s, n0, n1); break;
     case kQ4_K: fp32_range<Q4_KBlocks, Q4_KNibbles>(p, x, s, n0, n1); break;
     case kQ5_0: fp32_range<Q5_0Blocks, Fp32Rows>(p, x, s, n0, n1); break;
     case kQ5_1: fp32_range<Q5_1Blocks, Fp32Rows>(p, x, s, n0, n1); break;
