@@ -55,61 +55,10 @@ struct Fp32Rows {
   }
 };
 
-// The table of group g: code * scale + bias for every code 0..15.
-inline __m512 group_table(const float* scale16, const float* bias16, int g) {
-  const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  return _mm512_fmadd_ps(codes, _mm512_set1_ps(scale16[g]), _mm512_set1_ps(bias16[g]));
-}
-
-template <class Format, int R>
-struct NibbleRows {
-  const float* a[R];
-  __m512 acc[R][2];
-
-  NibbleRows(const Problem& p, const Activations& x, int64_t m0) {
-    for (int r = 0; r < R; ++r) {
-      a[r] = x.a + (m0 + r) * p.k;
-      acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    }
-  }
-
-  template <int I>
-  void group(__m512i nibbles, int64_t k, int c, const float* scale16, const float* bias16) {
-    const int g = Format::kRunGroups[I];
-    const __m512 w = _mm512_permutexvar_ps(nibbles, group_table(scale16, bias16, 4 * c + g));
-    for (int r = 0; r < R; ++r) acc[r][I & 1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(a[r] + k + 16 * g), acc[r][I & 1]);
-  }
-
-  void run(const uint8_t* unit, int64_t k, int c, int i, const float* scale16, const float* bias16) {
-    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(Format::run(unit, c, i))));
-    if (i == 0) {
-      group<0>(q, k, c, scale16, bias16);
-      group<1>(_mm512_srli_epi32(q, 4), k, c, scale16, bias16);
-    } else {
-      group<2>(q, k, c, scale16, bias16);
-      group<3>(_mm512_srli_epi32(q, 4), k, c, scale16, bias16);
-    }
-  }
-
-  void unit(int64_t, int, const float*, const float*) {}
-
-  void chunk(__m512i, const uint8_t* unit, int64_t k, int c, bool half, const float* scale16, const float* bias16) {
-    run(unit, k, c, 0, scale16, bias16);
-    if (!half) run(unit, k, c, 1, scale16, bias16);
-  }
-
-  void finish(float* out) {
-    for (int r = 0; r < R; ++r) out[r] = reduce_pair(acc[r][0], acc[r][1]);
-  }
-};
-
-template <int R>
-using Q4_KNibbles = NibbleRows<Q4_KBlocks, R>;
-
 // Q4_0 / Q4_1 at a few activation rows, block by block: both 16-groups of a 32-weight block
-// have the block's scale and bias, so one table per block is the table NibbleRows builds
-// for each group, and one widen serves both nibbles. Each block's weights meet the same
-// accumulators in the same order as in NibbleRows (low nibbles into acc 0, high into acc
+// have the block's scale and bias, so one table per block is the table the chunk walk would
+// build for each group, and one widen serves both nibbles. Each block's weights meet the same
+// accumulators in the chunk walk's order (low nibbles into acc 0, high into acc
 // 1, block after block), so the result is that walk's, bit for bit, and the panel's.
 // The walk's per-chunk bookkeeping and its scales put through registers with shuffles cost
 // more than the arithmetic; here the fp16 scales of a piece of blocks are first copied out
@@ -185,13 +134,66 @@ struct BlockRows {
 };
 
 template <class Format>
-void block_rows_range(const Problem& p, const Activations& x, int64_t n0, int64_t n1) {
+struct Blocks {
+  template <int R>
+  using Rows = BlockRows<Format, R>;
+};
+
+// Q4_K at a few activation rows, super-block by super-block: the 16-groups of a 32-weight
+// sub-block share its scale and min, so a chunk of 64 needs two tables, not four; each
+// 16-byte run is widened once for its low nibbles (groups 0 and 1 of the chunk) and its
+// high ones (groups 2 and 3). The groups meet the accumulators in the panel's order
+// (Steps: 0, 2, 1, 3, alternating accumulators), so both give the same result, bit for bit.
+template <int R>
+struct SuperRows {
+  const float* a[R];
+  __m512 acc[R][2];
+
+  SuperRows(const Problem& p, const Activations& x, int64_t m0) {
+    for (int r = 0; r < R; ++r) {
+      a[r] = x.a + (m0 + r) * p.k;
+      acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    }
+  }
+
+  [[gnu::always_inline]] void super_block(const uint8_t* u, int64_t k0) {
+    alignas(64) float scale16[kMaxUnitGroups];
+    alignas(64) float bias16[kMaxUnitGroups];
+    Q4_KBlocks::scales(u, 1, scale16, bias16);
+    const __m512 codes16 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    _Pragma("GCC unroll 4") for (int c = 0; c < 4; ++c) {
+      const __m512 low_table = _mm512_fmadd_ps(codes16, _mm512_set1_ps(scale16[4 * c]), _mm512_set1_ps(bias16[4 * c]));
+      const __m512 high_table =
+          _mm512_fmadd_ps(codes16, _mm512_set1_ps(scale16[4 * c + 2]), _mm512_set1_ps(bias16[4 * c + 2]));
+      _Pragma("GCC unroll 2") for (int i = 0; i < 2; ++i) {
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(Q4_KBlocks::run(u, c, i))));
+        const __m512 low = _mm512_permutexvar_ps(q, low_table);
+        const __m512 high = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), high_table);
+        const int64_t k = k0 + 64 * c + 16 * i;
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+          acc[r][0] = _mm512_fmadd_ps(low, _mm512_loadu_ps(a[r] + k), acc[r][0]);
+          acc[r][1] = _mm512_fmadd_ps(high, _mm512_loadu_ps(a[r] + k + 32), acc[r][1]);
+        }
+      }
+    }
+  }
+
+  static void run(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
+    SuperRows rows(p, x, m0);
+    const uint8_t* row = p.b + n * p.row_bytes;
+    for (int64_t k0 = 0; k0 < p.k; k0 += 256) rows.super_block(row + k0 / 256 * Q4_KBlocks::kBytes, k0);
+    for (int r = 0; r < R; ++r) p.y[(m0 + r) * p.n + n] = reduce_pair(rows.acc[r][0], rows.acc[r][1]);
+  }
+};
+
+template <template <int> class Rows>
+void few_rows_range(const Problem& p, const Activations& x, int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
     switch (p.m) {
-      case 4: BlockRows<Format, 4>::run(p, x, n, 0); break;
-      case 3: BlockRows<Format, 3>::run(p, x, n, 0); break;
-      case 2: BlockRows<Format, 2>::run(p, x, n, 0); break;
-      default: BlockRows<Format, 1>::run(p, x, n, 0); break;
+      case 4: Rows<4>::run(p, x, n, 0); break;
+      case 3: Rows<3>::run(p, x, n, 0); break;
+      case 2: Rows<2>::run(p, x, n, 0); break;
+      default: Rows<1>::run(p, x, n, 0); break;
     }
   }
 }
@@ -331,13 +333,13 @@ void fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int
   }
 }
 
-// The 32-weight 4-bit formats walk their blocks directly at a few rows (BlockRows).
-template <class Format>
-void block_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+// The 4-bit formats walk their blocks directly at a few rows (BlockRows, SuperRows).
+template <class Format, template <int> class Rows>
+void direct_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
   if (p.m > 4) {
     panel_range<Format>(p, x, s, n0, n1);
   } else {
-    block_rows_range<Format>(p, x, n0, n1);
+    few_rows_range<Rows>(p, x, n0, n1);
   }
 }
 
@@ -345,9 +347,9 @@ void block_fp32_range(const Problem& p, const Activations& x, const RowScratch& 
 
 void avx512_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
   switch (p.type) {
-    case kQ4_0: block_fp32_range<Q4_0Blocks>(p, x, s, n0, n1); break;
-    case kQ4_1: block_fp32_range<Q4_1Blocks>(p, x, s, n0, n1); break;
-    case kQ4_K: fp32_range<Q4_KBlocks, Q4_KNibbles>(p, x, s, n0, n1); break;
+    case kQ4_0: direct_fp32_range<Q4_0Blocks, Blocks<Q4_0Blocks>::Rows>(p, x, s, n0, n1); break;
+    case kQ4_1: direct_fp32_range<Q4_1Blocks, Blocks<Q4_1Blocks>::Rows>(p, x, s, n0, n1); break;
+    case kQ4_K: direct_fp32_range<Q4_KBlocks, SuperRows>(p, x, s, n0, n1); break;
     case kQ5_0: fp32_range<Q5_0Blocks, Fp32Rows>(p, x, s, n0, n1); break;
     case kQ5_1: fp32_range<Q5_1Blocks, Fp32Rows>(p, x, s, n0, n1); break;
     case kQ8_0: fp32_range<Q8_0Blocks, Fp32Rows>(p, x, s, n0, n1); break;
