@@ -160,6 +160,10 @@ struct SuperRows {
     alignas(64) float scale16[kMaxUnitGroups];
     alignas(64) float bias16[kMaxUnitGroups];
     Q4_KBlocks::scales(u, 1, scale16, bias16);
+    // Left alone, the compiler keeps the scales in registers and spreads them with
+    // shuffles, on the port the lookups need; read back from memory they are broadcast
+    // loads, which use no shuffle port.
+    asm volatile("" : : "r"(scale16), "r"(bias16) : "memory");
     const __m512 codes16 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     _Pragma("GCC unroll 4") for (int c = 0; c < 4; ++c) {
       const __m512 low_table = _mm512_fmadd_ps(codes16, _mm512_set1_ps(scale16[4 * c]), _mm512_set1_ps(bias16[4 * c]));
