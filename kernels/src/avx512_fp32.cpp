@@ -2,8 +2,9 @@
 // widened to fp32 and made a weight with one FMA (code * scale + bias, as decode_row
 // defines it), then multiplied into every activation row with one FMA each. The 4-bit
 // formats look their weights up instead: a 16-entry table of code * scale + bias per
-// group (the same FMA, once per code value) indexed by the nibbles in place (vpermps
-// reads the low 4 bits of each lane), so a weight costs a lookup, not a widen and convert.
+// 32 weights that share a scale (the same FMA, once per code value) indexed by the
+// nibbles in place (vpermps reads the low 4 bits of each lane), so a weight costs a
+// lookup, not a widen and convert.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
