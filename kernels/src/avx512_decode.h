@@ -78,14 +78,16 @@ inline void block_scales(const uint8_t* unit, int blocks, bool has_m, float zero
 }
 
 // 4-bit formats also name, for the fp32 engine's table lookups, the two 16-byte nibble runs
-// of chunk c and the chunk's 16-groups of their low and high nibbles (kRunGroups: run 0
-// low, run 0 high, run 1 low, run 1 high). A half chunk has run 0 only.
+// of chunk c (for the 32-weight formats, run i is block 2c + i's codes). The 32-weight
+// ones also say where their fp16 fields are: d first, then m if kHasM (else the bias is
+// -kZero * d).
 struct Q4_0Blocks {
   static constexpr int kWeights = 32, kBytes = 18, kUnitBlocks = 8;
-  static constexpr int kRunGroups[4] = {0, 1, 2, 3};
+  static constexpr bool kHasM = false;
+  static constexpr float kZero = 8.0f;
   static const uint8_t* run(const uint8_t* u, int c, int i) { return u + (2 * c + i) * kBytes + 2; }
   static void scales(const uint8_t* u, int blocks, float* s, float* z) {
-    block_scales<kBytes>(u, blocks, false, 8.0f, s, z);
+    block_scales<kBytes>(u, blocks, kHasM, kZero, s, z);
   }
   static __m512i codes(const uint8_t* u, int c, bool half) {
     return block_pair_nibbles(u + 2 * c * kBytes + 2, u + (2 * c + 1) * kBytes + 2, half);
@@ -94,10 +96,11 @@ struct Q4_0Blocks {
 
 struct Q4_1Blocks {
   static constexpr int kWeights = 32, kBytes = 20, kUnitBlocks = 8;
-  static constexpr int kRunGroups[4] = {0, 1, 2, 3};
+  static constexpr bool kHasM = true;
+  static constexpr float kZero = 0.0f;
   static const uint8_t* run(const uint8_t* u, int c, int i) { return u + (2 * c + i) * kBytes + 4; }
   static void scales(const uint8_t* u, int blocks, float* s, float* z) {
-    block_scales<kBytes>(u, blocks, true, 0.0f, s, z);
+    block_scales<kBytes>(u, blocks, kHasM, kZero, s, z);
   }
   static __m512i codes(const uint8_t* u, int c, bool half) {
     return block_pair_nibbles(u + 2 * c * kBytes + 4, u + (2 * c + 1) * kBytes + 4, half);
@@ -175,7 +178,6 @@ inline __m512i split_nibbles(const uint8_t* q32) {
 
 struct Q4_KBlocks {
   static constexpr int kWeights = 256, kBytes = 144, kUnitBlocks = 1;
-  static constexpr int kRunGroups[4] = {0, 2, 1, 3};
   static const uint8_t* run(const uint8_t* u, int c, int i) { return u + 16 + 32 * c + 16 * i; }
   static void scales(const uint8_t* u, int, float* s, float* z) { k_quant_scales(u + 4, half_at(u), half_at(u + 2), s, z); }
   static __m512i codes(const uint8_t* u, int c, bool) { return split_nibbles(u + 16 + 32 * c); }

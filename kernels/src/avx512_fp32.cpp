@@ -2,8 +2,9 @@
 // widened to fp32 and made a weight with one FMA (code * scale + bias, as decode_row
 // defines it), then multiplied into every activation row with one FMA each. The 4-bit
 // formats look their weights up instead: a 16-entry table of code * scale + bias per
-// group (the same FMA, once per code value) indexed by the nibbles in place (vpermps
-// reads the low 4 bits of each lane), so a weight costs a lookup, not a widen and convert.
+// 32 weights that share a scale (the same FMA, once per code value) indexed by the
+// nibbles in place (vpermps reads the low 4 bits of each lane), so a weight costs a
+// lookup, not a widen and convert.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -55,60 +56,152 @@ struct Fp32Rows {
   }
 };
 
-// The table of group g: code * scale + bias for every code 0..15.
-inline __m512 group_table(const float* scale16, const float* bias16, int g) {
-  const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  return _mm512_fmadd_ps(codes, _mm512_set1_ps(scale16[g]), _mm512_set1_ps(bias16[g]));
-}
+// Q4_0 / Q4_1 at a few activation rows, block by block: both 16-groups of a 32-weight block
+// have the block's scale and bias, so one table per block is the table the chunk walk would
+// build for each group, and one widen serves both nibbles. Each block's weights meet the same
+// accumulators in the chunk walk's order (low nibbles into acc 0, high into acc
+// 1, block after block), so the result is that walk's, bit for bit, and the panel's.
+// The walk's per-chunk bookkeeping and its scales put through registers with shuffles cost
+// more than the arithmetic; here the fp16 scales of a piece of blocks are first copied out
+// with plain integer moves (no vector port), converted 16 at a time, and each block reads
+// its own with broadcast loads, which on AVX-512 cores take no shuffle port.
+constexpr int kScalePiece = 64;  // blocks
+
+template <class Format>
+struct BlockScales {
+  alignas(64) float d[kScalePiece];
+  alignas(64) float m[kScalePiece];
+
+  // One masked gather fetches the 4 bytes at the start of 16 blocks (d, and m where the
+  // format has it): staging them with scalar stores instead made every row wait on a
+  // failed store-to-load forward.
+  void load(const uint8_t* blocks, int count) {
+    const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(Format::kBytes));
+    for (int b = 0; b < count; b += 16) {
+      const __mmask16 live = static_cast<__mmask16>(count - b >= 16 ? 0xffff : (1u << (count - b)) - 1);
+      const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, at,
+                                                        blocks + b * Format::kBytes, 1);
+      const __m512 scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+      const __m512 bias = Format::kHasM ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)))
+                                        : _mm512_mul_ps(_mm512_set1_ps(-Format::kZero), scale);
+      _mm512_store_ps(d + b, scale);
+      _mm512_store_ps(m + b, bias);
+    }
+  }
+};
 
 template <class Format, int R>
-struct NibbleRows {
+struct BlockRows {
   const float* a[R];
   __m512 acc[R][2];
 
-  NibbleRows(const Problem& p, const Activations& x, int64_t m0) {
+  BlockRows(const Problem& p, const Activations& x, int64_t m0) {
     for (int r = 0; r < R; ++r) {
       a[r] = x.a + (m0 + r) * p.k;
       acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     }
   }
 
-  template <int I>
-  void group(__m512i nibbles, int64_t k, int c, const float* scale16, const float* bias16) {
-    const int g = Format::kRunGroups[I];
-    const __m512 w = _mm512_permutexvar_ps(nibbles, group_table(scale16, bias16, 4 * c + g));
-    for (int r = 0; r < R; ++r) acc[r][I & 1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(a[r] + k + 16 * g), acc[r][I & 1]);
-  }
-
-  void run(const uint8_t* unit, int64_t k, int c, int i, const float* scale16, const float* bias16) {
-    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(Format::run(unit, c, i))));
-    if (i == 0) {
-      group<0>(q, k, c, scale16, bias16);
-      group<1>(_mm512_srli_epi32(q, 4), k, c, scale16, bias16);
-    } else {
-      group<2>(q, k, c, scale16, bias16);
-      group<3>(_mm512_srli_epi32(q, 4), k, c, scale16, bias16);
+  // Blocks b0..b0+count-1 of the row starting at `row`.
+  [[gnu::always_inline]] void piece(const uint8_t* row, int64_t b0, int count, const BlockScales<Format>& s) {
+    const __m512 codes16 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int b = 0; b < count; ++b) {
+      const __m512 table = _mm512_fmadd_ps(codes16, _mm512_set1_ps(s.d[b]), _mm512_set1_ps(s.m[b]));
+      const uint8_t* run = Format::run(row + (b0 + b) * Format::kBytes, 0, 0);
+      const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(run)));
+      const __m512 low = _mm512_permutexvar_ps(q, table);
+      const __m512 high = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
+      const int64_t k = 32 * (b0 + b);
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+        acc[r][0] = _mm512_fmadd_ps(low, _mm512_loadu_ps(a[r] + k), acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(high, _mm512_loadu_ps(a[r] + k + 16), acc[r][1]);
+      }
     }
   }
 
-  void unit(int64_t, int, const float*, const float*) {}
-
-  void chunk(__m512i, const uint8_t* unit, int64_t k, int c, bool half, const float* scale16, const float* bias16) {
-    run(unit, k, c, 0, scale16, bias16);
-    if (!half) run(unit, k, c, 1, scale16, bias16);
-  }
-
-  void finish(float* out) {
-    for (int r = 0; r < R; ++r) out[r] = reduce_pair(acc[r][0], acc[r][1]);
+  static void run(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
+    BlockRows rows(p, x, m0);
+    const uint8_t* row = p.b + n * p.row_bytes;
+    const int64_t blocks = p.k / 32;
+    BlockScales<Format> scales;
+    for (int64_t b0 = 0; b0 < blocks; b0 += kScalePiece) {
+      const int count = static_cast<int>(std::min<int64_t>(kScalePiece, blocks - b0));
+      scales.load(row + b0 * Format::kBytes, count);
+      rows.piece(row, b0, count, scales);
+    }
+    for (int r = 0; r < R; ++r) p.y[(m0 + r) * p.n + n] = reduce_pair(rows.acc[r][0], rows.acc[r][1]);
   }
 };
 
+template <class Format>
+struct Blocks {
+  template <int R>
+  using Rows = BlockRows<Format, R>;
+};
+
+// Q4_K at a few activation rows, super-block by super-block: the 16-groups of a 32-weight
+// sub-block share its scale and min, so a chunk of 64 needs two tables, not four; each
+// 16-byte run is widened once for its low nibbles (groups 0 and 1 of the chunk) and its
+// high ones (groups 2 and 3). The groups meet the accumulators in the panel's order
+// (Steps: 0, 2, 1, 3, alternating accumulators), so both give the same result, bit for bit.
 template <int R>
-using Q4_0Nibbles = NibbleRows<Q4_0Blocks, R>;
-template <int R>
-using Q4_1Nibbles = NibbleRows<Q4_1Blocks, R>;
-template <int R>
-using Q4_KNibbles = NibbleRows<Q4_KBlocks, R>;
+struct SuperRows {
+  const float* a[R];
+  __m512 acc[R][2];
+
+  SuperRows(const Problem& p, const Activations& x, int64_t m0) {
+    for (int r = 0; r < R; ++r) {
+      a[r] = x.a + (m0 + r) * p.k;
+      acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    }
+  }
+
+  [[gnu::always_inline]] void super_block(const uint8_t* u, int64_t k0) {
+    alignas(64) float scale16[kMaxUnitGroups];
+    alignas(64) float bias16[kMaxUnitGroups];
+    Q4_KBlocks::scales(u, 1, scale16, bias16);
+    // Left alone, the compiler keeps the scales in registers and spreads them with
+    // shuffles, on the port the lookups need; read back from memory they are broadcast
+    // loads, which use no shuffle port.
+    asm volatile("" : : "r"(scale16), "r"(bias16) : "memory");
+    const __m512 codes16 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    _Pragma("GCC unroll 4") for (int c = 0; c < 4; ++c) {
+      const __m512 low_table = _mm512_fmadd_ps(codes16, _mm512_set1_ps(scale16[4 * c]), _mm512_set1_ps(bias16[4 * c]));
+      const __m512 high_table =
+          _mm512_fmadd_ps(codes16, _mm512_set1_ps(scale16[4 * c + 2]), _mm512_set1_ps(bias16[4 * c + 2]));
+      _Pragma("GCC unroll 2") for (int i = 0; i < 2; ++i) {
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(Q4_KBlocks::run(u, c, i))));
+        const __m512 low = _mm512_permutexvar_ps(q, low_table);
+        const __m512 high = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), high_table);
+        const int64_t k = k0 + 64 * c + 16 * i;
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+          acc[r][0] = _mm512_fmadd_ps(low, _mm512_loadu_ps(a[r] + k), acc[r][0]);
+          acc[r][1] = _mm512_fmadd_ps(high, _mm512_loadu_ps(a[r] + k + 32), acc[r][1]);
+        }
+      }
+    }
+  }
+
+  static void run(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
+    SuperRows rows(p, x, m0);
+    const uint8_t* row = p.b + n * p.row_bytes;
+    for (int64_t k0 = 0; k0 < p.k; k0 += 256) rows.super_block(row + k0 / 256 * Q4_KBlocks::kBytes, k0);
+    for (int r = 0; r < R; ++r) p.y[(m0 + r) * p.n + n] = reduce_pair(rows.acc[r][0], rows.acc[r][1]);
+  }
+};
+
+template <template <int> class Rows>
+void few_rows_range(const Problem& p, const Activations& x, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    switch (p.m) {
+      case 4: Rows<4>::run(p, x, n, 0); break;
+      case 3: Rows<3>::run(p, x, n, 0); break;
+      case 2: Rows<2>::run(p, x, n, 0); break;
+      default: Rows<1>::run(p, x, n, 0); break;
+    }
+  }
+}
 
 // Prefill (more activation rows than a tile): the task's weight rows decoded once into
 // fp32 scratch, each weight the same fma(code, scale, bias) the in-register walk forms,
@@ -245,13 +338,23 @@ void fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int
   }
 }
 
+// The 4-bit formats walk their blocks directly at a few rows (BlockRows, SuperRows).
+template <class Format, template <int> class Rows>
+void direct_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+  if (p.m > 4) {
+    panel_range<Format>(p, x, s, n0, n1);
+  } else {
+    few_rows_range<Rows>(p, x, n0, n1);
+  }
+}
+
 }  // namespace
 
 void avx512_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
   switch (p.type) {
-    case kQ4_0: fp32_range<Q4_0Blocks, Q4_0Nibbles>(p, x, s, n0, n1); break;
-    case kQ4_1: fp32_range<Q4_1Blocks, Q4_1Nibbles>(p, x, s, n0, n1); break;
-    case kQ4_K: fp32_range<Q4_KBlocks, Q4_KNibbles>(p, x, s, n0, n1); break;
+    case kQ4_0: direct_fp32_range<Q4_0Blocks, Blocks<Q4_0Blocks>::Rows>(p, x, s, n0, n1); break;
+    case kQ4_1: direct_fp32_range<Q4_1Blocks, Blocks<Q4_1Blocks>::Rows>(p, x, s, n0, n1); break;
+    case kQ4_K: direct_fp32_range<Q4_KBlocks, SuperRows>(p, x, s, n0, n1); break;
     case kQ5_0: fp32_range<Q5_0Blocks, Fp32Rows>(p, x, s, n0, n1); break;
     case kQ5_1: fp32_range<Q5_1Blocks, Fp32Rows>(p, x, s, n0, n1); break;
     case kQ8_0: fp32_range<Q8_0Blocks, Fp32Rows>(p, x, s, n0, n1); break;
