@@ -414,7 +414,7 @@ def cache_key(
             # The sensitivity pass measures the folder on this process's compute path (the kernel
             # library's ISA and engines, or the MatMulNBits fallback) and records that error: an
             # export measured on one path must not be served where the other runs.
-            parts["measured_with"] = kernel_status().describe()
+            parts["measured_with"] = kernel_status().compute_path()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

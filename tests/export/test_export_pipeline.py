@@ -173,3 +173,20 @@ def test_a_quantized_export_is_cached_per_compute_path(monkeypatch):
     monkeypatch.setenv("CLIKA_KERNELS", "off")
     fallback = cache_key("0" * 64, "int4", None), cache_key("0" * 64, "fp32", None)
     assert kernels[0] != fallback[0] and kernels[1] == fallback[1]
+
+
+def test_the_compute_path_in_the_key_leaves_out_why_it_was_chosen():
+    """An ISA forced by CLIKA_KERNEL_ISA computes what the same ISA chosen by the CPU computes,
+    and every reason the library is off leaves the same fallback: neither re-exports a model."""
+    from clika_runtime.kernels.library import KernelStatus
+
+    engines = {"fp32_engine": "AVX-512 fp32 FMA", "int8_engine": "AVX-512 int8 (VNNI vpdpbusd)"}
+    forced = KernelStatus(True, "lib.so", "avx512_vnni", "forced by CLIKA_KERNEL_ISA=avx512_vnni", **engines)
+    chosen = KernelStatus(True, "lib.so", "avx512_vnni", "the best this CPU supports", **engines)
+    scalar = KernelStatus(
+        True, "lib.so", "scalar", "forced by CLIKA_KERNEL_ISA=scalar", "scalar fp32", "scalar int8"
+    )
+    assert forced.compute_path() == chosen.compute_path() != scalar.compute_path()
+    off = KernelStatus(False, None, None, "CLIKA_KERNELS=off")
+    unbuilt = KernelStatus(False, None, None, "the kernel library was not built")
+    assert off.compute_path() == unbuilt.compute_path() != chosen.compute_path()

@@ -40,6 +40,13 @@ class KernelStatus:
             return f"clika kernels off: {self.reason}"
         return f"clika kernels {self.isa} ({self.reason}): fp32 {self.fp32_engine}, int8 {self.int8_engine}"
 
+    def compute_path(self) -> str:
+        """What computes the ops, without why: the same engines forced or chosen give the same
+        numbers, and every reason the library is off leaves the same MatMulNBits fallback."""
+        if not self.available:
+            return "MatMulNBits fallback"
+        return f"clika kernels {self.isa}: fp32 {self.fp32_engine}, int8 {self.int8_engine}"
+
 
 def library_path() -> Path | None:
     """The built library inside this package, or None when the install built none."""
