@@ -219,3 +219,24 @@ def test_offline_another_precision_is_exported_from_the_download(hub, tiny_llama
     assert result.exit_code == 0 and result.output.startswith(f"pulled {spec} (int8, "), result.output
     assert len(hub.requests) == asked
     assert _reply(resolve(spec, "int8", pull=False).folder) == _reply(resolve(tiny_llama_hf, "int8").folder)
+
+
+def test_an_export_made_on_another_compute_path_runs_where_nothing_may_be_pulled(
+    tiny_gguf, tmp_cache, monkeypatch
+):
+    """Pulled with the kernel library, run with CLIKA_KERNELS=off (or the other way): the held
+    export runs rather than "not pulled yet"; a pull still makes this path's own export."""
+    import clika_export.api as export_api
+    from clika_export.api import cached_export, source_sha256
+    from clika_export.pull.pulled_export import export_folder, held_export
+    from clika_runtime.kernels.library import KernelStatus
+
+    gguf = tiny_gguf("tiny.gguf").path
+    other_path = KernelStatus(True, None, "scalar", "forced", "scalar fp32", "scalar int8")
+    with monkeypatch.context() as patch:
+        patch.setattr(export_api, "kernel_status", lambda: other_path)
+        made = cached_export(gguf, "int4", progress=False)
+    sha = source_sha256(gguf)
+    assert export_folder(sha, "int4") != made  # this process's path keys another folder
+    assert held_export(sha, "int4", pull=False) == made
+    assert held_export(sha, "int4", pull=True) is None

@@ -13,10 +13,9 @@ from pathlib import Path, PurePosixPath
 
 from clika_export.pull.hub_files import HubError, Listing, download_file, is_offline, list_repository
 from clika_export.pull.hub_spec import HubSpec, parse_hub_spec
-from clika_export.pull.pulled_export import export_folder, export_pulled
+from clika_export.pull.pulled_export import export_pulled, held_export
 from clika_export.readers.hf import folder_sha256
 from clika_runtime.store.cache import cache_root
-from clika_runtime.store.exports import is_model_folder
 from clika_runtime.store.local_model import LocalModel, ModelError, Say
 from clika_runtime.store.names import NameRecord, read_record, safe_download_path, write_record
 
@@ -28,8 +27,9 @@ def pull_from_hub(text: str, precision: str, pull: bool, say: Say, progress: boo
     spec = parse_hub_spec(text)
     name = spec.text
     record = read_record(name)
-    if record is not None and is_model_folder(export_folder(record.source_sha256, precision)):
-        return LocalModel(name, export_folder(record.source_sha256, precision), precision)
+    held = held_export(record.source_sha256, precision, pull) if record is not None else None
+    if held is not None:
+        return LocalModel(name, held, precision)
     if not pull:
         raise ModelError(
             f"{name} ({precision}) is not pulled yet: run `clika pull {name} --precision {precision}`"

@@ -15,13 +15,26 @@ from clika_export.checkpoint import CheckpointError
 from clika_export.graph.hidden_states import HiddenStatesError, ensure_hidden_states
 from clika_export.pull.fetch import FetchError
 from clika_runtime.store.cache import exports_dir
-from clika_runtime.store.exports import is_model_folder
+from clika_runtime.store.exports import exports_of, is_model_folder
 from clika_runtime.store.local_model import LocalModel, ModelError, Say
 
 
 def export_folder(sha256: str, precision: str) -> Path:
     """Where ``cached_export`` keeps this source at this precision (default context window)."""
     return exports_dir() / cache_key(sha256, precision, None)
+
+
+def held_export(sha256: str, precision: str, pull: bool) -> Path | None:
+    """The export to run: the one made on this process's compute path, or, where nothing may be
+    pulled, the newest one made on another (a folder runs on every path; the kernel library and
+    the fallback differ only in what its sensitivity record measured). None: neither is held."""
+    folder = export_folder(sha256, precision)
+    if is_model_folder(folder):
+        return folder
+    if pull:
+        return None  # export for this path: its record is measured where it runs
+    held = exports_of(sha256, precision)
+    return held[0] if held else None
 
 
 def export_pulled(
@@ -35,8 +48,8 @@ def export_pulled(
     source: Path | None = None,
 ) -> LocalModel:
     """``name``'s export at ``precision``: found in the cache, or fetched (``fetch``) and exported."""
-    folder = export_folder(sha256, precision)
-    if is_model_folder(folder):
+    folder = held_export(sha256, precision, pull)
+    if folder is not None:
         _add_hidden_states(folder)
         return LocalModel(name, folder, precision)
     if not pull:
