@@ -18,6 +18,9 @@
 #   CLIKA_PYTHON     a Python with clika-runtime installed, to fetch the GGUF (default python3)
 #   JOBS             parallel compile jobs for llama.cpp (default: all cores)
 #   NICE             niceness of the builds (default 19: the machine stays usable)
+#   LLAMA_CMAKE_ARGS llama.cpp's CMake options (default: -march=native, except on a CPU that
+#                    reports AMX: there the ISA flags without AMX, since a VM that does not hand
+#                    the process AMX state faults in ggml_backend_amx_mul_mat at the first prompt)
 #
 # Building llama-cpp-python from its sdist compiles llama.cpp for this CPU
 # (-march=native, OpenMP): about 10-25 minutes on 2 cores.
@@ -66,8 +69,14 @@ step_llama() {
   local sdist="$PEERS/src/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz"
   [ -f "$sdist" ] || "$VPY" -m pip download -q --no-binary :all: --no-deps -d "$PEERS/src" \
     "llama-cpp-python==$LLAMA_CPP_PYTHON"
-  say "llama-cpp-python: building from $sdist ($JOBS jobs; log: $PEERS/logs/llama-cpp-python.log)"
-  if ! CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" nice -n "$NICE" "$VPY" -m pip install -v "$sdist" \
+  local cmake_args="${LLAMA_CMAKE_ARGS-}"
+  if [ -z "$cmake_args" ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+    cmake_args+=" -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON"
+    cmake_args+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  fi
+  say "llama-cpp-python: building from $sdist ($JOBS jobs; CMake: ${cmake_args:-native}; log: $PEERS/logs/llama-cpp-python.log)"
+  if ! CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" nice -n "$NICE" "$VPY" -m pip install -v "$sdist" \
       > "$PEERS/logs/llama-cpp-python.log" 2>&1; then
     tail -30 "$PEERS/logs/llama-cpp-python.log"; exit 1
   fi
