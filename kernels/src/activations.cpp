@@ -7,7 +7,8 @@ namespace {
 
 // int8 per 32-block: d = max|a| / 127, q = round-half-even(a / d) clamped to [-127, 127];
 // rounding through 1.5 * 2^23 so the loop vectorizes, and a NaN input quantizes to 0.
-void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* group_da, float* sum16) {
+void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* group_da, float* sum16,
+                  float* sum32) {
   for (int64_t b = 0; b < k / 32; ++b) {
     const float* x = a + 32 * b;
     float amax = 0.0f;
@@ -33,6 +34,19 @@ void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* 
       for (int j = 0; j < 16; ++j) s += q[16 * h + j];
       sum16[2 * b + h] = d * static_cast<float>(s);
     }
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) s += q[j];
+    sum32[b] = d * static_cast<float>(s);
+  }
+}
+
+// Each group's sum, added in weight order (no reassociation: -ffp-contract=off, no
+// fast-math), so a row's sums never depend on the rows beside it.
+void group_sums(const float* a, int64_t k, int group, float* sums) {
+  for (int64_t g = 0; g < k / group; ++g) {
+    float s = 0.0f;
+    for (int j = 0; j < group; ++j) s += a[group * g + j];
+    sums[g] = s;
   }
 }
 
@@ -41,15 +55,23 @@ void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* 
 void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm form, PreparedActivations* out) {
   out->view = Activations{};
   out->view.a = a;
-  if (form != ActivationForm::kFp32) {
+  if (form == ActivationForm::kFp32Sums) {
+    out->xsum16.resize(m * k / 16);
+    out->xsum32.resize(m * k / 32);
+    out->view.xsum16 = out->xsum16.data();
+    out->view.xsum32 = out->xsum32.data();
+  }
+  if (form == ActivationForm::kInt8 || form == ActivationForm::kInt8Units) {
     out->qa.resize(m * k);
     out->lane_da.resize(m * k / 4);
     out->group_da.resize(m * k / 16);
     out->sum16.resize(m * k / 16);
+    out->sum32.resize(m * k / 32);
     out->view.qa = out->qa.data();
     out->view.lane_da = out->lane_da.data();
     out->view.group_da = out->group_da.data();
     out->view.sum16 = out->sum16.data();
+    out->view.sum32 = out->sum32.data();
   }
   if (form == ActivationForm::kInt8Units) {
     const int64_t units = (k + 255) / 256;
@@ -64,8 +86,13 @@ void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm f
 void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActivations* out, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     if (form == ActivationForm::kFp32) continue;
+    if (form == ActivationForm::kFp32Sums) {
+      group_sums(a + r * k, k, 16, out->xsum16.data() + r * k / 16);
+      group_sums(a + r * k, k, 32, out->xsum32.data() + r * k / 32);
+      continue;
+    }
     quantize_row(a + r * k, k, out->qa.data() + r * k, out->lane_da.data() + r * k / 4,
-                 out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16);
+                 out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16, out->sum32.data() + r * k / 32);
 #if defined(__x86_64__)  // the unit form is read by the AVX-512 engines only
     if (form == ActivationForm::kInt8Units) {
       const int64_t units = out->view.units;

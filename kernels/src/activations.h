@@ -9,12 +9,13 @@
 
 namespace clika_kernels {
 
-// kInt8Units: kInt8 plus the unit-ordered copies the unit engines read.
-enum class ActivationForm { kFp32, kInt8, kInt8Units };
+// kFp32Sums: fp32 plus each 16-group's sum; kInt8Units: kInt8 plus the unit-ordered
+// copies the unit engines read.
+enum class ActivationForm { kFp32, kFp32Sums, kInt8, kInt8Units };
 
 struct PreparedActivations {
   std::vector<int8_t> qa;
-  std::vector<float> lane_da, group_da, sum16;
+  std::vector<float> xsum16, xsum32, lane_da, group_da, sum16, sum32;
   std::vector<uint8_t> unit_records;
   int zero = 0;  // kInt8Units: the format's symmetric zero point (formats.h), set before preparing
   Activations view{};

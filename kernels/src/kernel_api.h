@@ -26,10 +26,13 @@ struct Problem {
 // Activations as every engine reads them, prepared once per call (rows are independent).
 struct Activations {
   const float* a;         // [m, k] fp32 (fp32 FMA engines)
+  const float* xsum16;    // [m, k/16] sum of a per 16 weights (the AVX2 fp32 engine's bias terms)
+  const float* xsum32;    // [m, k/32] sum of a per 32 weights
   const int8_t* qa;       // [m, k] int8 per 32-block    (int8 engines)
   const float* lane_da;   // [m, k/4] the int8 scale of each 4-byte lane (int8 engines)
   const float* group_da;  // [m, k/16] the int8 scale of each 16-group (int8 engines)
   const float* sum16;     // [m, k/16] da * sum of qa per 16 weights (int8 engines)
+  const float* sum32;     // [m, k/32] da * sum of qa per 32 weights
   // The same int8 activations as the unit engines read them (avx512_units.h): per tile
   // of 8 rows, per unit of 256 weights, per row, one record of kUnitRecordBytes.
   int64_t units;                 // units per row: ceil(k / 256)
@@ -42,7 +45,6 @@ struct RowScratch {
   float* scale16;     // k/16
   float* bias16;      // k/16
   float* wf;          // fp32 weights
-  float* lane_scale;  // k/4
   uint8_t* units;        // kUnitScratchBytes per 256-weight unit of each row of a task
   uint8_t* tile_states;  // kTileStateBytes per row of a task
   float* panel;          // k fp32 weights per row of a task (the AVX-512 fp32 engine's prefill)

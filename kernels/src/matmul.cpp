@@ -18,7 +18,7 @@ uint8_t* aligned64(std::vector<uint8_t>& bytes) {
 // One thread's buffers, grown to the largest task it has seen (k weights, `rows` rows).
 struct ScratchBuffers {
   std::vector<uint8_t> codes;
-  std::vector<float> scale16, bias16, wf, lane_scale;
+  std::vector<float> scale16, bias16, wf;
   std::vector<uint8_t> units, tile_states;
   std::vector<float> panel;
 
@@ -28,14 +28,13 @@ struct ScratchBuffers {
       wf.resize(k);
       scale16.resize(k / 16);
       bias16.resize(k / 16);
-      lane_scale.resize(k / 4);
     }
     const size_t unit_bytes = static_cast<size_t>(rows * ((k + 255) / 256) * kUnitScratchBytes + 64);
     if (units.size() < unit_bytes) units.resize(unit_bytes);
     const size_t state_bytes = static_cast<size_t>(rows * kTileStateBytes + 64);
     if (tile_states.size() < state_bytes) tile_states.resize(state_bytes);
     if (panel.size() < static_cast<size_t>(rows * k)) panel.resize(static_cast<size_t>(rows * k));
-    return RowScratch{codes.data(), scale16.data(),    bias16.data(), wf.data(), lane_scale.data(),
+    return RowScratch{codes.data(), scale16.data(),    bias16.data(), wf.data(),
                       aligned64(units), aligned64(tile_states), panel.data()};
   }
 };
@@ -74,9 +73,10 @@ void run_prepare(void* data, size_t i) {
   prepare_rows(t.a, t.k, t.form, t.out, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1);
 }
 
-// The AVX-512 int8 engines read the activations in unit order (avx512_units.h).
+// The AVX-512 int8 engines read the activations in unit order (avx512_units.h); the AVX2
+// fp32 engine adds biases against the activations' group sums (avx2_fp32.cpp).
 ActivationForm form_for(Precision precision, Isa isa) {
-  if (precision != Precision::kInt8) return ActivationForm::kFp32;
+  if (precision != Precision::kInt8) return isa == Isa::kAvx2 ? ActivationForm::kFp32Sums : ActivationForm::kFp32;
   const bool units = isa == Isa::kAvx512 || isa == Isa::kAvx512Vnni;
   return units ? ActivationForm::kInt8Units : ActivationForm::kInt8;
 }

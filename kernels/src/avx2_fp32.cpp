@@ -1,0 +1,152 @@
+// AVX2 fp32 engine: per 32-weight piece (a block, a K-quant sub-block) the codes are
+// widened to fp32 and multiplied into the activations, and the piece's sum meets its
+// scale once:
+//   y = sum_b scale_b * sum_{k in b} code_k * x_k  (+ sum_b bias_b * sum_{k in b} x_k)
+// Signed and symmetric formats take their codes centred on the zero point as integers
+// (exact), so their weights are scale * (q - zero) with no bias term; the formats with a
+// bias of their own add it against the activations' piece sums, prepared once per call.
+// A weight thus costs a widen, a convert and one FMA per activation row, where forming
+// the weight first (code * scale + bias) spent a second FMA and a round trip to memory.
+// Every row sees the same operations in the same order whatever M is.
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#pragma GCC target("avx2,fma,f16c")
+
+#include "avx2_pieces.h"
+
+namespace clika_kernels {
+namespace {
+
+template <int Zero>
+inline __m256 codes8(const uint8_t* c) {
+  __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
+  if (Zero != 0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(Zero));
+  return _mm256_cvtepi32_ps(q);
+}
+
+// The formats without a direct walk, read from the decoded row (avx2_common.h). Zero: the
+// symmetric zero point (Q5_0: 16), or 0 for a format with a bias of its own (Q5_1, Q5_K).
+template <int Zero>
+struct Avx2Fp32 {
+  template <int R>
+  [[gnu::always_inline]] static inline void group(const RowScratch& s, const float* const* a, int64_t g,
+                                                  __m256* acc) {
+    __m256 c[4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) c[j] = codes8<Zero>(s.codes + 32 * g + 8 * j);
+    const __m256 scale = _mm256_broadcast_ss(s.scale16 + 2 * g);
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+      const float* x = a[r] + 32 * g;
+      __m256 t = _mm256_mul_ps(c[0], _mm256_loadu_ps(x));
+      _Pragma("GCC unroll 4") for (int j = 1; j < 4; ++j) t = _mm256_fmadd_ps(c[j], _mm256_loadu_ps(x + 8 * j), t);
+      acc[r] = _mm256_fmadd_ps(t, scale, acc[r]);
+    }
+  }
+
+  template <int R>
+  static void dot(const Problem& p, const Activations& x, const RowScratch& s, int64_t m0, float* out) {
+    const float* a[R];
+    __m256 even[R], odd[R];
+    for (int r = 0; r < R; ++r) {
+      a[r] = x.a + (m0 + r) * p.k;
+      even[r] = odd[r] = _mm256_setzero_ps();
+    }
+    const int64_t groups = p.k / 32;
+    int64_t g = 0;
+    for (; g + 2 <= groups; g += 2) {
+      group<R>(s, a, g, even);
+      group<R>(s, a, g + 1, odd);
+    }
+    if (g < groups) group<R>(s, a, g, even);
+    for (int r = 0; r < R; ++r) {
+      out[r] = reduce256(_mm256_add_ps(even[r], odd[r]));
+      if (Zero == 0) out[r] += avx2_bias_dot(s.bias16, x.xsum16 + (m0 + r) * (p.k / 16), p.k / 16);
+    }
+  }
+};
+
+// The direct walk (avx2_pieces.h) for up to four activation rows: per piece the four code
+// vectors widened once, then per row sum(code * x) over the piece, scaled into alternating
+// accumulators; biases meet the pieces' activation sums (xsum32), 8 pieces at a time.
+template <class Format>
+struct DirectFp32 {
+  template <int R>
+  struct Tile {
+    const float* a[R];
+    const float* xsum[R];
+    __m256 acc[R][2];
+    __m256 acc_high[R][2];  // kSplit: the second 16-group's own accumulators
+    __m256 bias_acc[R];
+    float bias_tail[R];
+
+    template <class Parity, class Piece>
+    [[gnu::always_inline]] void piece(Parity, int64_t b, const Piece& piece, Scales d) {
+      constexpr int P = Parity::value;
+      __m256 c[4];
+      piece.floats(c);
+      const __m256 low = _mm256_set1_ps(d.lo);
+      const __m256 high = _mm256_set1_ps(d.hi);
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+        const float* xb = a[r] + 32 * b;
+        if (Format::kSplit) {
+          const __m256 t0 = _mm256_fmadd_ps(c[1], _mm256_loadu_ps(xb + 8), _mm256_mul_ps(c[0], _mm256_loadu_ps(xb)));
+          const __m256 t1 = _mm256_fmadd_ps(c[3], _mm256_loadu_ps(xb + 24), _mm256_mul_ps(c[2], _mm256_loadu_ps(xb + 16)));
+          acc[r][P] = _mm256_fmadd_ps(t0, low, acc[r][P]);
+          acc_high[r][P] = _mm256_fmadd_ps(t1, high, acc_high[r][P]);
+        } else {
+          __m256 t = _mm256_mul_ps(c[0], _mm256_loadu_ps(xb));
+          t = _mm256_fmadd_ps(c[1], _mm256_loadu_ps(xb + 8), t);
+          t = _mm256_fmadd_ps(c[2], _mm256_loadu_ps(xb + 16), t);
+          t = _mm256_fmadd_ps(c[3], _mm256_loadu_ps(xb + 24), t);
+          acc[r][P] = _mm256_fmadd_ps(t, low, acc[r][P]);
+        }
+      }
+    }
+    [[gnu::always_inline]] void bias8(int64_t b0, __m256 m) {
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+        bias_acc[r] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xsum[r] + b0), bias_acc[r]);
+      }
+    }
+    [[gnu::always_inline]] void bias(int64_t b, float m) {
+      for (int r = 0; r < R; ++r) bias_tail[r] += m * xsum[r][b];
+    }
+
+    static void run(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
+      Tile t;
+      for (int r = 0; r < R; ++r) {
+        t.a[r] = x.a + (m0 + r) * p.k;
+        t.xsum[r] = x.xsum32 + (m0 + r) * (p.k / 32);
+        t.acc[r][0] = t.acc[r][1] = t.acc_high[r][0] = t.acc_high[r][1] = t.bias_acc[r] = _mm256_setzero_ps();
+        t.bias_tail[r] = 0.0f;
+      }
+      Format::walk(p.b + n * p.row_bytes, p.k, t);
+      for (int r = 0; r < R; ++r) {
+        __m256 sum = _mm256_add_ps(t.acc[r][0], t.acc[r][1]);
+        if (Format::kSplit) sum = _mm256_add_ps(sum, _mm256_add_ps(t.acc_high[r][0], t.acc_high[r][1]));
+        p.y[(m0 + r) * p.n + n] = reduce256(_mm256_add_ps(sum, t.bias_acc[r])) + t.bias_tail[r];
+      }
+    }
+  };
+};
+
+template <class Format>
+void direct_range(const Problem& p, const Activations& x, int64_t n0, int64_t n1) {
+  avx2_direct_range<DirectFp32<Format>::template Tile>(p, x, n0, n1);
+}
+
+}  // namespace
+
+void avx2_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+  switch (p.type) {
+    case kQ4_0: direct_range<Q4_0Pieces>(p, x, n0, n1); break;
+    case kQ4_1: direct_range<Q4_1Pieces>(p, x, n0, n1); break;
+    case kQ4_K: direct_range<Q4_KPieces>(p, x, n0, n1); break;
+    case kQ8_0: direct_range<Q8_0Pieces>(p, x, n0, n1); break;
+    case kQ5_0: avx2_rows_range<Avx2Fp32<16>>(p, x, s, n0, n1); break;
+    case kQ6_K: direct_range<Q6_KPieces>(p, x, n0, n1); break;
+    default: avx2_rows_range<Avx2Fp32<0>>(p, x, s, n0, n1); break;  // Q5_1, Q5_K
+  }
+}
+
+}  // namespace clika_kernels
+#endif
