@@ -29,14 +29,12 @@ void quantize_row(const float* a, int64_t k, int8_t* qa, float* lane_da, float* 
     }
     for (int j = 0; j < 8; ++j) lane_da[8 * b + j] = d;
     group_da[2 * b] = group_da[2 * b + 1] = d;
+    int32_t halves[2] = {0, 0};
     for (int h = 0; h < 2; ++h) {
-      int32_t s = 0;
-      for (int j = 0; j < 16; ++j) s += q[16 * h + j];
-      sum16[2 * b + h] = d * static_cast<float>(s);
+      for (int j = 0; j < 16; ++j) halves[h] += q[16 * h + j];
+      sum16[2 * b + h] = d * static_cast<float>(halves[h]);
     }
-    int32_t s = 0;
-    for (int j = 0; j < 32; ++j) s += q[j];
-    sum32[b] = d * static_cast<float>(s);
+    sum32[b] = d * static_cast<float>(halves[0] + halves[1]);  // integer sums: exact
   }
 }
 
@@ -56,10 +54,8 @@ void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm f
   out->view = Activations{};
   out->view.a = a;
   if (form == ActivationForm::kFp32Sums) {
-    out->xsum16.resize(m * k / 16);
-    out->xsum32.resize(m * k / 32);
-    out->view.xsum16 = out->xsum16.data();
-    out->view.xsum32 = out->xsum32.data();
+    out->xsum.resize(m * k / out->sum_group);
+    out->view.xsum = out->xsum.data();
   }
   if (form == ActivationForm::kInt8 || form == ActivationForm::kInt8Units) {
     out->qa.resize(m * k);
@@ -87,8 +83,7 @@ void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActiva
   for (int64_t r = r0; r < r1; ++r) {
     if (form == ActivationForm::kFp32) continue;
     if (form == ActivationForm::kFp32Sums) {
-      group_sums(a + r * k, k, 16, out->xsum16.data() + r * k / 16);
-      group_sums(a + r * k, k, 32, out->xsum32.data() + r * k / 32);
+      group_sums(a + r * k, k, out->sum_group, out->xsum.data() + r * k / out->sum_group);
       continue;
     }
     quantize_row(a + r * k, k, out->qa.data() + r * k, out->lane_da.data() + r * k / 4,

@@ -9,15 +9,16 @@
 
 namespace clika_kernels {
 
-// kFp32Sums: fp32 plus each 16-group's sum; kInt8Units: kInt8 plus the unit-ordered
+// kFp32Sums: fp32 plus each group's sum (sum_group weights); kInt8Units: kInt8 plus the unit-ordered
 // copies the unit engines read.
 enum class ActivationForm { kFp32, kFp32Sums, kInt8, kInt8Units };
 
 struct PreparedActivations {
   std::vector<int8_t> qa;
-  std::vector<float> xsum16, xsum32, lane_da, group_da, sum16, sum32;
+  std::vector<float> xsum, lane_da, group_da, sum16, sum32;
   std::vector<uint8_t> unit_records;
   int zero = 0;  // kInt8Units: the format's symmetric zero point (formats.h), set before preparing
+  int sum_group = 0;  // kFp32Sums: weights a sum covers, set before allocating
   Activations view{};
 };
 

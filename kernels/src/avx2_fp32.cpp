@@ -60,24 +60,21 @@ struct Avx2Fp32 {
     if (g < groups) group<R>(s, a, g, even);
     for (int r = 0; r < R; ++r) {
       out[r] = reduce256(_mm256_add_ps(even[r], odd[r]));
-      if (Zero == 0) out[r] += avx2_bias_dot(s.bias16, x.xsum16 + (m0 + r) * (p.k / 16), p.k / 16);
+      if (Zero == 0) out[r] += avx2_bias_dot(s.bias16, x.xsum + (m0 + r) * (p.k / 16), p.k / 16);
     }
   }
 };
 
 // The direct walk (avx2_pieces.h) for up to four activation rows: per piece the four code
 // vectors widened once, then per row sum(code * x) over the piece, scaled into alternating
-// accumulators; biases meet the pieces' activation sums (xsum32), 8 pieces at a time.
+// accumulators; biases meet the pieces' activation sums (xsum per 32), 8 pieces at a time.
 template <class Format>
 struct DirectFp32 {
   template <int R>
-  struct Tile {
+  struct Tile : PieceBiases<R> {
     const float* a[R];
-    const float* xsum[R];
     __m256 acc[R][2];
     __m256 acc_high[R][2];  // kSplit: the second 16-group's own accumulators
-    __m256 bias_acc[R];
-    float bias_tail[R];
 
     template <class Parity, class Piece>
     [[gnu::always_inline]] void piece(Parity, int64_t b, const Piece& piece, Scales d) {
@@ -102,28 +99,19 @@ struct DirectFp32 {
         }
       }
     }
-    [[gnu::always_inline]] void bias8(int64_t b0, __m256 m) {
-      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
-        bias_acc[r] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xsum[r] + b0), bias_acc[r]);
-      }
-    }
-    [[gnu::always_inline]] void bias(int64_t b, float m) {
-      for (int r = 0; r < R; ++r) bias_tail[r] += m * xsum[r][b];
-    }
 
     static void run(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
       Tile t;
+      t.start_biases(x.xsum, m0, p.k / 32);
       for (int r = 0; r < R; ++r) {
         t.a[r] = x.a + (m0 + r) * p.k;
-        t.xsum[r] = x.xsum32 + (m0 + r) * (p.k / 32);
-        t.acc[r][0] = t.acc[r][1] = t.acc_high[r][0] = t.acc_high[r][1] = t.bias_acc[r] = _mm256_setzero_ps();
-        t.bias_tail[r] = 0.0f;
+        t.acc[r][0] = t.acc[r][1] = t.acc_high[r][0] = t.acc_high[r][1] = _mm256_setzero_ps();
       }
       Format::walk(p.b + n * p.row_bytes, p.k, t);
       for (int r = 0; r < R; ++r) {
         __m256 sum = _mm256_add_ps(t.acc[r][0], t.acc[r][1]);
         if (Format::kSplit) sum = _mm256_add_ps(sum, _mm256_add_ps(t.acc_high[r][0], t.acc_high[r][1]));
-        p.y[(m0 + r) * p.n + n] = reduce256(_mm256_add_ps(sum, t.bias_acc[r])) + t.bias_tail[r];
+        p.y[(m0 + r) * p.n + n] = t.with_biases(r, sum);
       }
     }
   };
@@ -135,6 +123,17 @@ void direct_range(const Problem& p, const Activations& x, int64_t n0, int64_t n1
 }
 
 }  // namespace
+
+int avx2_fp32_sum_group(int type) {
+  switch (type) {
+    case kQ4_0:
+    case kQ4_1:
+    case kQ4_K: return 32;  // the direct walks' biases, one a piece
+    case kQ5_1:
+    case kQ5_K: return 16;  // the decoded row's bias16
+    default: return 0;      // Q5_0, Q8_0, Q6_K: codes centred on their zero point, no bias
+  }
+}
 
 void avx2_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
   switch (p.type) {

@@ -65,13 +65,10 @@ struct Avx2Int8 {
 template <class Format>
 struct DirectInt8 {
   template <int R>
-  struct Tile {
+  struct Tile : PieceBiases<R> {
     const int8_t* qa[R];
     const float* da[R];
-    const float* sums[R];
     __m256 acc[R][2];
-    __m256 bias_acc[R];
-    float bias_tail[R];
 
     template <class Parity, class Piece>
     [[gnu::always_inline]] void piece(Parity, int64_t b, const Piece& piece, Scales d) {
@@ -87,29 +84,17 @@ struct DirectInt8 {
         acc[r][P] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair_sums(u, a)), both, acc[r][P]);
       }
     }
-    [[gnu::always_inline]] void bias8(int64_t b0, __m256 m) {
-      _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
-        bias_acc[r] = _mm256_fmadd_ps(m, _mm256_loadu_ps(sums[r] + b0), bias_acc[r]);
-      }
-    }
-    [[gnu::always_inline]] void bias(int64_t b, float m) {
-      for (int r = 0; r < R; ++r) bias_tail[r] += m * sums[r][b];
-    }
 
     static void run(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
       Tile t;
+      t.start_biases(x.sum32, m0, p.k / 32);
       for (int r = 0; r < R; ++r) {
         t.qa[r] = x.qa + (m0 + r) * p.k;
         t.da[r] = x.group_da + (m0 + r) * (p.k / 16);
-        t.sums[r] = x.sum32 + (m0 + r) * (p.k / 32);
-        t.acc[r][0] = t.acc[r][1] = t.bias_acc[r] = _mm256_setzero_ps();
-        t.bias_tail[r] = 0.0f;
+        t.acc[r][0] = t.acc[r][1] = _mm256_setzero_ps();
       }
       Format::walk(p.b + n * p.row_bytes, p.k, t);
-      for (int r = 0; r < R; ++r) {
-        p.y[(m0 + r) * p.n + n] =
-            reduce256(_mm256_add_ps(_mm256_add_ps(t.acc[r][0], t.acc[r][1]), t.bias_acc[r])) + t.bias_tail[r];
-      }
+      for (int r = 0; r < R; ++r) p.y[(m0 + r) * p.n + n] = t.with_biases(r, _mm256_add_ps(t.acc[r][0], t.acc[r][1]));
     }
   };
 };

@@ -238,6 +238,35 @@ struct Q6_KPieces {
   }
 };
 
+// The bias terms of R activation rows, as the walks hand them over (visit.bias8 and
+// visit.bias): bias * the activations' sum over the piece, read from one float a piece (the
+// fp32 engine's sum of x, the int8 engine's da * sum of qa). The engines' tiles derive from it.
+template <int R>
+struct PieceBiases {
+  const float* sums[R];
+  __m256 bias_acc[R];
+  float bias_tail[R];
+
+  // Rows m0..m0+R-1 of `rows` (one sum a piece, `pieces` a row; none for signed formats).
+  void start_biases(const float* rows, int64_t m0, int64_t pieces) {
+    for (int r = 0; r < R; ++r) {
+      sums[r] = rows == nullptr ? nullptr : rows + (m0 + r) * pieces;
+      bias_acc[r] = _mm256_setzero_ps();
+      bias_tail[r] = 0.0f;
+    }
+  }
+  [[gnu::always_inline]] void bias8(int64_t b0, __m256 m) {
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
+      bias_acc[r] = _mm256_fmadd_ps(m, _mm256_loadu_ps(sums[r] + b0), bias_acc[r]);
+    }
+  }
+  [[gnu::always_inline]] void bias(int64_t b, float m) {
+    for (int r = 0; r < R; ++r) bias_tail[r] += m * sums[r][b];
+  }
+  // Row r's result: its products' lanes `dots` with its biases added.
+  float with_biases(int r, __m256 dots) const { return reduce256(_mm256_add_ps(dots, bias_acc[r])) + bias_tail[r]; }
+};
+
 // Runs Tile<R>::run(p, x, n, m0) over weight rows n0..n1 and every activation row, in
 // tiles of at most four rows; each tile walks the row again, so every row's operations are
 // those of a tile of one.

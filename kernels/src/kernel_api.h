@@ -26,8 +26,7 @@ struct Problem {
 // Activations as every engine reads them, prepared once per call (rows are independent).
 struct Activations {
   const float* a;         // [m, k] fp32 (fp32 FMA engines)
-  const float* xsum16;    // [m, k/16] sum of a per 16 weights (the AVX2 fp32 engine's bias terms)
-  const float* xsum32;    // [m, k/32] sum of a per 32 weights
+  const float* xsum;      // [m, k/G] sum of a per G weights, G = avx2_fp32_sum_group(type)
   const int8_t* qa;       // [m, k] int8 per 32-block    (int8 engines)
   const float* lane_da;   // [m, k/4] the int8 scale of each 4-byte lane (int8 engines)
   const float* group_da;  // [m, k/16] the int8 scale of each 16-group (int8 engines)
@@ -70,6 +69,9 @@ void scalar_fp32_range(const Problem&, const Activations&, const RowScratch&, in
 void scalar_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 #if defined(__x86_64__)
 void avx2_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+// The group whose activation sums the AVX2 fp32 engine adds its biases against (16 or 32), or
+// 0 for a format it computes without a bias term.
+int avx2_fp32_sum_group(int type);
 void avx2_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx512_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx512_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);

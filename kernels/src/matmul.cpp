@@ -73,10 +73,19 @@ void run_prepare(void* data, size_t i) {
   prepare_rows(t.a, t.k, t.form, t.out, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1);
 }
 
+// The weights per activation sum the AVX2 fp32 engine adds its biases against (0: none).
+// Asked only when that engine runs: its code is compiled for AVX2.
+int fp32_sum_group(Precision precision, Isa isa, int type) {
+#if defined(__x86_64__)
+  if (precision == Precision::kFp32 && isa == Isa::kAvx2) return avx2_fp32_sum_group(type);
+#endif
+  return 0;
+}
+
 // The AVX-512 int8 engines read the activations in unit order (avx512_units.h); the AVX2
 // fp32 engine adds biases against the activations' group sums (avx2_fp32.cpp).
-ActivationForm form_for(Precision precision, Isa isa) {
-  if (precision != Precision::kInt8) return isa == Isa::kAvx2 ? ActivationForm::kFp32Sums : ActivationForm::kFp32;
+ActivationForm form_for(Precision precision, Isa isa, int sum_group) {
+  if (precision != Precision::kInt8) return sum_group > 0 ? ActivationForm::kFp32Sums : ActivationForm::kFp32;
   const bool units = isa == Isa::kAvx512 || isa == Isa::kAvx512Vnni;
   return units ? ActivationForm::kInt8Units : ActivationForm::kInt8;
 }
@@ -118,7 +127,8 @@ std::string run_matmul(const Problem& p, Precision precision, Isa isa, const Par
   if (p.m == 0 || p.n == 0) return "";
 
   PreparedActivations acts;
-  const ActivationForm form = form_for(precision, isa);
+  acts.sum_group = fp32_sum_group(precision, isa, p.type);
+  const ActivationForm form = form_for(precision, isa, acts.sum_group);
   acts.zero = symmetric_zero(p.type);
   allocate_activations(p.a, p.m, p.k, form, &acts);
   if (form != ActivationForm::kFp32) {
