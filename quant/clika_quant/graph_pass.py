@@ -163,25 +163,41 @@ class Rewriter:
         return 0
 
     def gguf_matmul(
-        self, node: onnx.NodeProto, blocks: np.ndarray, ggml_type: str, k: int, base: str, precision: str
+        self,
+        node: onnx.NodeProto,
+        parts: list[tuple[np.ndarray, str]],
+        k: int,
+        base: str,
+        precisions: list[str],
     ) -> None:
         """Replace a MatMul/Gemm by ``ai.clika.GgufMatMul`` reading the GGUF blocks as stored
-        (``blocks``: uint8 ``[N, row_bytes]``, written page-aligned to the data file)."""
+        (per part: uint8 ``[N, row_bytes]`` of one GGUF type, written page-aligned to the data
+        file; several parts are named and concatenated as ``matmul`` names its groups)."""
+        x, out = node.input[0], node.output[0]
         scope = node.name.rsplit("/", 1)[0]
-        b_name = self.add_init(f"{base}{gguf_op.B_SUFFIX}", blocks)
-        self.replaced[node.name] = [
-            helper.make_node(
-                gguf_op.OP_TYPE,
-                [node.input[0], b_name],
-                [node.output[0]],
-                name=f"{scope}/{gguf_op.OP_TYPE}",
-                domain=gguf_op.DOMAIN,
-                ggml_type=gguf_op.GGML_TYPE_IDS[ggml_type],
-                K=k,
-                N=blocks.shape[0],
-                precision=precision,
+        nodes, outputs = [], []
+        for i, ((blocks, ggml_type), precision) in enumerate(zip(parts, precisions, strict=True)):
+            suffix = "" if len(parts) == 1 else f".part{i}"
+            target = out if len(parts) == 1 else f"{scope}/part{i}/output_0"
+            part_scope = f"{scope}{suffix.replace('.', '/')}"
+            b_name = self.add_init(f"{base}{suffix}{gguf_op.B_SUFFIX}", blocks)
+            nodes.append(
+                helper.make_node(
+                    gguf_op.OP_TYPE,
+                    [x, b_name],
+                    [target],
+                    name=f"{part_scope}/{gguf_op.OP_TYPE}",
+                    domain=gguf_op.DOMAIN,
+                    ggml_type=gguf_op.GGML_TYPE_IDS[ggml_type],
+                    K=k,
+                    N=blocks.shape[0],
+                    precision=precision,
+                )
             )
-        ]
+            outputs.append(target)
+        if len(parts) > 1:
+            nodes.append(helper.make_node("Concat", outputs, [out], name=f"{scope}/Concat", axis=-1))
+        self.replaced[node.name] = nodes
 
     def _nbits(
         self, x: str, out: str, matrix: BlockQuantized, base: str, scope: str, level: int

@@ -163,7 +163,7 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
     splits = _layer_splits(plan, roles, options)
     gguf = None if splits else _gguf_form(name, sources, raw, roles, plan, levels, options)
     if gguf is not None:
-        return _as_gguf_matmul(rewriter, name, info, entry, plan, base, gguf, levels[0])
+        return _as_gguf_matmul(rewriter, name, info, entry, plan, base, gguf, levels)
     ops = []
     for node_name in info["nodes"]:
         node = rewriter.node(node_name)
@@ -198,26 +198,29 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
 
 
 def _gguf_form(name, sources, raw, roles, plan, levels, options: QuantOptions):
-    """The GGUF blocks of a layer matrix ``GgufMatMul`` reads (uint8 ``[N, row_bytes]``: its
-    sources' rows, one GGUF type) and that type, or None where it keeps the MatMulNBits form
-    (the token table and head, mixed types, accuracy levels 1-3, uncentred zero points, 8-bit
-    layers a requantizing pass may change, the option off)."""
+    """Per group of the plan, the GGUF blocks ``GgufMatMul`` reads (uint8 ``[N, row_bytes]``:
+    its sources' rows, one GGUF type) and that type; or None where the matrix keeps the
+    MatMulNBits form (the token table and head, a group mixing types, accuracy levels 1-3,
+    uncentred zero points, 8-bit layers a requantizing pass may change, the option off).
+    A fused matrix whose parts differ in type (Q4_K query and key, Q6_K value) gets one
+    part a group, as the MatMulNBits form does."""
     # The runtime's MatMulNBits form of the op centres its zero points: only that option's form.
     if not (options.gguf_matmul and options.transcode and options.center_zero_points):
         return None
-    if set(roles) & {EMBED, HEAD}:
+    if set(roles) & {EMBED, HEAD} or any(level not in LEVEL_PRECISIONS for level in levels):
         return None
-    if len(plan.groups) != 1 or levels[0] not in LEVEL_PRECISIONS:
-        return None
-    blocks = [raw(s) for s in sources]
-    types = {b.ggml_type if b is not None else None for b in blocks}
-    if len(types) != 1 or next(iter(types)) not in GGML_TYPE_IDS:
-        return None
-    if options.requantize_target_kl is not None and plan.groups[0].matrix.bits == 8:
+    if options.requantize_target_kl is not None and any(g.matrix.bits == 8 for g in plan.groups):
         return None  # ``sensitivity_bits`` requantizes 8-bit layers from their MatMulNBits form
-    check_finite_blocks(name, sources, blocks, plan.groups[0].matrix)
-    data = [np.asarray(b.data, np.uint8) for b in blocks]
-    return (data[0] if len(data) == 1 else np.concatenate(data)), blocks[0].ggml_type
+    parts = []
+    for group in plan.groups:
+        blocks = [raw(s) for s in group.sources]
+        types = {b.ggml_type if b is not None else None for b in blocks}
+        if len(types) != 1 or next(iter(types)) not in GGML_TYPE_IDS:
+            return None
+        check_finite_blocks(name, group.sources, blocks, group.matrix)
+        data = [np.asarray(b.data, np.uint8) for b in blocks]
+        parts.append(((data[0] if len(data) == 1 else np.concatenate(data)), blocks[0].ggml_type))
+    return parts
 
 
 def check_finite_blocks(name: str, sources: list[str], blocks, matrix: BlockQuantized) -> None:
@@ -240,10 +243,8 @@ def check_finite_blocks(name: str, sources: list[str], blocks, matrix: BlockQuan
     )
 
 
-def _as_gguf_matmul(rewriter, name, info, entry, plan, base, gguf, level) -> dict[str, Any]:
-    data, ggml_type = gguf
-    group = plan.groups[0]
-    precision = LEVEL_PRECISIONS[level]
+def _as_gguf_matmul(rewriter, name, info, entry, plan, base, parts, levels) -> dict[str, Any]:
+    precisions = [LEVEL_PRECISIONS[level] for level in levels]
     for node_name in info["nodes"]:
         node = rewriter.node(node_name)
         if node.op_type == "Gemm":
@@ -252,16 +253,21 @@ def _as_gguf_matmul(rewriter, name, info, entry, plan, base, gguf, level) -> dic
             raise QuantError(
                 f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
             )
-        rewriter.gguf_matmul(node, data, ggml_type, group.matrix.k, base, precision)
+        rewriter.gguf_matmul(node, parts, plan.groups[0].matrix.k, base, precisions)
     rewriter.removed_initializers.add(name)
-    record = {
-        **group.record(),
-        "accuracy_level": level,
-        "weight_format": f"gguf {ggml_type}",
-        "kernel_precision": precision,
-        "bytes": int(data.nbytes),
-    }
-    return {**entry, "ops": [OP_TYPE] * len(info["nodes"]), "groups": [record]}
+    records = [
+        {
+            **group.record(),
+            "accuracy_level": level,
+            "weight_format": f"gguf {ggml_type}",
+            "kernel_precision": precision,
+            "bytes": int(data.nbytes),
+        }
+        for group, level, precision, (data, ggml_type) in zip(
+            plan.groups, levels, precisions, parts, strict=True
+        )
+    ]
+    return {**entry, "ops": [OP_TYPE] * len(info["nodes"]), "groups": records}
 
 
 def with_level(group: dict[str, Any], level: int) -> dict[str, Any]:

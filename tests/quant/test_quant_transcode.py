@@ -102,8 +102,9 @@ def test_tied_table_gathers_and_projects_exactly(ggml_type):
     )
 
 
-def test_fused_matrix_of_two_widths_is_split_and_concatenated():
-    """A Q4_K query next to a Q6_K value (as in Q4_K_M files): two MatMulNBits, one Concat, exact."""
+@pytest.mark.parametrize("gguf_matmul, op_type", [(True, "GgufMatMul"), (False, "MatMulNBits")])
+def test_fused_matrix_of_two_widths_is_split_and_concatenated(gguf_matmul, op_type):
+    """A Q4_K query next to a Q6_K value (as in Q4_K_M files): one op a type, one Concat, exact."""
     cols = 256
     parts = {"q": ("Q4_K", 32), "k": ("Q4_K", 16), "v": ("Q6_K", 16)}
     blocks = {
@@ -115,10 +116,12 @@ def test_fused_matrix_of_two_widths_is_split_and_concatenated():
     matrices = {
         "w": {"roles": ["qkv"], "nodes": ["/layer/proj/MatMul"], "layout": "in_out", "sources": list(parts)}
     }
-    model, record = quantize_proto(model, BlocksOnly(blocks), "int4", matrices, {"accuracy_level": 0})
+    options = {"accuracy_level": 0, "gguf_matmul": gguf_matmul}
+    model, record = quantize_proto(model, BlocksOnly(blocks), "int4", matrices, options)
     groups = record["matrices"]["w"]["groups"]
     assert [(g["bits"], g["block_size"], g["rows"]) for g in groups] == [(4, 32, 48), (8, 16, 16)]
-    assert [n.op_type for n in model.graph.node].count("MatMulNBits") == 2
+    assert [n.op_type for n in model.graph.node].count(op_type) == 2
+    assert [n.op_type for n in model.graph.node].count("Concat") == 1
     assert same_bits(run(model, {"A": np.eye(cols, dtype=np.float32)})[0].T, ref)
 
 
@@ -167,12 +170,14 @@ def test_accuracy_levels_follow_the_weight_width():
     assert [g["accuracy_level"] for g in record["matrices"]["w"]["groups"]] == [4, 4]  # the default
     options = {"accuracy_level_4bit": 0}
     model, record = quantize_proto(matmul_model(ref.T.copy()), BlocksOnly(blocks), "int4", matrices, options)
-    assert [g["accuracy_level"] for g in record["matrices"]["w"]["groups"]] == [0, 4]
-    levels = [
-        a.i
+    groups = record["matrices"]["w"]["groups"]
+    assert [g["accuracy_level"] for g in groups] == [0, 4]
+    assert [g["kernel_precision"] for g in groups] == ["fp32", "int8"]
+    precisions = [
+        a.s.decode()
         for n in model.graph.node
-        if n.op_type == "MatMulNBits"
+        if n.op_type == "GgufMatMul"
         for a in n.attribute
-        if a.name == "accuracy_level"
+        if a.name == "precision"
     ]
-    assert levels == [0, 4]
+    assert precisions == ["fp32", "int8"]
