@@ -55,6 +55,7 @@ from clika_runtime.engine.stage_record import StageRecorder
 from clika_runtime.engine.stages import StageObserver
 from clika_runtime.engine.step_grammar import dead_ends, grammar_masks
 from clika_runtime.engine.step_plan import RowOutput, ScheduledRow, StepPlan
+from clika_runtime.forwarded import Forwarded
 from clika_runtime.grammar.matcher import GrammarMatcher
 from clika_runtime.grammar.vocabulary import grammar_vocabulary
 from clika_runtime.text.detokenizer import StreamingDetokenizer
@@ -111,18 +112,9 @@ class EngineCore:
         self._live: dict[int, LiveReply] = {}
         self._outbox = Outbox()
 
-    @property
-    def observer(self) -> StageObserver | None:
-        """Called with every stage's timing (None: no one is watching); may be set at any time."""
-        return self._recorder.observer
-
-    @observer.setter
-    def observer(self, observer: StageObserver | None) -> None:
-        self._recorder.observer = observer
-
-    @property
-    def has_work(self) -> bool:
-        return self.scheduler.has_work
+    # Called with every stage's timing (None: no one is watching); may be set at any time.
+    observer = Forwarded[StageObserver | None]("_recorder", writable=True)
+    has_work = Forwarded[bool]("scheduler")
 
     # -- requests ------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from clika_runtime.engine.sequence import Sequence as Seq
 from clika_runtime.engine.spec_decode.drafting import Drafter
 from clika_runtime.engine.stage_record import EngineStats
 from clika_runtime.engine.stages import StageObserver
+from clika_runtime.forwarded import Forwarded
 from clika_runtime.text.tokenizer import Tokenizer
 
 __all__ = ["Delta", "Engine", "EngineLoad", "EngineOptions", "EngineStats", "RequestStream"]
@@ -83,45 +84,15 @@ class Engine:
 
     # -- the core's parts, for callers that read them ------------------------------------
 
-    @property
-    def options(self) -> EngineOptions:
-        return self.core.options
-
-    @property
-    def executor(self) -> StepRunner:
-        return self.core.executor
-
-    @property
-    def cache(self) -> KVCacheManager:
-        return self.core.cache
-
-    @property
-    def scheduler(self) -> Scheduler:
-        return self.core.scheduler
-
-    @property
-    def tokenizer(self) -> Tokenizer | None:
-        return self.core.tokenizer
-
-    @property
-    def stats(self) -> EngineStats:
-        return self.core.stats
-
-    @property
-    def sampler(self) -> Sampler:
-        return self.core.sampler
-
-    @property
-    def max_seq(self) -> int:
-        return self.core.max_seq
-
-    @property
-    def observer(self) -> StageObserver | None:
-        return self.core.observer
-
-    @observer.setter
-    def observer(self, callback: StageObserver | None) -> None:
-        self.core.observer = callback
+    options = Forwarded[EngineOptions]("core")
+    executor = Forwarded[StepRunner]("core")
+    cache = Forwarded[KVCacheManager]("core")
+    scheduler = Forwarded[Scheduler]("core")
+    tokenizer = Forwarded[Tokenizer | None]("core")
+    stats = Forwarded[EngineStats]("core")
+    sampler = Forwarded[Sampler]("core")
+    max_seq = Forwarded[int]("core")
+    observer = Forwarded[StageObserver | None]("core", writable=True)
 
     # -- any thread ------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from clika_runtime.chat.tools.definitions import ToolCall
 from clika_runtime.engine.report import GenerationReport
+from clika_runtime.forwarded import Forwarded
 
 
 @dataclass(frozen=True)
@@ -29,30 +30,11 @@ class ChatOutcome:
     def finish_reason(self) -> str:
         return self.finish
 
-    @property
-    def prompt_tokens(self) -> int:
-        return self.report.prompt_tokens
-
-    @property
-    def completion_tokens(self) -> int:
-        return self.report.completion_tokens
-
-    @property
-    def cached_tokens(self) -> int:
-        return self.report.cached_tokens
-
-    @property
-    def time_to_first_token_s(self) -> float | None:
-        return self.report.time_to_first_token_s
-
-    @property
-    def decode_tokens_per_s(self) -> float | None:
-        return self.report.decode_tokens_per_s
-
-    @property
-    def draft_tokens(self) -> int:
-        return self.report.draft_tokens
-
-    @property
-    def accepted_draft_tokens(self) -> int:
-        return self.report.accepted_draft_tokens
+    # The report's figures, read off the outcome as off a report.
+    prompt_tokens = Forwarded[int]("report")
+    completion_tokens = Forwarded[int]("report")
+    cached_tokens = Forwarded[int]("report")
+    time_to_first_token_s = Forwarded[float | None]("report")
+    decode_tokens_per_s = Forwarded[float | None]("report")
+    draft_tokens = Forwarded[int]("report")
+    accepted_draft_tokens = Forwarded[int]("report")
