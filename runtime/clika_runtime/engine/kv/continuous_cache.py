@@ -61,17 +61,11 @@ class ContinuousKVCache(KVCacheManager):
         max_bytes: int | None = None,
     ) -> None:
         require_at_least(1, num_slots=num_slots)
-        self.shape = shape
-        self.max_seq = max_seq
+        super().__init__(shape, num_slots=num_slots, max_seq=max_seq, prefix_reuse=prefix_reuse)
         # The graph needs past_len + step width <= capacity for every active row:
         # ``slack`` (the widest step) keeps room above a sequence's last position.
         self.slack = slack
-        self.prefix_reuse = prefix_reuse
         self._capacity = 0
-        self._num_slots = num_slots
-        self._keys: list[np.ndarray] = []
-        self._values: list[np.ndarray] = []
-        self._version = 0
         self._owner: dict[int, int] = {}  # slot -> request id
         self._seqs: dict[int, Sequence] = {}  # slot -> the sequence running in it
         self._free: list[int] = list(range(num_slots))  # least recently freed first
@@ -86,14 +80,6 @@ class ContinuousKVCache(KVCacheManager):
         return len(self._free)
 
     @property
-    def num_rows(self) -> int:
-        return self._num_slots
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    @property
     def capacity(self) -> int:
         return self._capacity
 
@@ -104,9 +90,6 @@ class ContinuousKVCache(KVCacheManager):
     @property
     def token_capacity(self) -> int:
         return self.max_seq
-
-    def buffers(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        return self._keys, self._values
 
     def ensure_slots(self, num_slots: int) -> None:
         """Grow to ``num_slots`` rows (existing slots keep their content)."""

@@ -111,7 +111,20 @@ class CacheShape:
 
 
 class KVCacheManager(abc.ABC):
-    """What the scheduler and executor need from a KV cache."""
+    """What the scheduler and executor need from a KV cache.
+
+    Every cache binds per-layer key and value buffers to a graph of ``num_rows`` rows; ``_version``
+    counts the times a cache replaced them.
+    """
+
+    def __init__(self, shape: CacheShape, *, num_slots: int, max_seq: int, prefix_reuse: bool) -> None:
+        self.shape = shape
+        self.max_seq = max_seq
+        self.prefix_reuse = prefix_reuse
+        self._num_slots = num_slots
+        self._keys: list[np.ndarray] = []
+        self._values: list[np.ndarray] = []
+        self._version = 0
 
     @abc.abstractmethod
     def allocate(self, seq: Sequence) -> Allocation | None:
@@ -169,9 +182,9 @@ class KVCacheManager(abc.ABC):
         """Sequences that could be allocated now."""
 
     @property
-    @abc.abstractmethod
     def num_rows(self) -> int:
         """The batch size of the graph's KV inputs (rows a step may address)."""
+        return self._num_slots
 
     @property
     @abc.abstractmethod
@@ -179,13 +192,13 @@ class KVCacheManager(abc.ABC):
         """The sequence dimension of the bound buffers (what a row's past plus a step must fit)."""
 
     @property
-    @abc.abstractmethod
     def version(self) -> int:
         """Changes whenever the buffers are replaced (the executor then rebinds them)."""
+        return self._version
 
-    @abc.abstractmethod
     def buffers(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per-layer key and value buffers, bound as both past and present."""
+        return self._keys, self._values
 
     @abc.abstractmethod
     def check_integrity(self, live: Mapping[int, int]) -> None:

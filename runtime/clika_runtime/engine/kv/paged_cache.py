@@ -64,10 +64,8 @@ class PagedKVCache(KVCacheManager):
         prefix_reuse: bool = True,
     ) -> None:
         require_at_least(1, block_size=block_size, num_slots=num_slots)
-        self.shape = shape
+        super().__init__(shape, num_slots=num_slots, max_seq=max_seq, prefix_reuse=prefix_reuse)
         self.block_size = block_size
-        self.max_seq = max_seq
-        self.prefix_reuse = prefix_reuse
         itemsize = np.dtype(shape.dtype).itemsize
         self.block_bytes = 2 * shape.num_layers * shape.num_kv_heads * block_size * shape.head_dim * itemsize
         self.max_blocks = int(max_bytes) // self.block_bytes
@@ -79,10 +77,6 @@ class PagedKVCache(KVCacheManager):
         self.max_bytes = int(max_bytes)
         self.index = PrefixIndex(block_size)
         self.pool = BlockPool(self.index)
-        self._keys: list[np.ndarray] = []
-        self._values: list[np.ndarray] = []
-        self._version = 0
-        self._num_slots = num_slots
         self._free_slots: list[int] = list(range(num_slots))
         self._tables: dict[int, list[int]] = {}  # request id -> blocks, in position order
         self._hashes: dict[int, list[int]] = {}  # request id -> prefix hash after each indexed full block
@@ -96,16 +90,8 @@ class PagedKVCache(KVCacheManager):
         return len(self._free_slots)
 
     @property
-    def num_rows(self) -> int:
-        return self._num_slots
-
-    @property
     def capacity(self) -> int:
         return self.max_seq
-
-    @property
-    def version(self) -> int:
-        return self._version
 
     @property
     def nbytes(self) -> int:
@@ -114,9 +100,6 @@ class PagedKVCache(KVCacheManager):
     @property
     def token_capacity(self) -> int:
         return min(self.max_seq, self.max_blocks * self.block_size)
-
-    def buffers(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        return self._keys, self._values
 
     def ensure_slots(self, num_slots: int) -> None:
         if num_slots > self._num_slots:
