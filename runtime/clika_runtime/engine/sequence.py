@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from clika_runtime.contract.step_graph import RopeSpan
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.prompt_media import PromptMedia
+from clika_runtime.forwarded import Forwarded
 
 
 class SequenceStatus(enum.IntEnum):
@@ -108,21 +109,13 @@ class Sequence:
         # The longest draft worth trying next: it shrinks after refused guesses, grows after kept ones.
         self.draft_limit = request.config.draft_ceiling
 
-    @property
-    def request_id(self) -> int:
-        return self.request.request_id
-
-    @property
-    def config(self) -> GenerationConfig:
-        return self.request.config
+    request_id = Forwarded[int]("request")
+    config = Forwarded[GenerationConfig]("request")
+    media = Forwarded[PromptMedia | None]("request")
 
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
-
-    @property
-    def media(self) -> PromptMedia | None:
-        return self.request.media
 
     @property
     def rope(self) -> RopeSpan | None:

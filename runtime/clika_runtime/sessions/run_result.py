@@ -8,6 +8,7 @@ from typing import Any
 
 from clika_runtime.chat.tools.loop import LoopResult
 from clika_runtime.chat.tools.toolkit import ToolOutput
+from clika_runtime.forwarded import Forwarded
 from clika_runtime.sessions.results import TurnResult
 
 RESULT_SUBTYPES = {
@@ -40,16 +41,8 @@ class RunResult:
     pending: Any = None
 
     @property
-    def text(self) -> str:
-        return self.loop.text
-
-    @property
     def result(self) -> str:
         return self.loop.reason if self.loop.status == "error" else self.loop.text
-
-    @property
-    def status(self) -> str:
-        return self.loop.status
 
     @property
     def run_status(self) -> str:
@@ -69,29 +62,15 @@ class RunResult:
     def is_error(self) -> bool:
         return self.subtype != "success"
 
-    @property
-    def num_turns(self) -> int:
-        return self.loop.model_calls
-
-    @property
-    def turns(self) -> int:
-        return self.loop.model_calls
-
-    @property
-    def tool_calls(self) -> int:
-        return self.loop.num_tool_calls
-
-    @property
-    def tool_call_count(self) -> int:
-        return self.loop.num_tool_calls
-
-    @property
-    def tool_counts(self) -> dict[str, int]:
-        return self.loop.tool_counts
-
-    @property
-    def outputs(self) -> tuple[ToolOutput, ...]:
-        return self.loop.outputs
+    # The loop's text, status and counts, under the runtime's names and the ones agent clients read.
+    text = Forwarded[str]("loop")
+    status = Forwarded[str]("loop")
+    num_turns = Forwarded[int]("loop", "model_calls")
+    turns = Forwarded[int]("loop", "model_calls")
+    tool_calls = Forwarded[int]("loop", "num_tool_calls")
+    tool_call_count = Forwarded[int]("loop", "num_tool_calls")
+    tool_counts = Forwarded[dict[str, int]]("loop")
+    outputs = Forwarded[tuple[ToolOutput, ...]]("loop")
 
     @property
     def usage(self) -> dict[str, int]:

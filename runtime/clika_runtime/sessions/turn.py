@@ -23,6 +23,7 @@ from clika_runtime.engine.async_bridge import AsyncBridge
 from clika_runtime.engine.config import GenerationConfig
 from clika_runtime.engine.engine import RequestStream
 from clika_runtime.engine.report import GenerationReport
+from clika_runtime.forwarded import Forwarded
 from clika_runtime.sessions.results import Event, RunCancelled, TurnResult
 
 # The prepared turn a run carries, by the name the sessions knew it under.
@@ -191,14 +192,9 @@ class TurnStream:
         self._events = events
         self._handle = handle
 
-    @property
-    def session_id(self) -> str:
-        return self._handle.session_id
-
-    @property
-    def result(self) -> TurnResult | None:
-        """The turn's result once the stream yielded it, else None."""
-        return self._handle.result
+    session_id = Forwarded[str]("_handle")
+    # The turn's result once the stream yielded it, else None.
+    result = Forwarded[TurnResult | None]("_handle")
 
     @property
     def report(self) -> GenerationReport | None:
