@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from clika_runtime.server.endpoints import endpoint, routes_of
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.served import Served
 from clika_runtime.sessions.stores.conversation_store import StoreError, checked_id
@@ -65,11 +66,7 @@ class ConversationFile:
 
 
 def conversation_routes(served: Served, conversations: ConversationFile) -> list[Route]:
-    handlers = _Conversations(served, conversations)
-    return [
-        Route("/api/conversations", handlers.listed, methods=["GET"]),
-        Route("/api/conversations/{conversation_id}", handlers.one, methods=["GET", "PUT", "DELETE"]),
-    ]
+    return routes_of(_Conversations(served, conversations))
 
 
 class _Conversations:
@@ -77,10 +74,12 @@ class _Conversations:
         self.served = served
         self.conversations = conversations
 
+    @endpoint("/api/conversations", "GET")
     async def listed(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         return JSONResponse({"conversations": await run_in_threadpool(self._summaries)})
 
+    @endpoint("/api/conversations/{conversation_id}", "GET", "PUT", "DELETE")
     async def one(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         conversation_id = _id(request.path_params["conversation_id"])

@@ -33,6 +33,7 @@ from clika_runtime.server.embeddings.protocol import (
     parse_ollama_embeddings,
     parse_openai_embeddings,
 )
+from clika_runtime.server.endpoints import endpoint, routes_of
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.served import Served
 from clika_runtime.server.streaming import SHUTDOWN_MESSAGE
@@ -41,12 +42,7 @@ MAX_EMBEDDING_CALLS = 2
 
 
 def embeddings_routes(served: Served) -> list[Route]:
-    handlers = _Embeddings(served)
-    return [
-        Route("/v1/embeddings", handlers.openai, methods=["POST"]),
-        Route("/api/embed", handlers.ollama_embed, methods=["POST"]),
-        Route("/api/embeddings", handlers.ollama_embeddings, methods=["POST"]),
-    ]
+    return routes_of(_Embeddings(served))
 
 
 class _Embeddings:
@@ -54,6 +50,7 @@ class _Embeddings:
         self.served = served
         self._calls = threading.BoundedSemaphore(MAX_EMBEDDING_CALLS)
 
+    @endpoint("/v1/embeddings", "POST")
     async def openai(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         parsed = await self.served.prepare(parse_openai_embeddings, await self.served.intake.json(request))
@@ -67,6 +64,7 @@ class _Embeddings:
         usage = {"prompt_tokens": done.prompt_tokens, "total_tokens": done.prompt_tokens}
         return JSONResponse({"object": "list", "data": data, "model": model_id, "usage": usage})
 
+    @endpoint("/api/embed", "POST")
     async def ollama_embed(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         began = time.perf_counter_ns()
@@ -83,6 +81,7 @@ class _Embeddings:
             }
         )
 
+    @endpoint("/api/embeddings", "POST")
     async def ollama_embeddings(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         parsed = await self.served.prepare(parse_ollama_embeddings, await self.served.intake.json(request))

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from clika_runtime.server.endpoints import endpoint, routes_of
 from clika_runtime.server.errors import ApiError, bad_request
 from clika_runtime.server.model_entries import ModelEntry, tagged
 from clika_runtime.server.ollama.protocol import model_name
@@ -33,15 +34,7 @@ NEVER = "2318-01-01T00:00:00Z"  # Ollama's expires_at for a model kept until the
 
 
 def ollama_model_routes(served: Served) -> list[Route]:
-    handlers = _Models(served)
-    return [
-        Route("/api/tags", handlers.tags, methods=["GET"]),
-        Route("/api/ps", handlers.ps, methods=["GET"]),
-        Route("/api/show", handlers.show, methods=["POST"]),
-        Route("/api/pull", handlers.pull, methods=["POST"]),
-        Route("/api/delete", handlers.delete, methods=["DELETE", "POST"]),
-        Route("/api/copy", handlers.copy, methods=["POST"]),
-    ]
+    return routes_of(_Models(served))
 
 
 class _Models:
@@ -49,11 +42,13 @@ class _Models:
         self.served = served
         self.router = served.router
 
+    @endpoint("/api/tags", "GET")
     async def tags(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         entries = await run_in_threadpool(self.router.entries)
         return JSONResponse({"models": [await run_in_threadpool(_listed, entry) for entry in entries]})
 
+    @endpoint("/api/ps", "GET")
     async def ps(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         models = []
@@ -70,6 +65,7 @@ class _Models:
             )
         return JSONResponse({"models": models})
 
+    @endpoint("/api/show", "POST")
     async def show(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         body = await self._object(request)
@@ -101,6 +97,7 @@ class _Models:
             }
         )
 
+    @endpoint("/api/delete", "DELETE", "POST")
     async def delete(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         body = await self._object(request)
@@ -118,6 +115,7 @@ class _Models:
             raise ApiError(404, str(exc), code="model_not_found") from None
         return JSONResponse({})
 
+    @endpoint("/api/copy", "POST")
     async def copy(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         body = await self._object(request)
@@ -135,6 +133,7 @@ class _Models:
             raise bad_request(str(exc), "destination") from None
         return JSONResponse({})
 
+    @endpoint("/api/pull", "POST")
     async def pull(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         body = await self._object(request)

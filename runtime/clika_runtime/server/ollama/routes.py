@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from clika_runtime.server.backend import Finished, ModelBackend, ReplyRun
 from clika_runtime.server.bridge import run_events
+from clika_runtime.server.endpoints import endpoint, routes_of
 from clika_runtime.server.keep_alive import request_keep_alive
 from clika_runtime.server.ollama.models import ollama_model_routes
 from clika_runtime.server.ollama.protocol import GenerateRequest, parse_ollama_chat, parse_ollama_generate
@@ -43,13 +44,7 @@ OLLAMA_API_VERSION = "0.12.0"
 
 
 def ollama_routes(served: Served) -> list[Route]:
-    handlers = _Ollama(served)
-    return [
-        Route("/api/chat", handlers.chat, methods=["POST"]),
-        Route("/api/generate", handlers.generate, methods=["POST"]),
-        Route("/api/version", handlers.version, methods=["GET"]),
-        *ollama_model_routes(served),
-    ]
+    return [*routes_of(_Ollama(served)), *ollama_model_routes(served)]
 
 
 def ndjson_failure(message: str) -> bytes:
@@ -66,6 +61,7 @@ class _Ollama:
 
     # -- generation ----------------------------------------------------------------------------
 
+    @endpoint("/api/chat", "POST")
     async def chat(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         body = await self.served.intake.json(request)
@@ -81,6 +77,7 @@ class _Ollama:
         [reply] = await gather([run], request, self.served.closing, self.served.metrics.record_reply)
         return JSONResponse(chat_response(name, reply))
 
+    @endpoint("/api/generate", "POST")
     async def generate(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         body = await self.served.intake.json(request)
@@ -131,6 +128,7 @@ class _Ollama:
             MEDIA_TYPE,
         )
 
+    @endpoint("/api/version", "GET")
     async def version(self, request: Request) -> Response:
         return JSONResponse({"version": OLLAMA_API_VERSION})
 

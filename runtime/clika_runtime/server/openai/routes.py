@@ -18,6 +18,7 @@ from starlette.routing import Route
 from clika_runtime.contract.manifest import Manifest, ManifestError
 from clika_runtime.server.backend import Finished, ModelBackend, ReplyRun, start_all
 from clika_runtime.server.bridge import run_events
+from clika_runtime.server.endpoints import endpoint, routes_of
 from clika_runtime.server.errors import bad_request, error_body
 from clika_runtime.server.keep_alive import request_keep_alive
 from clika_runtime.server.model_entries import ModelEntry
@@ -38,13 +39,7 @@ from clika_runtime.server.streaming import SHUTDOWN_MESSAGE, EventStream, gather
 
 
 def openai_routes(served: Served) -> list[Route]:
-    handlers = _OpenAI(served)
-    return [
-        Route("/v1/models", handlers.models, methods=["GET"]),
-        Route("/v1/models/{model_id:path}", handlers.model, methods=["GET"]),
-        Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
-        Route("/v1/completions", handlers.completions, methods=["POST"]),
-    ]
+    return routes_of(_OpenAI(served))
 
 
 def sse_failure(message: str) -> bytes:
@@ -60,16 +55,19 @@ class _OpenAI:
     def __init__(self, served: Served) -> None:
         self.served = served
 
+    @endpoint("/v1/models", "GET")
     async def models(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         entries = await run_in_threadpool(self.served.router.entries)
         return JSONResponse({"object": "list", "data": [await self._card(entry) for entry in entries]})
 
+    @endpoint("/v1/models/{model_id:path}", "GET")
     async def model(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         entry = await run_in_threadpool(self.served.router.entry, request.path_params["model_id"])
         return JSONResponse(await self._card(entry))
 
+    @endpoint("/v1/chat/completions", "POST")
     async def chat_completions(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         body = await self.served.intake.json(request)
@@ -89,6 +87,7 @@ class _OpenAI:
         replies = await gather(runs, request, self.served.closing, self.served.metrics.record_reply)
         return JSONResponse(chat_completion(reply_id, backend.model_id, run.created, replies, token_text))
 
+    @endpoint("/v1/completions", "POST")
     async def completions(self, request: Request) -> Response:
         self.served.intake.authorize(request)
         body = await self.served.intake.json(request)
