@@ -12,8 +12,8 @@ with nothing to generate loads the model (or with ``keep_alive: 0`` unloads it).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -39,6 +39,8 @@ from clika_runtime.server.protocol import ChatRequest
 from clika_runtime.server.served import Served
 from clika_runtime.server.streaming import SHUTDOWN_MESSAGE, EventStream, gather, guarded
 
+Parsed = TypeVar("Parsed")
+
 # The Ollama API version these routes follow (clients read it to pick features).
 OLLAMA_API_VERSION = "0.12.0"
 
@@ -63,35 +65,44 @@ class _Ollama:
 
     @endpoint("/api/chat", "POST")
     async def chat(self, request: Request) -> Response:
-        self.served.intake.authorize(request)
-        body = await self.served.intake.json(request)
-        parsed = await self.served.prepare(parse_ollama_chat, body)
-        keep_alive = request_keep_alive(body) if isinstance(body, dict) else None
+        parsed, keep_alive = await self._parsed(request, parse_ollama_chat)
         if not parsed.messages:
             return await self._load_or_unload(parsed.model, keep_alive, {"message": _EMPTY_MESSAGE})
         async with self.served.model(parsed.model, keep_alive) as backend:
             run = await self.served.prepare(backend.start_chat, parsed)
-        name = parsed.model
-        if parsed.stream:
-            return self._stream(_lines(self.served, run, lambda e: chat_line(name, e)), run, request)
-        [reply] = await gather([run], request, self.served.closing, self.served.metrics.record_reply)
-        return JSONResponse(chat_response(name, reply))
+        return await self._answer(request, run, parsed, chat_line, chat_response)
 
     @endpoint("/api/generate", "POST")
     async def generate(self, request: Request) -> Response:
-        self.served.intake.authorize(request)
-        body = await self.served.intake.json(request)
-        parsed = await self.served.prepare(parse_ollama_generate, body)
-        keep_alive = request_keep_alive(body) if isinstance(body, dict) else None
+        parsed, keep_alive = await self._parsed(request, parse_ollama_generate)
         if not parsed.prompt and not parsed.images:
             return await self._load_or_unload(parsed.model, keep_alive, {"response": ""})
         async with self.served.model(parsed.model, keep_alive) as backend:
             run = await self.served.prepare(self._start_generate, backend, parsed)
+        return await self._answer(request, run, parsed, generate_line, generate_response)
+
+    async def _parsed(self, request: Request, parse: Callable[[Any], Parsed]) -> tuple[Parsed, float | None]:
+        """The request's body read by ``parse`` (once the request is authorized), and its keep_alive."""
+        self.served.intake.authorize(request)
+        body = await self.served.intake.json(request)
+        parsed = await self.served.prepare(parse, body)
+        return parsed, request_keep_alive(body) if isinstance(body, dict) else None
+
+    async def _answer(
+        self,
+        request: Request,
+        run: ReplyRun,
+        parsed: ChatRequest | GenerateRequest,
+        line_for: Callable[[str, Any], dict[str, Any] | None],
+        whole: Callable[[str, Any], dict[str, Any]],
+    ) -> Response:
+        """``run``'s reply as NDJSON lines (``line_for`` each event) when ``parsed`` streams, else as
+        one object (``whole``), both named by the model ``parsed`` asked for."""
         name = parsed.model
         if parsed.stream:
-            return self._stream(_lines(self.served, run, lambda e: generate_line(name, e)), run, request)
+            return self._stream(_lines(self.served, run, lambda e: line_for(name, e)), run, request)
         [reply] = await gather([run], request, self.served.closing, self.served.metrics.record_reply)
-        return JSONResponse(generate_response(name, reply))
+        return JSONResponse(whole(name, reply))
 
     async def _load_or_unload(self, name: str, keep_alive: float | None, empty: dict[str, Any]) -> Response:
         """Nothing to generate: Ollama's way to load a model, or with ``keep_alive: 0`` to unload it."""
