@@ -175,12 +175,7 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
             rewriter.gather(node, plan.groups[0], base)
             ops.append("GatherBlockQuantized")
             continue
-        if node.op_type == "Gemm":
-            check_gemm_is_plain(node)
-        elif node.op_type != "MatMul":
-            raise QuantError(
-                f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
-            )
+        check_matmul_consumer(name, node)
         if rewriter.matmul(node, plan.groups, base, levels, rescore, scan, splits):
             entry["rescore_top_k"] = rescore
             if scan is not None:
@@ -223,6 +218,16 @@ def _gguf_form(name, sources, raw, roles, plan, levels, options: QuantOptions):
     return parts
 
 
+def check_matmul_consumer(name: str, node) -> None:
+    """A matrix product the pass can rewrite: a MatMul, or a plain ``x @ W^T`` Gemm."""
+    if node.op_type == "Gemm":
+        check_gemm_is_plain(node)
+    elif node.op_type != "MatMul":
+        raise QuantError(
+            f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
+        )
+
+
 def check_finite_blocks(name: str, sources: list[str], blocks, matrix: BlockQuantized) -> None:
     """NaN or inf scales (or minimums) make every product of the block NaN: refused, naming the
     tensor; subnormal fp16 scales are values like any other and are kept."""
@@ -247,12 +252,7 @@ def _as_gguf_matmul(rewriter, name, info, entry, plan, base, parts, levels) -> d
     precisions = [LEVEL_PRECISIONS[level] for level in levels]
     for node_name in info["nodes"]:
         node = rewriter.node(node_name)
-        if node.op_type == "Gemm":
-            check_gemm_is_plain(node)
-        elif node.op_type != "MatMul":
-            raise QuantError(
-                f"{name}: its consumer {node.name} is a {node.op_type}, which this pass cannot rewrite"
-            )
+        check_matmul_consumer(name, node)
         rewriter.gguf_matmul(node, parts, plan.groups[0].matrix.k, base, precisions)
     rewriter.removed_initializers.add(name)
     records = [
