@@ -8,5 +8,6 @@ normalizes, ``idefics3`` and ``qwen2_vl`` are the checkpoint processors,
 module per vision or audio family (``vision_family`` / ``audio_family`` are
 what each provides), which the towers and prompt builders ask;
 ``audio_features``, ``audio_tower`` and ``audio_prompts`` do for audio clips
-what the vision modules do for images, ``wav`` reads WAV bytes.
+what the vision modules do for images (``media_prompts`` is what both prompt
+builders share), ``wav`` reads WAV bytes.
 """

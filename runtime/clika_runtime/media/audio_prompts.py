@@ -12,62 +12,39 @@ with the embeddings (``PromptMedia``).
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from clika_runtime.contract.manifest import AudioSpec, ManifestError
-from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, TurnError
 from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
-from clika_runtime.engine.stages import StageEvent
 from clika_runtime.media.audio_settings import settings_from_details
 from clika_runtime.media.audio_tower import AudioTower
 from clika_runtime.media.families import audio_family
+from clika_runtime.media.media_prompts import MediaPrompts
 from clika_runtime.media.placeholders import expand_markers
-from clika_runtime.text.tokenizer import Tokenizer
 
 # Clips one request may carry (each is one 30 s chunk through the encoder at most).
 MAX_CLIPS = 8
 
 
-class AudioPrompts:
+class AudioPrompts(MediaPrompts[AudioSpec, AudioTower]):
     """Prompts with audio for one model folder (its audio graph opened on first use)."""
 
-    def __init__(
-        self,
-        folder: Path,
-        spec: AudioSpec,
-        tokenizer: Tokenizer,
-        *,
-        threads: int | None = None,
-        observer: Callable[[], Callable[[StageEvent], None] | None] = lambda: None,
-    ) -> None:
-        family = audio_family(spec.family)
+    open_tower = AudioTower.open
+
+    def _bind(self) -> None:
+        family = audio_family(self.spec.family)
         self.marker = family.MARKER  # what the chat template emits for one clip
         self.clip_text = family.CLIP_TEXT  # what a prompt without a chat template gets in front per clip
-        if spec.audio_token_id is None:
+        if self.spec.audio_token_id is None:
             raise ManifestError("the manifest's audio entry names no audio token id")
-        if tokenizer.token_to_id(self.marker) != spec.audio_token_id:
+        if self.tokenizer.token_to_id(self.marker) != self.spec.audio_token_id:
             raise ManifestError(f"the tokenizer's {self.marker} is not the manifest's audio token id")
         try:
-            self.sampling_rate = settings_from_details(spec.details).sampling_rate
+            self.sampling_rate = settings_from_details(self.spec.details).sampling_rate
         except ValueError as exc:
             raise ManifestError(f"manifest {exc}") from None
-        self.folder = folder
-        self.spec = spec
-        self.tokenizer = tokenizer
-        self._threads = threads
-        self._observer = observer
-        self._tower: AudioTower | None = None
-        self._lock = threading.Lock()
-
-    def tower(self) -> AudioTower:
-        with self._lock:
-            if self._tower is None:
-                self._tower = AudioTower.open(self.folder, threads=self._threads)
-            return self._tower
 
     def encode(
         self, text: str, audio: Sequence[Any], *, token_budget: int, request_id: int | None = None
@@ -80,19 +57,11 @@ class AudioPrompts:
         began = time.perf_counter()
         embeddings = self.tower().embed_audio(audio, max_count=MAX_CLIPS, token_budget=token_budget)
         seconds = time.perf_counter() - began
-        observer = self._observer()
-        if observer is not None:
-            tokens = sum(e.num_tokens for e in embeddings)
-            detail = {"clips": len(embeddings), "cached": sum(e.cached for e in embeddings)}
-            observer(StageEvent("audio", request_id, seconds, tokens, detail=detail))
+        detail = {"clips": len(embeddings), "cached": sum(e.cached for e in embeddings)}
+        self._observe("audio", request_id, seconds, sum(e.num_tokens for e in embeddings), detail)
         expanded = expand_markers(text, self.marker, [e.prompt_text for e in embeddings], argument="audio")
         ids = self.tokenizer.encode(expanded)
         audio_id = int(self.spec.audio_token_id)  # type: ignore[arg-type]
         media = prompt_media(ids, audio_id, [(e.embeds, e.digest) for e in embeddings], argument="audio")
-        if len(ids) >= token_budget + 1:
-            raise TurnError(
-                f"audio: the prompt takes {len(ids)} tokens with its clips, more than the context "
-                f"window leaves ({token_budget + 1}); pass fewer or shorter clips",
-                code=CONTEXT_LENGTH_EXCEEDED,
-            )
+        self._check_fits(ids, token_budget, "audio", "clips", "pass fewer or shorter clips")
         return ids, media

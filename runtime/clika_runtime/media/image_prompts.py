@@ -14,22 +14,18 @@ items, each ``<video>`` marker expanded to its frames' text.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from clika_runtime.contract.manifest import ManifestError, VisionSpec
-from clika_runtime.engine.errors import CONTEXT_LENGTH_EXCEEDED, TurnError
 from clika_runtime.engine.prompt_media import PromptMedia, prompt_media
-from clika_runtime.engine.stages import StageEvent
 from clika_runtime.media.arguments import VideoInput
 from clika_runtime.media.families import find_vision_family
+from clika_runtime.media.media_prompts import MediaPrompts
 from clika_runtime.media.mrope_positions import mrope_span
 from clika_runtime.media.placeholders import expand_kinds, expand_markers
 from clika_runtime.media.vision_tower import VisionTower, reads_video
-from clika_runtime.text.tokenizer import Tokenizer
 
 # Images one request may carry (each is at least one tile of the vision graph).
 MAX_IMAGES = 16
@@ -37,34 +33,21 @@ MAX_IMAGES = 16
 MAX_VIDEOS = 4
 
 
-class ImagePrompts:
+class ImagePrompts(MediaPrompts[VisionSpec, VisionTower]):
     """Prompts with images for one model folder (its vision graph opened on first use)."""
 
-    def __init__(
-        self,
-        folder: Path,
-        spec: VisionSpec,
-        tokenizer: Tokenizer,
-        *,
-        threads: int | None = None,
-        observer: Callable[[], Callable[[StageEvent], None] | None] = lambda: None,
-    ) -> None:
-        family = find_vision_family(spec.family)
+    open_tower = VisionTower.open
+
+    def _bind(self) -> None:
+        family = find_vision_family(self.spec.family)
         if family is None:
-            raise ManifestError(f"images for the {spec.family} vision graph are not supported yet")
-        if spec.image_token_id is None:
+            raise ManifestError(f"images for the {self.spec.family} vision graph are not supported yet")
+        if self.spec.image_token_id is None:
             raise ManifestError("the manifest's vision entry names no image token id")
-        self.folder = folder
-        self.spec = spec
-        self.tokenizer = tokenizer
         self.family = family
         self.marker = family.IMAGE_MARKER  # what the chat template emits for one image
         self.video_marker = family.VIDEO_MARKER  # and for one video (SmolVLM2's <video>, Qwen2-VL's pad)
-        self._threads = threads
-        self._observer = observer
-        self._tower: VisionTower | None = None
         self._reads_video: bool | None = None
-        self._lock = threading.Lock()
 
     @property
     def reads_video(self) -> bool:
@@ -72,12 +55,6 @@ class ImagePrompts:
         if self._reads_video is None:
             self._reads_video = reads_video(self.folder, self.spec)
         return self._reads_video
-
-    def tower(self) -> VisionTower:
-        with self._lock:
-            if self._tower is None:
-                self._tower = VisionTower.open(self.folder, threads=self._threads)
-            return self._tower
 
     def encode(
         self, text: str, images: Sequence[Any], *, token_budget: int, request_id: int | None = None
@@ -97,14 +74,12 @@ class ImagePrompts:
             left = token_budget - sum(e.num_tokens for e in embeddings)
             by_marker[self.video_marker] = tower.embed_videos(clips, max_count=MAX_VIDEOS, token_budget=left)
         seconds = time.perf_counter() - began
-        observer = self._observer()
-        if observer is not None:
-            tokens = sum(e.num_tokens for found in by_marker.values() for e in found)
-            # "cached": images whose embeddings an earlier request computed (the tower's cache).
-            detail = {"images": len(embeddings), "cached": sum(e.cached for e in embeddings)}
-            if clips:
-                detail["videos"] = len(clips)
-            observer(StageEvent("vision", request_id, seconds, tokens, detail=detail))
+        tokens = sum(e.num_tokens for found in by_marker.values() for e in found)
+        # "cached": images whose embeddings an earlier request computed (the tower's cache).
+        detail = {"images": len(embeddings), "cached": sum(e.cached for e in embeddings)}
+        if clips:
+            detail["videos"] = len(clips)
+        self._observe("vision", request_id, seconds, tokens, detail)
         if self.reads_video:
             texts = {m: [e.prompt_text for e in found] for m, found in by_marker.items()}
             expanded, order = expand_kinds(
@@ -120,12 +95,7 @@ class ImagePrompts:
         if media is not None and self.family.MROPE:
             grids = [e.grid for e in embeddings if e.grid is not None]
             media = dataclasses.replace(media, rope=mrope_span(len(ids), media.positions, grids))
-        if len(ids) >= token_budget + 1:
-            raise TurnError(
-                f"images: the prompt takes {len(ids)} tokens with its images, more than the context "
-                f"window leaves ({token_budget + 1}); pass fewer or smaller images",
-                code=CONTEXT_LENGTH_EXCEEDED,
-            )
+        self._check_fits(ids, token_budget, "images", "images", "pass fewer or smaller images")
         return ids, media
 
     def _one_media_id(self, ids: list[int]) -> list[int]:
