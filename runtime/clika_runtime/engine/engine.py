@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -30,7 +30,6 @@ from clika_runtime.engine.sampler import Sampler
 from clika_runtime.engine.scheduler import Scheduler
 from clika_runtime.engine.sequence import Request
 from clika_runtime.engine.sequence import Sequence as Seq
-from clika_runtime.engine.spec_decode.drafting import Drafter
 from clika_runtime.engine.stage_record import EngineStats
 from clika_runtime.engine.stages import StageObserver
 from clika_runtime.forwarded import Forwarded
@@ -44,31 +43,8 @@ T = TypeVar("T")
 class Engine:
     """An ``EngineCore`` driven on the engine's own thread (see the module docstring)."""
 
-    def __init__(
-        self,
-        executor: StepRunner,
-        cache: KVCacheManager,
-        tokenizer: Tokenizer,
-        *,
-        max_seq: int,
-        vocab_size: int,
-        eos_token_ids: Iterable[int] = (),
-        options: EngineOptions | None = None,
-        observer: StageObserver | None = None,
-        name: str = "clika-engine",
-        drafters: Mapping[str, Drafter] | None = None,
-    ) -> None:
-        self.core = EngineCore(
-            executor,
-            cache,
-            tokenizer,
-            max_seq=max_seq,
-            vocab_size=vocab_size,
-            eos_token_ids=eos_token_ids,
-            options=options,
-            observer=observer,
-            drafters=drafters,
-        )
+    def __init__(self, core: EngineCore, *, name: str = "clika-engine") -> None:
+        self.core = core
         # One kind of message: work for the engine thread to run between steps, in posting order.
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._stopping = False

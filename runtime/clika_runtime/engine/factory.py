@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from clika_runtime.contract.manifest import OPTIMUM_BUILDER
 from clika_runtime.contract.model_folder import ModelFolder
 from clika_runtime.contract.paged_step_graph import PAGED_LAYOUT
-from clika_runtime.engine.core import StepRunner
+from clika_runtime.engine.core import EngineCore, StepRunner
 from clika_runtime.engine.engine import Engine, EngineOptions
 from clika_runtime.engine.executor import Executor
 from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
@@ -63,7 +63,7 @@ def build_engine(
             vocab_size=arch.vocab_size,
             context_window=context_window,
         )
-    return Engine(
+    core = EngineCore(
         executor,
         cache,
         tokenizer,
@@ -73,6 +73,7 @@ def build_engine(
         options=options,
         drafters=None if assistant is None else {ASSISTANT: AssistantDrafter(assistant)},
     )
+    return Engine(core)
 
 
 def model_engine(

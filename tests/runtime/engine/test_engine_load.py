@@ -8,6 +8,7 @@ import pytest
 from engine_fakes import VOCAB, CacheWritingExecutor, alone, prompt_of
 
 from clika_runtime.engine.config import GenerationConfig
+from clika_runtime.engine.core import EngineCore
 from clika_runtime.engine.engine import Engine, EngineLoad
 from clika_runtime.engine.kv.continuous_cache import ContinuousKVCache
 from clika_runtime.engine.kv.kv_cache import CacheShape
@@ -18,7 +19,9 @@ from clika_runtime.engine.options import EngineOptions
 def engine():
     cache = ContinuousKVCache(CacheShape(1, 1, 1), num_slots=2, max_seq=256)
     options = EngineOptions(max_active=2, max_queued=8, max_step_tokens=64)
-    engine = Engine(CacheWritingExecutor(cache), cache, None, max_seq=256, vocab_size=VOCAB, options=options)
+    engine = Engine(
+        EngineCore(CacheWritingExecutor(cache), cache, None, max_seq=256, vocab_size=VOCAB, options=options)
+    )
     yield engine
     engine.close()
 
