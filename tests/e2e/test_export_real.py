@@ -5,17 +5,20 @@ same weights: logits must agree within 1e-3 of their scale on a ragged batch
 (prefill, chunked prefill next to decode rows, decode), and greedy
 continuations of 48 tokens on 10 chat prompts, decoded as one batch on our
 side, must be identical to transformers decoding each prompt alone.
-Exports are cached in ``$CLIKA_CACHE`` between runs.
+Exports and transformers' answers are cached between runs (``support.reference_answers``).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from support.gguf_references import reference_model, reference_tokenizer
+from support.gguf_references import reference_greedy, reference_model, reference_tokenizer
 from support.lazy import torch
+from support.reference_answers import ReferenceAnswers
 
 from clika_export.api import cached_export
 from clika_export.verify import FP32_TOLERANCE, StepRunner, greedy, relative_error
@@ -39,27 +42,39 @@ PROMPTS = [
 
 
 class Reference:
+    """transformers on the same GGUF: answers kept on disk, its model loaded only on a miss."""
+
     def __init__(self, gguf: Path) -> None:
+        self.gguf = gguf
+        self.answers = ReferenceAnswers(gguf)
+
+    @functools.cached_property
+    def tokenizer(self) -> Any:
+        return reference_tokenizer(self.gguf)
+
+    @functools.cached_property
+    def model(self) -> Any:
         torch.set_num_threads(1)  # on a shared machine one thread beats two contended ones by far
-        self.tokenizer = reference_tokenizer(gguf)
-        self.model = reference_model(gguf)
+        return reference_model(self.gguf)
 
     def prompt_ids(self, text: str) -> list[int]:
+        return self.answers.recall("prompt", text, lambda: self._prompt_ids(text)).tolist()
+
+    def logits(self, tokens: list[int], first: int) -> np.ndarray:
+        """The logits of positions ``first`` onwards after ``tokens``."""
+        return self.answers.recall("logits", [tokens, first], lambda: self._logits(tokens)[first:])
+
+    def greedy(self, tokens: list[int], count: int) -> list[int]:
+        return reference_greedy(self.gguf, tokens, count)
+
+    def _prompt_ids(self, text: str) -> list[int]:
         messages = [{"role": "user", "content": text}]
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
-    def logits(self, tokens: list[int]) -> np.ndarray:
+    def _logits(self, tokens: list[int]) -> np.ndarray:
         with torch.no_grad():
             return self.model(torch.tensor([tokens])).logits[0].numpy()
-
-    def greedy(self, tokens: list[int], count: int) -> list[int]:
-        with torch.no_grad():
-            out = self.model.generate(
-                torch.tensor([tokens]), attention_mask=torch.ones(1, len(tokens), dtype=torch.long),
-                max_new_tokens=count, do_sample=False, pad_token_id=self.tokenizer.eos_token_id,
-            )  # fmt: skip
-        return out[0, len(tokens) :].tolist()
 
 
 @pytest.fixture(scope="module", params=["smollm2_gguf", "qwen05_gguf"])
@@ -77,8 +92,8 @@ def _check(ref: Reference, rows: list, logits: list, seqs: list[list[int]]) -> N
     for b, (past, new, want_all) in enumerate(rows):
         if not new:
             continue
-        expect = ref.logits(seqs[b][: past + len(new)])
-        expect = expect[past:] if want_all else expect[-1:]
+        end = past + len(new)
+        expect = ref.logits(seqs[b][:end], past if want_all else end - 1)
         assert logits[b].shape == expect.shape
         assert relative_error(logits[b], expect) < FP32_TOLERANCE, b
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.lazy import torch
+from support.gguf_references import reference_greedy
 
 from clika_export.api import cached_export
 from clika_export.pull.fetch import fetch_data, fetch_gguf
@@ -63,23 +63,8 @@ def prompts(folder: Path, texts: list[str]) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def expected(gemma3_gguf: Path, prompts: list[list[int]]) -> list[list[int]]:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        gemma3_gguf.parent, gguf_file=gemma3_gguf.name, dtype=torch.float32
-    ).eval()
-    out = []
-    with torch.no_grad():
-        for ids in prompts:
-            tokens = model.generate(
-                torch.tensor([ids]),
-                max_new_tokens=NEW_TOKENS,
-                min_new_tokens=NEW_TOKENS,
-                do_sample=False,
-            )
-            out.append(tokens[0, len(ids) :].tolist())
-    del model
-    return out
+    """transformers' greedy continuations, never stopping early; kept on disk between runs."""
+    return [reference_greedy(gemma3_gguf, ids, NEW_TOKENS, ignore_eos=True) for ids in prompts]
 
 
 def test_the_export_is_a_gemma3_with_windows(folder: Path) -> None:

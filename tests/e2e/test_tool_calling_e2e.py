@@ -15,10 +15,12 @@ quoting the real ones read them from the tool turn.
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 from support import gguf_references
+from support.reference_answers import ReferenceAnswers
 from weather_exchange import QUESTION, SYSTEM
 
 from clika_runtime import modelverse
@@ -152,35 +154,41 @@ AFTER_RESULT = [
 
 
 @pytest.fixture(scope="module")
-def reference_tokenizer(qwen05_gguf):
-    return gguf_references.reference_tokenizer(qwen05_gguf)
+def reference(qwen05_gguf) -> ReferenceAnswers:
+    """transformers' answers on Qwen's GGUF, kept on disk: its tokenizer loads on a miss only."""
+    return ReferenceAnswers(qwen05_gguf)
 
 
-def _reference_render(tokenizer, messages, content) -> str:
+def _reference_render(gguf, messages, content) -> str:
     """transformers' rendering with the call's arguments as an object and the call turn's ``content``."""
     turns = json.loads(json.dumps(messages))
     for turn in turns:
         for call in turn.get("tool_calls", ()):
             call["function"]["arguments"] = json.loads(call["function"]["arguments"])
             turn["content"] = content
+    tokenizer = gguf_references.reference_tokenizer(gguf)
     return tokenizer.apply_chat_template(turns, tools=[WEATHER], add_generation_prompt=True, tokenize=False)
 
 
-def test_the_tool_turns_render_as_transformers_renders_them(qwen, reference_tokenizer):
+def _reference_ids(gguf, text: str) -> list[int]:
+    return gguf_references.reference_tokenizer(gguf)(text, add_special_tokens=False)["input_ids"]
+
+
+def test_the_tool_turns_render_as_transformers_renders_them(qwen, qwen05_gguf, reference):
     # The history keeps arguments as a JSON string (OpenAI's wire shape); the template must see the object
     # (given the string, transformers' ``tojson`` would quote it). Content "" and None render alike.
     for messages in (AFTER_RESULT, [{"role": "system", "content": SYSTEM}, *AFTER_RESULT]):
         ours = qwen.render(messages, tools=[WEATHER])
         for content in ("", None):
-            assert ours == _reference_render(reference_tokenizer, messages, content)
-        assert qwen.tokenizer.encode(ours) == reference_tokenizer(ours, add_special_tokens=False)["input_ids"]
+            render = functools.partial(_reference_render, qwen05_gguf, messages, content)
+            assert ours == reference.recall_json("render", [messages, [WEATHER], content], render)
+        ids = functools.partial(_reference_ids, qwen05_gguf, ours)
+        assert qwen.tokenizer.encode(ours) == reference.recall_json("ids", ours, ids)
 
 
-def test_a_repeated_call_after_the_result_is_the_models_own(qwen05_gguf, reference_tokenizer):
+def test_a_repeated_call_after_the_result_is_the_models_own(qwen05_gguf):
     """Without the worked example the model answers a tool result by repeating its call, greedy decoding
     in transformers (float32 weights of the same GGUF) exactly as in our float32 export."""
-    import torch
-
     from clika_export.api import cached_export
 
     ours = modelverse.load(cached_export(qwen05_gguf, progress=False))
@@ -194,13 +202,8 @@ def test_a_repeated_call_after_the_result_is_the_models_own(qwen05_gguf, referen
         ]
     finally:
         ours.close()
-    torch.set_num_threads(1)  # one thread beats two contended ones on a shared machine
-    model = gguf_references.reference_model(qwen05_gguf)
-    with torch.no_grad():
-        ids = torch.tensor([prompt])
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False)
-    assert got == out[0, len(prompt) :].tolist()
-    repeated = reference_tokenizer.decode(got)
+    assert got == gguf_references.reference_greedy(qwen05_gguf, prompt, 24)
+    repeated = ours.tokenizer.decode(got)  # the same ids: the text their tokenizer gives too
     assert repeated.startswith(
         '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
     ), repeated

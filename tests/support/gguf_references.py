@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from support.lazy import torch, transformers
+from support.reference_answers import ReferenceAnswers
 
 
 @functools.lru_cache(maxsize=2)
@@ -28,3 +29,27 @@ def reference_model(gguf: Path) -> Any:
         str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
     )
     return model.eval()
+
+
+def reference_greedy(gguf: Path, tokens: list[int], count: int, *, ignore_eos: bool = False) -> list[int]:
+    """transformers' greedy continuation of ``tokens`` by ``count`` tokens, kept on disk.
+
+    The model is loaded only when the answer is not kept yet (``support.reference_answers``).
+    """
+    answer = ReferenceAnswers(gguf).recall(
+        "greedy",
+        [tokens, count, ignore_eos],
+        lambda: _greedy(reference_model(gguf), tokens, count, ignore_eos),
+    )
+    return answer.tolist()
+
+
+def _greedy(model: Any, tokens: list[int], count: int, ignore_eos: bool) -> list[int]:
+    torch.set_num_threads(1)  # on a shared machine one thread beats two contended ones by far
+    ids = torch.tensor([tokens])
+    with torch.no_grad():
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=count, do_sample=False,
+            min_new_tokens=count if ignore_eos else None,
+        )  # fmt: skip
+    return out[0, len(tokens) :].tolist()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from gguf import GGUFValueType
 from support.gguf_references import reference_tokenizer
+from support.reference_answers import ReferenceAnswers
 
 from clika_export.checkpoint import CheckpointError
 from clika_export.pull.fetch import fetch_data, fetch_gguf
@@ -160,25 +161,48 @@ def _reference(gguf_path: Path):
     return reference_tokenizer(gguf_path)
 
 
+def _reference_encodings(gguf_path: Path, texts: list[str]) -> list[dict]:
+    """transformers' ids of each text and their decodings, with and without specials; kept on disk."""
+
+    def encode() -> list[dict]:
+        reference = _reference(gguf_path)
+        return [_encoding(reference, reference(text)["input_ids"]) for text in texts]
+
+    return ReferenceAnswers(gguf_path).recall_json("encodings", texts, encode)
+
+
+def _encoding(reference, ids: list[int]) -> dict:
+    decoded = [reference.decode(ids, skip_special_tokens=skip) for skip in (False, True)]
+    return {"ids": ids, "decoded": decoded}
+
+
+def _reference_specials(gguf_path: Path) -> dict:
+    """transformers' template and special tokens of a GGUF; kept on disk."""
+
+    def read() -> dict:
+        reference = _reference(gguf_path)
+        names = ("chat_template", "bos_token", "eos_token", "bos_token_id", "eos_token_id")
+        ids = {token: reference.convert_tokens_to_ids(token) for token in ("<|im_end|>", "<|endoftext|>")}
+        return {name: getattr(reference, name) for name in names} | {"ids": ids}
+
+    return ReferenceAnswers(gguf_path).recall_json("specials", [], read)
+
+
 def _wiki_texts(count: int) -> list[str]:
     summaries = json.loads(fetch_data("wiki-summaries", progress=False).read_text(encoding="utf-8"))
     return [entry["extract"] for entry in list(summaries.values())[:count]]
 
 
 def _compare(gguf_path: Path, texts: list[str], skip=None) -> int:
-    reference = _reference(gguf_path)
     ours = read_gguf_tokenizer(gguf_path).tokenizer()
     compared = 0
-    for text in texts:
-        expected = reference(text)["input_ids"]
+    for text, expected in zip(texts, _reference_encodings(gguf_path, texts), strict=True):
         got = ours.encode(text).ids
         if skip is None or not skip.search(text):
-            assert got == expected, f"encoding differs for {text[:60]!r}"
+            assert got == expected["ids"], f"encoding differs for {text[:60]!r}"
             compared += 1
-        for skip_special in (False, True):
-            assert ours.decode(got, skip_special_tokens=skip_special) == reference.decode(
-                expected, skip_special_tokens=skip_special
-            ), f"decoding differs for {text[:60]!r}"
+        decoded = [ours.decode(got, skip_special_tokens=skip_special) for skip_special in (False, True)]
+        assert decoded == expected["decoded"], f"decoding differs for {text[:60]!r}"
         plain = ours.encode(text, add_special_tokens=False).ids
         assert (
             ours.decode(plain, skip_special_tokens=False) == text
@@ -207,13 +231,13 @@ def test_gemma3_sentencepiece_tokenizer_matches_transformers():
         CORPUS + ["<start_of_turn>user\nHi  there<end_of_turn>\n<start_of_turn>model\n"] + _wiki_texts(300)
     )
     assert _compare(gemma3_gguf, texts) == len(texts)
-    rebuilt, reference = read_gguf_tokenizer(gemma3_gguf), _reference(gemma3_gguf)
+    rebuilt, reference = read_gguf_tokenizer(gemma3_gguf), _reference_specials(gemma3_gguf)
     assert (
         (rebuilt.bos_token, rebuilt.eos_token)
-        == (reference.bos_token, reference.eos_token)
+        == (reference["bos_token"], reference["eos_token"])
         == ("<bos>", "<eos>")
     )
-    assert rebuilt.add_bos_token and rebuilt.tokenizer().encode("Hi").ids[0] == reference.bos_token_id
+    assert rebuilt.add_bos_token and rebuilt.tokenizer().encode("Hi").ids[0] == reference["bos_token_id"]
 
 
 @pytest.mark.slow
@@ -227,13 +251,13 @@ def test_smollm2_splits_digits_like_its_own_tokenizer(smollm2_gguf):
 @pytest.mark.parametrize("model", ["smollm2", "qwen05"])
 def test_real_checkpoint_carries_template_and_special_tokens(request, model):
     gguf_path = request.getfixturevalue(f"{model}_gguf")
-    reference = _reference(gguf_path)
+    reference = _reference_specials(gguf_path)
     ckpt = read_gguf(gguf_path)
-    assert ckpt.chat_template == reference.chat_template and "<|im_start|>" in ckpt.chat_template
-    assert (ckpt.bos_token, ckpt.eos_token) == (reference.bos_token, reference.eos_token)
-    assert ckpt.bos_token_id == reference.bos_token_id
-    assert ckpt.eos_token_ids[0] == reference.eos_token_id == reference.convert_tokens_to_ids("<|im_end|>")
-    assert reference.convert_tokens_to_ids("<|endoftext|>") in ckpt.eos_token_ids
+    assert ckpt.chat_template == reference["chat_template"] and "<|im_start|>" in ckpt.chat_template
+    assert (ckpt.bos_token, ckpt.eos_token) == (reference["bos_token"], reference["eos_token"])
+    assert ckpt.bos_token_id == reference["bos_token_id"]
+    assert ckpt.eos_token_ids[0] == reference["eos_token_id"] == reference["ids"]["<|im_end|>"]
+    assert reference["ids"]["<|endoftext|>"] in ckpt.eos_token_ids
     assert ckpt.add_bos_token is False and ckpt.generation_defaults == {}
     if model == "qwen05":
         assert "<tool_call>" in ckpt.chat_template
