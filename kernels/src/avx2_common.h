@@ -1,5 +1,5 @@
 // What the AVX2 engines (avx2_fp32.cpp, avx2_int8.cpp) share: the horizontal sums, the
-// scale decoding, and the walk of the formats without a direct walk (Q5_0, Q5_1, Q5_K:
+// scale decoding, and the walk of the formats without a direct walk (Q5_1, Q5_K:
 // each weight row decoded once by formats.h, then read by every tile of activation rows).
 // Included after each engine's target options.
 #pragma once

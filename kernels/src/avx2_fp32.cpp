@@ -18,22 +18,18 @@
 namespace clika_kernels {
 namespace {
 
-template <int Zero>
 inline __m256 codes8(const uint8_t* c) {
-  __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
-  if (Zero != 0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(Zero));
-  return _mm256_cvtepi32_ps(q);
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
 }
 
-// The formats without a direct walk, read from the decoded row (avx2_common.h). Zero: the
-// symmetric zero point (Q5_0: 16), or 0 for a format with a bias of its own (Q5_1, Q5_K).
-template <int Zero>
+// The formats without a direct walk, read from the decoded row (avx2_common.h): Q5_1 and
+// Q5_K, each with a bias of its own.
 struct Avx2Fp32 {
   template <int R>
   [[gnu::always_inline]] static inline void group(const RowScratch& s, const float* const* a, int64_t g,
                                                   __m256* acc) {
     __m256 c[4];
-    _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) c[j] = codes8<Zero>(s.codes + 32 * g + 8 * j);
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) c[j] = codes8(s.codes + 32 * g + 8 * j);
     const __m256 scale = _mm256_broadcast_ss(s.scale16 + 2 * g);
     _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
       const float* x = a[r] + 32 * g;
@@ -60,7 +56,7 @@ struct Avx2Fp32 {
     if (g < groups) group<R>(s, a, g, even);
     for (int r = 0; r < R; ++r) {
       out[r] = reduce256(_mm256_add_ps(even[r], odd[r]));
-      if (Zero == 0) out[r] += avx2_bias_dot(s.bias16, x.xsum + (m0 + r) * (p.k / 16), p.k / 16);
+      out[r] += avx2_bias_dot(s.bias16, x.xsum + (m0 + r) * (p.k / 16), p.k / 16);
     }
   }
 };
@@ -141,9 +137,9 @@ void avx2_fp32_range(const Problem& p, const Activations& x, const RowScratch& s
     case kQ4_1: direct_range<Q4_1Pieces>(p, x, n0, n1); break;
     case kQ4_K: direct_range<Q4_KPieces>(p, x, n0, n1); break;
     case kQ8_0: direct_range<Q8_0Pieces>(p, x, n0, n1); break;
-    case kQ5_0: avx2_rows_range<Avx2Fp32<16>>(p, x, s, n0, n1); break;
+    case kQ5_0: direct_range<Q5_0Pieces>(p, x, n0, n1); break;
     case kQ6_K: direct_range<Q6_KPieces>(p, x, n0, n1); break;
-    default: avx2_rows_range<Avx2Fp32<0>>(p, x, s, n0, n1); break;  // Q5_1, Q5_K
+    default: avx2_rows_range<Avx2Fp32>(p, x, s, n0, n1); break;  // Q5_1, Q5_K
   }
 }
 

@@ -175,6 +175,35 @@ struct Q8_0Pieces {
   }
 };
 
+// Q5_0's fifth bits (4 bytes, bit j for weight j) as bytes: 0x10 where set, else 0.
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  // byte j takes byte j / 8 of the word (the shuffle works per 128-bit lane; each holds the word)
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));  // bit j % 8
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// Q5_0: 22 bytes, d, the fifth bits, then Q4_0's nibbles; codes centred on their zero
+// point 16 as signed bytes (weight = d * (q - 16)), so no bias term, as Q8_0.
+struct Q5_0Pieces {
+  static constexpr int kBytes = 22;
+  static constexpr bool kSplit = false;
+  static constexpr bool kSigned = true;
+  static SignedRegisterPiece piece(const uint8_t* block) {
+    const __m256i q = _mm256_or_si256(NibblePiece{block + 6}.bytes(), fifth_bits(block + 2));
+    return SignedRegisterPiece{_mm256_sub_epi8(q, _mm256_set1_epi8(16))};
+  }
+  static __m256 bias(__m256, __m256) { return _mm256_setzero_ps(); }
+  template <class Visit>
+  static void walk(const uint8_t* row, int64_t k, Visit& visit) {
+    walk_blocks<Q5_0Pieces>(row, k, visit);
+  }
+};
+
 // Q4_K: per super-block the 8 sub-blocks' scales d * sc and biases -(dmin * m)
 // (k_scale_min's values), then chunk i's 32 bytes as sub-blocks 2i (low nibbles) and 2i + 1.
 struct Q4_KPieces {
