@@ -124,9 +124,9 @@ int avx2_fp32_sum_group(int type) {
   switch (type) {
     case kQ4_0:
     case kQ4_1:
-    case kQ4_K: return 32;  // the direct walks' biases, one a piece
+    case kQ4_K:
     case kQ5_1:
-    case kQ5_K: return 16;  // the decoded row's bias16
+    case kQ5_K: return 32;  // the direct walks' biases, one a piece
     default: return 0;      // Q5_0, Q8_0, Q6_K: codes centred on their zero point, no bias
   }
 }
@@ -138,8 +138,10 @@ void avx2_fp32_range(const Problem& p, const Activations& x, const RowScratch& s
     case kQ4_K: direct_range<Q4_KPieces>(p, x, n0, n1); break;
     case kQ8_0: direct_range<Q8_0Pieces>(p, x, n0, n1); break;
     case kQ5_0: direct_range<Q5_0Pieces>(p, x, n0, n1); break;
+    case kQ5_1: direct_range<Q5_1Pieces>(p, x, n0, n1); break;
+    case kQ5_K: direct_range<Q5_KPieces>(p, x, n0, n1); break;
     case kQ6_K: direct_range<Q6_KPieces>(p, x, n0, n1); break;
-    default: avx2_rows_range<Avx2Fp32>(p, x, s, n0, n1); break;  // Q5_1, Q5_K
+    default: avx2_rows_range<Avx2Fp32>(p, x, s, n0, n1); break;  // a format without a walk
   }
 }
 

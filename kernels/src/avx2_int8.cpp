@@ -113,8 +113,10 @@ void avx2_int8_range(const Problem& p, const Activations& x, const RowScratch& s
     case kQ4_K: direct_range<Q4_KPieces>(p, x, n0, n1); break;
     case kQ8_0: direct_range<Q8_0Pieces>(p, x, n0, n1); break;
     case kQ5_0: direct_range<Q5_0Pieces>(p, x, n0, n1); break;
+    case kQ5_1: direct_range<Q5_1Pieces>(p, x, n0, n1); break;
+    case kQ5_K: direct_range<Q5_KPieces>(p, x, n0, n1); break;
     case kQ6_K: direct_range<Q6_KPieces>(p, x, n0, n1); break;
-    default: avx2_rows_range<Avx2Int8>(p, x, s, n0, n1); break;  // Q5_1, Q5_K
+    default: avx2_rows_range<Avx2Int8>(p, x, s, n0, n1); break;  // a format without a walk
   }
 }
 

@@ -79,8 +79,9 @@ struct SignedPiece {
   __m256i bytes() const { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)); }
 };
 
-// Q6_K: 32 signed codes already in a register.
-struct SignedRegisterPiece {
+// 32 codes already in a register as bytes: signed (Q5_0, Q6_K centred on their zero point)
+// or unsigned below 128 (Q5_1, Q5_K), which widen alike.
+struct RegisterPiece {
   __m256i v;
   void floats(__m256* c) const {
     const __m128i low = _mm256_castsi256_si128(v), high = _mm256_extracti128_si256(v, 1);
@@ -193,9 +194,9 @@ struct Q5_0Pieces {
   static constexpr int kBytes = 22;
   static constexpr bool kSplit = false;
   static constexpr bool kSigned = true;
-  static SignedRegisterPiece piece(const uint8_t* block) {
+  static RegisterPiece piece(const uint8_t* block) {
     const __m256i q = _mm256_or_si256(NibblePiece{block + 6}.bytes(), fifth_bits(block + 2));
-    return SignedRegisterPiece{_mm256_sub_epi8(q, _mm256_set1_epi8(16))};
+    return RegisterPiece{_mm256_sub_epi8(q, _mm256_set1_epi8(16))};
   }
   static __m256 bias(__m256, __m256) { return _mm256_setzero_ps(); }
   template <class Visit>
@@ -203,6 +204,33 @@ struct Q5_0Pieces {
     walk_blocks<Q5_0Pieces>(row, k, visit);
   }
 };
+
+// Q5_1: 24 bytes, d, m, the fifth bits, then Q4_1's nibbles (weight = d * q + m).
+struct Q5_1Pieces {
+  static constexpr int kBytes = 24;
+  static constexpr bool kSplit = false;
+  static constexpr bool kSigned = false;
+  static RegisterPiece piece(const uint8_t* block) {
+    return RegisterPiece{_mm256_or_si256(NibblePiece{block + 8}.bytes(), fifth_bits(block + 4))};
+  }
+  static __m256 bias(__m256, __m256 m) { return m; }
+  template <class Visit>
+  static void walk(const uint8_t* row, int64_t k, Visit& visit) {
+    walk_blocks<Q5_1Pieces>(row, k, visit);
+  }
+};
+
+// A Q4_K / Q5_K super-block's 8 sub-block scales d * sc into `scale` and their biases
+// -(dmin * m) handed over as one vector (k_scale_min's values).
+template <class Visit>
+[[gnu::always_inline]] inline void k_super_scales(const uint8_t* at, int64_t s, Visit& visit, float* scale) {
+  uint64_t sc, mn;
+  k_scales_and_mins(at + 4, &sc, &mn);
+  const __m256 scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+  const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
+  _mm256_store_ps(scale, _mm256_mul_ps(scales, _mm256_set1_ps(half_at(at))));
+  visit.bias8(8 * s, _mm256_mul_ps(mins, _mm256_set1_ps(-half_at(at + 2))));
+}
 
 // Q4_K: per super-block the 8 sub-blocks' scales d * sc and biases -(dmin * m)
 // (k_scale_min's values), then chunk i's 32 bytes as sub-blocks 2i (low nibbles) and 2i + 1.
@@ -213,19 +241,44 @@ struct Q4_KPieces {
   static void walk(const uint8_t* row, int64_t k, Visit& visit) {
     for (int64_t s = 0; s < k / 256; ++s) {
       const uint8_t* at = row + s * 144;
-      uint64_t sc, mn;
-      k_scales_and_mins(at + 4, &sc, &mn);
       alignas(32) float scale[8];
-      const __m256 scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
-      const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
-      _mm256_store_ps(scale, _mm256_mul_ps(scales, _mm256_set1_ps(half_at(at))));
+      k_super_scales(at, s, visit, scale);
       asm volatile("" : : "r"(scale) : "memory");  // broadcast loads, not shuffles (walk_blocks)
-      visit.bias8(8 * s, _mm256_mul_ps(mins, _mm256_set1_ps(-half_at(at + 2))));
       _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {
         const uint8_t* q = at + 16 + 32 * i;
         const Scales low{scale[2 * i], scale[2 * i]}, high{scale[2 * i + 1], scale[2 * i + 1]};
         visit.piece(Even{}, 8 * s + 2 * i, HalfBytePiece<false>{q}, low);
         visit.piece(Odd{}, 8 * s + 2 * i + 1, HalfBytePiece<true>{q}, high);
+      }
+    }
+  }
+};
+
+// Q5_K: Q4_K's scales and nibbles (after 32 bytes of fifth bits); sub-block j's fifth bits
+// are bit j of those 32 bytes, one byte a weight, moved to bit 4 as the walk goes.
+struct Q5_KPieces {
+  static constexpr bool kSplit = false;
+  static constexpr bool kSigned = false;
+  static __m256i load(const uint8_t* at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)); }
+  template <class Visit>
+  static void walk(const uint8_t* row, int64_t k, Visit& visit) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), fifth = _mm256_set1_epi8(0x10);
+    for (int64_t s = 0; s < k / 256; ++s) {
+      const uint8_t* at = row + s * 176;
+      alignas(32) float scale[8];
+      k_super_scales(at, s, visit, scale);
+      asm volatile("" : : "r"(scale) : "memory");  // broadcast loads, not shuffles (walk_blocks)
+      __m256i h = load(at + 16);  // bits 2i and 2i + 1 of each byte: chunk i's two sub-blocks
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {
+        const __m256i q = load(at + 48 + 32 * i);
+        // 16-bit shifts: bit 4 of each byte still comes from that byte (shifts of at most 4)
+        const __m256i low = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), fifth));
+        const __m256i high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
+                                             _mm256_and_si256(_mm256_slli_epi16(h, 3), fifth));
+        h = _mm256_srli_epi16(h, 2);
+        const Scales lo{scale[2 * i], scale[2 * i]}, hi{scale[2 * i + 1], scale[2 * i + 1]};
+        visit.piece(Even{}, 8 * s + 2 * i, RegisterPiece{low}, lo);
+        visit.piece(Odd{}, 8 * s + 2 * i + 1, RegisterPiece{high}, hi);
       }
     }
   }
@@ -258,10 +311,10 @@ struct Q6_KPieces {
                                            _mm256_and_si256(_mm256_srli_epi16(h, 2), high2));
         const float* g = scale + 8 * half;
         const int64_t b = 8 * s + 4 * half;
-        visit.piece(Even{}, b, SignedRegisterPiece{_mm256_sub_epi8(v0, zero)}, Scales{g[0], g[1]});
-        visit.piece(Odd{}, b + 1, SignedRegisterPiece{_mm256_sub_epi8(v1, zero)}, Scales{g[2], g[3]});
-        visit.piece(Even{}, b + 2, SignedRegisterPiece{_mm256_sub_epi8(v2, zero)}, Scales{g[4], g[5]});
-        visit.piece(Odd{}, b + 3, SignedRegisterPiece{_mm256_sub_epi8(v3, zero)}, Scales{g[6], g[7]});
+        visit.piece(Even{}, b, RegisterPiece{_mm256_sub_epi8(v0, zero)}, Scales{g[0], g[1]});
+        visit.piece(Odd{}, b + 1, RegisterPiece{_mm256_sub_epi8(v1, zero)}, Scales{g[2], g[3]});
+        visit.piece(Even{}, b + 2, RegisterPiece{_mm256_sub_epi8(v2, zero)}, Scales{g[4], g[5]});
+        visit.piece(Odd{}, b + 3, RegisterPiece{_mm256_sub_epi8(v3, zero)}, Scales{g[6], g[7]});
       }
     }
   }
