@@ -123,6 +123,8 @@ class JsonSequenceSyntax(CallSyntax):
             pos = skip_space(block, end)
         if pos == len(block) and not final:
             return None  # another call (or its separator) may follow
+        if end is None and pos < len(block):
+            return pos  # no call after the marker: the block ends where the text goes on, however it arrives
         return end if end is not None else len(block)
 
     def parse(self, block: str, context: ParseContext) -> list[ToolCall] | None:
