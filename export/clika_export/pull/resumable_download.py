@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import http.client
 import os
 import re
@@ -23,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
+
+from clika_export.readers.regular_file import file_sha256
 
 _CHUNK = 1 << 20
 _RANGE = re.compile(r"bytes (\d+)-\d+/(\d+|\*)")
@@ -91,15 +92,6 @@ def download(
         os.replace(partial, target)
     return target
 
-
-def file_sha256(path: Path, bar: tqdm | None = None) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-            if bar is not None:
-                bar.update(len(chunk))
-    return digest.hexdigest()
 
 
 def _fetch_rest(

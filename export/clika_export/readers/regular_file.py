@@ -12,9 +12,15 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from clika_export.checkpoint import CheckpointError
+
+
+class SupportsUpdate(Protocol):
+    """What a digest reports its progress to (a tqdm bar has it)."""
+
+    def update(self, n: int) -> object: ...
 
 
 def open_regular(path: Path) -> BinaryIO:
@@ -31,10 +37,12 @@ def open_regular(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a regular file, streamed."""
+def file_sha256(path: Path, progress: SupportsUpdate | None = None) -> str:
+    """sha256 of a regular file, streamed; ``progress`` (a tqdm bar) is told each chunk's size."""
     digest = hashlib.sha256()
     with open_regular(Path(path)) as handle:
         while chunk := handle.read(1 << 22):
             digest.update(chunk)
+            if progress is not None:
+                progress.update(len(chunk))
     return digest.hexdigest()
