@@ -18,49 +18,6 @@
 namespace clika_kernels {
 namespace {
 
-inline __m256 codes8(const uint8_t* c) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
-}
-
-// The formats without a direct walk, read from the decoded row (avx2_common.h): Q5_1 and
-// Q5_K, each with a bias of its own.
-struct Avx2Fp32 {
-  template <int R>
-  [[gnu::always_inline]] static inline void group(const RowScratch& s, const float* const* a, int64_t g,
-                                                  __m256* acc) {
-    __m256 c[4];
-    _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) c[j] = codes8(s.codes + 32 * g + 8 * j);
-    const __m256 scale = _mm256_broadcast_ss(s.scale16 + 2 * g);
-    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
-      const float* x = a[r] + 32 * g;
-      __m256 t = _mm256_mul_ps(c[0], _mm256_loadu_ps(x));
-      _Pragma("GCC unroll 4") for (int j = 1; j < 4; ++j) t = _mm256_fmadd_ps(c[j], _mm256_loadu_ps(x + 8 * j), t);
-      acc[r] = _mm256_fmadd_ps(t, scale, acc[r]);
-    }
-  }
-
-  template <int R>
-  static void dot(const Problem& p, const Activations& x, const RowScratch& s, int64_t m0, float* out) {
-    const float* a[R];
-    __m256 even[R], odd[R];
-    for (int r = 0; r < R; ++r) {
-      a[r] = x.a + (m0 + r) * p.k;
-      even[r] = odd[r] = _mm256_setzero_ps();
-    }
-    const int64_t groups = p.k / 32;
-    int64_t g = 0;
-    for (; g + 2 <= groups; g += 2) {
-      group<R>(s, a, g, even);
-      group<R>(s, a, g + 1, odd);
-    }
-    if (g < groups) group<R>(s, a, g, even);
-    for (int r = 0; r < R; ++r) {
-      out[r] = reduce256(_mm256_add_ps(even[r], odd[r]));
-      out[r] += avx2_bias_dot(s.bias16, x.xsum + (m0 + r) * (p.k / 16), p.k / 16);
-    }
-  }
-};
-
 // The direct walk (avx2_pieces.h) for up to four activation rows: per piece the four code
 // vectors widened once, then per row sum(code * x) over the piece, scaled into alternating
 // accumulators; biases meet the pieces' activation sums (xsum per 32), 8 pieces at a time.
@@ -131,7 +88,7 @@ int avx2_fp32_sum_group(int type) {
   }
 }
 
-void avx2_fp32_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+void avx2_fp32_range(const Problem& p, const Activations& x, const RowScratch&, int64_t n0, int64_t n1) {
   switch (p.type) {
     case kQ4_0: direct_range<Q4_0Pieces>(p, x, n0, n1); break;
     case kQ4_1: direct_range<Q4_1Pieces>(p, x, n0, n1); break;
@@ -141,7 +98,7 @@ void avx2_fp32_range(const Problem& p, const Activations& x, const RowScratch& s
     case kQ5_1: direct_range<Q5_1Pieces>(p, x, n0, n1); break;
     case kQ5_K: direct_range<Q5_KPieces>(p, x, n0, n1); break;
     case kQ6_K: direct_range<Q6_KPieces>(p, x, n0, n1); break;
-    default: avx2_rows_range<Avx2Fp32>(p, x, s, n0, n1); break;  // a format without a walk
+    default: unwalked_rows(p, n0, n1); break;
   }
 }
 

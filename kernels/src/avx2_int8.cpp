@@ -20,45 +20,6 @@ inline __m256i pair_sums(__m256i u, __m256i a) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
 }
 
-// The formats without a direct walk, read from the decoded row (avx2_common.h): codes
-// below 64, a scale and a bias per 32 weights.
-struct Avx2Int8 {
-  template <int R>
-  [[gnu::always_inline]] static inline void block(const RowScratch& s, const int8_t* const* qa,
-                                                  const float* const* da, int64_t b, __m256* acc) {
-    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.codes + 32 * b));
-    const __m256 scale = _mm256_broadcast_ss(s.scale16 + 2 * b);
-    _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa[r] + 32 * b));
-      const __m256 both = _mm256_mul_ps(scale, _mm256_broadcast_ss(da[r] + 2 * b));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair_sums(u, a)), both, acc[r]);
-    }
-  }
-
-  template <int R>
-  static void dot(const Problem& p, const Activations& x, const RowScratch& s, int64_t m0, float* out) {
-    const int8_t* qa[R];
-    const float* da[R];
-    __m256 even[R], odd[R];
-    for (int r = 0; r < R; ++r) {
-      qa[r] = x.qa + (m0 + r) * p.k;
-      da[r] = x.group_da + (m0 + r) * (p.k / 16);
-      even[r] = odd[r] = _mm256_setzero_ps();
-    }
-    const int64_t blocks = p.k / 32;
-    int64_t b = 0;
-    for (; b + 2 <= blocks; b += 2) {
-      block<R>(s, qa, da, b, even);
-      block<R>(s, qa, da, b + 1, odd);
-    }
-    if (b < blocks) block<R>(s, qa, da, b, even);
-    for (int r = 0; r < R; ++r) {
-      out[r] = reduce256(_mm256_add_ps(even[r], odd[r])) +
-               avx2_bias_dot(s.bias16, x.sum16 + (m0 + r) * (p.k / 16), p.k / 16);
-    }
-  }
-};
-
 // The direct walk (avx2_pieces.h) for up to four activation rows: per piece its 32 codes
 // as bytes once, then per row one integer dot, scaled by scale * da into alternating
 // accumulators; biases meet the pieces' da * sum(qa) (sum32), 8 pieces at a time.
@@ -106,7 +67,7 @@ void direct_range(const Problem& p, const Activations& x, int64_t n0, int64_t n1
 
 }  // namespace
 
-void avx2_int8_range(const Problem& p, const Activations& x, const RowScratch& s, int64_t n0, int64_t n1) {
+void avx2_int8_range(const Problem& p, const Activations& x, const RowScratch&, int64_t n0, int64_t n1) {
   switch (p.type) {
     case kQ4_0: direct_range<Q4_0Pieces>(p, x, n0, n1); break;
     case kQ4_1: direct_range<Q4_1Pieces>(p, x, n0, n1); break;
@@ -116,7 +77,7 @@ void avx2_int8_range(const Problem& p, const Activations& x, const RowScratch& s
     case kQ5_1: direct_range<Q5_1Pieces>(p, x, n0, n1); break;
     case kQ5_K: direct_range<Q5_KPieces>(p, x, n0, n1); break;
     case kQ6_K: direct_range<Q6_KPieces>(p, x, n0, n1); break;
-    default: avx2_rows_range<Avx2Int8>(p, x, s, n0, n1); break;  // a format without a walk
+    default: unwalked_rows(p, n0, n1); break;
   }
 }
 
