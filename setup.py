@@ -65,26 +65,18 @@ class BuildKernels(build_ext):
 def compile_sources_in_parallel(compiler) -> None:
     """One compiler process per CPU over the extension's sources (setuptools runs them one by one).
 
-    The ISA files compile in tens of seconds each, so on two cores this halves the install. It
-    drives the compiler's per-object step as ``CCompiler.compile`` does; a compiler class
-    without those steps keeps its own sequential ``compile``.
+    The ISA files compile in tens of seconds each, so on two cores this halves the install.
+    Each source goes through the compiler's own public ``compile`` (its up-to-date check
+    included), the objects returned in the sources' order.
     """
-    if not all(hasattr(compiler, step) for step in ("_setup_compile", "_get_cc_args", "_compile")):
-        return
     jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    one_by_one = compiler.compile
 
-    def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=False,
-                extra_preargs=None, extra_postargs=None, depends=None):  # fmt: skip
-        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
-            output_dir, macros, include_dirs, sources, depends, extra_postargs
-        )
-        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
-        todo = [(obj, *build[obj]) for obj in objects if obj in build]  # up to date: not in ``build``
+    def compile(sources, *args, **kwargs):
         with ThreadPoolExecutor(max(1, jobs)) as pool:
-            for done in [pool.submit(compiler._compile, obj, src, ext, cc_args, extra_postargs, pp_opts)
-                         for obj, src, ext in todo]:  # fmt: skip
-                done.result()  # the first failure is raised, as the sequential loop raises it
-        return objects
+            # map raises the first failure, as the sequential loop does
+            objects = list(pool.map(lambda source: one_by_one([source], *args, **kwargs), sources))
+        return [obj for part in objects for obj in part]
 
     compiler.compile = compile
 
