@@ -25,12 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from clika_export.checkpoint_error import CheckpointError
 from clika_runtime.contract.manifest import Architecture
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be exported: the message names the problem."""
-
 
 _COUNTS = (
     "num_layers",

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from clika_export.checkpoint import CheckpointError
+from clika_export.checkpoint_error import CheckpointError
 
 
 class SupportsUpdate(Protocol):
