@@ -27,6 +27,7 @@ from clika_export.fallback.optimum_run import TEXT_GENERATION_TYPES, OptimumExpo
 from clika_export.fallback.past_kv_graph import PastKVGraphError
 from clika_export.fallback.toolchain import ToolchainError
 from clika_export.families import FAMILIES, family_for, supported
+from clika_export.file_lock import held_lock
 from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.hidden_states import add_hidden_states_in_place, ensure_hidden_states
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
@@ -439,6 +440,19 @@ def cached_export(
     vision = file_sha256(Path(mmproj)) if mmproj is not None else None
     key = cache_key(sha256 or source_sha256(source), precision, context_window, builder, vision)
     folder = (cache or cache_root()) / "exports" / key
+    with held_lock(folder.with_name(f".{key}.lock")):
+        return _cached_or_exported(source, folder, precision, context_window, progress, builder, mmproj)
+
+
+def _cached_or_exported(
+    source: str | Path,
+    folder: Path,
+    precision: str,
+    context_window: int | None,
+    progress: bool,
+    builder: str,
+    mmproj: str | Path | None,
+) -> Path:
     try:
         if Manifest.read(folder).graphs["continuous"].builder == OPTIMUM_BUILDER:
             return folder  # continuous float32 KV only: no paged or int8 KV twins to add

@@ -9,20 +9,19 @@ A lock file keeps two processes from writing one partial file at once.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import http.client
 import os
 import re
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
+from clika_export.file_lock import held_lock
 from clika_export.readers.regular_file import file_sha256
 
 _CHUNK = 1 << 20
@@ -74,7 +73,7 @@ def download(
     """
     partial = partial or target.with_name(target.name + ".part")
     partial.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(partial.with_name(partial.name + ".lock")):
+    with held_lock(partial.with_name(partial.name + ".lock")):
         if size is not None and partial.is_file() and partial.stat().st_size > size:
             partial.unlink()  # longer than the file can be: not a prefix of it
         _fetch_rest(url, partial, connection, size, bar, label or url)
@@ -91,7 +90,6 @@ def download(
             raise DownloadError(refusal)
         os.replace(partial, target)
     return target
-
 
 
 def _fetch_rest(
@@ -148,14 +146,3 @@ def _resume_offset(response, have: int) -> int:
     if match is None or int(match.group(1)) != have:
         raise DownloadError(f"the server answered a range other than bytes {have}-: {response.headers}")
     return have
-
-
-@contextlib.contextmanager
-def _locked(lock: Path) -> Iterator[None]:
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
