@@ -17,6 +17,7 @@ between runs.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from clika_runtime.store.cache import cache_root
@@ -34,5 +35,6 @@ def session_store(folder: Path, downloads: Path | None = None) -> Path:
     for name, target in links.items():
         target.mkdir(parents=True, exist_ok=True)
         if not (folder / name).is_symlink():  # a kept store (``$CLIKA_TEST_STORE``) has them already
-            (folder / name).symlink_to(target, target_is_directory=True)
+            with contextlib.suppress(FileExistsError):  # another test worker linked it first
+                (folder / name).symlink_to(target, target_is_directory=True)
     return folder
