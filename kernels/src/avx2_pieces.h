@@ -9,7 +9,8 @@
 //   static constexpr bool kSplit    the piece's two 16-groups have scales of their own (Q6_K)
 //   template <class Visit> static void walk(const uint8_t* row, int64_t k, Visit& visit)
 // calling visit.piece(parity, b, piece, scales) for piece b = 0, 1, ... in order (parity an
-// std::integral_constant<int, b & 1> the engines use to alternate accumulators, scales a
+// std::integral_constant<int, b & 1> the engines use to alternate accumulators: every Even
+// piece is followed by its Odd one, or is a Lone one; scales a
 // Scales, equal halves unless kSplit), and, unless kSigned, each piece's bias once: for 8
 // pieces b0..b0+7 at a time as visit.bias8(b0, __m256), or visit.bias(b, float).
 // Included after each engine's target options.
@@ -27,9 +28,15 @@ namespace {
 
 using Even = std::integral_constant<int, 0>;
 using Odd = std::integral_constant<int, 1>;
+// A piece with no Odd partner after it (the last few blocks of a row, one by one): the fp32
+// engine takes it as an Even one, the int8 engine, which combines Even/Odd pairs, alone.
+struct Lone : Even {};
 
 struct Scales {
   float lo, hi;  // of weights 0-15 and 16-31
+  // Where the walk stored them, the next piece's after (the int8 engine loads a pair's at
+  // once): lo (lo == hi) for one-scale formats, [lo, hi] for split ones; null for a Lone piece.
+  const float* at;
 };
 
 inline __m256i widen8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
@@ -135,8 +142,8 @@ template <class Format, class Visit>
     asm volatile("" : : "r"(scale) : "memory");
     if (!Format::kSigned) visit.bias8(b0, Format::bias(d, m));
     _Pragma("GCC unroll 8") for (int j = 0; j < 8; j += 2) {
-      visit.piece(Even{}, b0 + j, Format::piece(at + j * Format::kBytes), Scales{scale[j], scale[j]});
-      visit.piece(Odd{}, b0 + j + 1, Format::piece(at + (j + 1) * Format::kBytes), Scales{scale[j + 1], scale[j + 1]});
+      visit.piece(Even{}, b0 + j, Format::piece(at + j * Format::kBytes), Scales{scale[j], scale[j], scale + j});
+      visit.piece(Odd{}, b0 + j + 1, Format::piece(at + (j + 1) * Format::kBytes), Scales{scale[j + 1], scale[j + 1], scale + j + 1});
     }
   }
   for (int64_t b = b0; b < blocks; ++b) {
@@ -144,7 +151,7 @@ template <class Format, class Visit>
     float d, m;
     block_d_m(at, &d, &m);
     if (!Format::kSigned) visit.bias(b, _mm256_cvtss_f32(Format::bias(_mm256_set1_ps(d), _mm256_set1_ps(m))));
-    visit.piece(Even{}, b, Format::piece(at), Scales{d, d});
+    visit.piece(Lone{}, b, Format::piece(at), Scales{d, d, nullptr});
   }
 }
 
@@ -246,7 +253,7 @@ struct Q4_KPieces {
       asm volatile("" : : "r"(scale) : "memory");  // broadcast loads, not shuffles (walk_blocks)
       _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {
         const uint8_t* q = at + 16 + 32 * i;
-        const Scales low{scale[2 * i], scale[2 * i]}, high{scale[2 * i + 1], scale[2 * i + 1]};
+        const Scales low{scale[2 * i], scale[2 * i], scale + 2 * i}, high{scale[2 * i + 1], scale[2 * i + 1], scale + 2 * i + 1};
         visit.piece(Even{}, 8 * s + 2 * i, HalfBytePiece<false>{q}, low);
         visit.piece(Odd{}, 8 * s + 2 * i + 1, HalfBytePiece<true>{q}, high);
       }
@@ -276,7 +283,7 @@ struct Q5_KPieces {
         const __m256i high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
                                              _mm256_and_si256(_mm256_slli_epi16(h, 3), fifth));
         h = _mm256_srli_epi16(h, 2);
-        const Scales lo{scale[2 * i], scale[2 * i]}, hi{scale[2 * i + 1], scale[2 * i + 1]};
+        const Scales lo{scale[2 * i], scale[2 * i], scale + 2 * i}, hi{scale[2 * i + 1], scale[2 * i + 1], scale + 2 * i + 1};
         visit.piece(Even{}, 8 * s + 2 * i, RegisterPiece{low}, lo);
         visit.piece(Odd{}, 8 * s + 2 * i + 1, RegisterPiece{high}, hi);
       }
@@ -311,10 +318,10 @@ struct Q6_KPieces {
                                            _mm256_and_si256(_mm256_srli_epi16(h, 2), high2));
         const float* g = scale + 8 * half;
         const int64_t b = 8 * s + 4 * half;
-        visit.piece(Even{}, b, RegisterPiece{_mm256_sub_epi8(v0, zero)}, Scales{g[0], g[1]});
-        visit.piece(Odd{}, b + 1, RegisterPiece{_mm256_sub_epi8(v1, zero)}, Scales{g[2], g[3]});
-        visit.piece(Even{}, b + 2, RegisterPiece{_mm256_sub_epi8(v2, zero)}, Scales{g[4], g[5]});
-        visit.piece(Odd{}, b + 3, RegisterPiece{_mm256_sub_epi8(v3, zero)}, Scales{g[6], g[7]});
+        visit.piece(Even{}, b, RegisterPiece{_mm256_sub_epi8(v0, zero)}, Scales{g[0], g[1], g});
+        visit.piece(Odd{}, b + 1, RegisterPiece{_mm256_sub_epi8(v1, zero)}, Scales{g[2], g[3], g + 2});
+        visit.piece(Even{}, b + 2, RegisterPiece{_mm256_sub_epi8(v2, zero)}, Scales{g[4], g[5], g + 4});
+        visit.piece(Odd{}, b + 3, RegisterPiece{_mm256_sub_epi8(v3, zero)}, Scales{g[6], g[7], g + 6});
       }
     }
   }
