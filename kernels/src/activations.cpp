@@ -75,6 +75,7 @@ void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm f
     out->unit_records.resize(static_cast<size_t>(tiles * units * kRecordRows * kUnitRecordBytes + 64));
     const uintptr_t at = reinterpret_cast<uintptr_t>(out->unit_records.data());
     out->view.units = units;
+    out->view.m = m;
     out->view.unit_records = out->unit_records.data() + (64 - at % 64) % 64;
   }
 }
@@ -92,10 +93,11 @@ void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActiva
     if (form == ActivationForm::kInt8Units) {
       const int64_t units = out->view.units;
       const int64_t tile = r / kRecordRows, slot = r % kRecordRows;
+      const int64_t rows = record_tile_rows(out->view.m, tile * kRecordRows);
       uint8_t* first = const_cast<uint8_t*>(out->view.unit_records) +
-                       ((tile * units) * kRecordRows + slot) * kUnitRecordBytes;
+                       (tile * units * kRecordRows + slot) * kUnitRecordBytes;
       avx512_unit_records(out->qa.data() + r * k, out->group_da.data() + r * k / 16, out->sum16.data() + r * k / 16,
-                          k, units, out->zero, first, kRecordRows * kUnitRecordBytes);
+                          k, units, out->zero, first, rows * kUnitRecordBytes);
     }
 #endif
   }

@@ -63,7 +63,7 @@ struct UnitRows {
   }
 
   [[gnu::always_inline]] inline void add(const DecodedUnit& w, int64_t u) {
-    const uint8_t* unit = records + u * kRecordRows * kUnitRecordBytes;
+    const uint8_t* unit = records + u * R * kUnitRecordBytes;  // R: the tile's rows (kernel_api.h)
     _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
       const uint8_t* a = unit + r * kUnitRecordBytes;
       __m512i dot = Symmetric ? _mm512_load_si512(a + 320) : _mm512_setzero_si512();
@@ -102,6 +102,7 @@ struct UnitRows {
 };
 
 constexpr int kTileRows = 8;
+static_assert(kTileRows == kRecordRows, "a tile of rows reads one record tile (kernel_api.h)");
 // 8 rows x 8 units x 384 bytes of activations: 24 KiB, within L1.
 constexpr int64_t kChunkUnits = 8;
 static_assert(2 * kTileRows * sizeof(__m512) == kTileStateBytes, "RowScratch::tile_states is sized by kTileStateBytes");

@@ -33,9 +33,13 @@ struct Activations {
   const float* sum16;     // [m, k/16] da * sum of qa per 16 weights (int8 engines)
   const float* sum32;     // [m, k/32] da * sum of qa per 32 weights
   // The same int8 activations as the unit engines read them (avx512_units.h): per tile
-  // of 8 rows, per unit of 256 weights, per row, one record of kUnitRecordBytes.
+  // of 8 rows (the last tile holds the rows left), per unit of 256 weights, per row, one
+  // record of kUnitRecordBytes. A tile's units lie only its own rows' records apart: at a
+  // fixed stride of 8 records a one-row walk over a long row (K = 8960: 35 units) maps
+  // onto a quarter of L1's sets and misses there, at 2.4x the time per unit.
   int64_t units;                 // units per row: ceil(k / 256)
-  const uint8_t* unit_records;   // [ceil(m / 8), units, 8, kUnitRecordBytes], 64-byte aligned
+  int64_t m;                     // rows
+  const uint8_t* unit_records;   // tile t at t * units * 8 records: [units, rows of t, kUnitRecordBytes]
 };
 
 // One thread's buffers for the weight row being computed (k elements unless stated).
@@ -60,6 +64,9 @@ constexpr int64_t kTileStateBytes = 1024;
 // each lane's integer sum times -zero (16 int32, lane order), the dot products' start.
 constexpr int64_t kUnitRecordBytes = 384;
 constexpr int kRecordRows = 8;
+
+// The rows of the record tile that starts at row m0 of m.
+inline int64_t record_tile_rows(int64_t m, int64_t m0) { return m - m0 < kRecordRows ? m - m0 : kRecordRows; }
 
 using RangeKernel = void (*)(const Problem&, const Activations&, const RowScratch&, int64_t n0, int64_t n1);
 
