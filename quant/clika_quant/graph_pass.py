@@ -37,6 +37,7 @@ from onnx import helper, numpy_helper
 from clika_quant.choose import Group
 from clika_quant.nibbles import NibbleSplit
 from clika_quant.onnx_ops import MS_DOMAIN, dynamic_quantize_matmul
+from clika_quant.q4_0_scan import Q4_0Scan
 from clika_runtime.kernels import gguf_matmul as gguf_op
 from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM, block_sum_shape_names
 from clika_runtime.kernels.blocks import BlockQuantized, pack_b, pack_zero_points
@@ -119,7 +120,7 @@ class Rewriter:
         base: str,
         levels: list[int],
         rescore_top_k: int = 0,
-        scan: BlockQuantized | NibbleSplit | None = None,
+        scan: BlockQuantized | NibbleSplit | Q4_0Scan | None = None,
         layer_splits: list[NibbleSplit | None] | None = None,
     ) -> int:
         """Replace a MatMul/Gemm by the groups' MatMulNBits (concatenated when several).
@@ -140,6 +141,13 @@ class Rewriter:
                 nodes = self._nbits(x, approx, only, base, scope, levels[0])
             elif isinstance(scan, NibbleSplit):
                 nodes = self._split_scan(x, approx, scan, base, scope, levels[0])
+            elif isinstance(scan, Q4_0Scan):
+                precision = gguf_op.LEVEL_PRECISIONS[levels[0]]
+                nodes = [
+                    self._gguf_node(
+                        x, approx, scan.blocks, "Q4_0", scan.k, f"{base}.scan", f"{scope}/Scan", precision
+                    )
+                ]
             else:
                 nodes = self._nbits(x, approx, scan, f"{base}.scan", f"{scope}/Scan", levels[0])
             nodes += self._rescore(x, approx, out, only, base, scope, rescore_top_k)
@@ -180,24 +188,37 @@ class Rewriter:
             suffix = "" if len(parts) == 1 else f".part{i}"
             target = out if len(parts) == 1 else f"{scope}/part{i}/output_0"
             part_scope = f"{scope}{suffix.replace('.', '/')}"
-            b_name = self.add_init(f"{base}{suffix}{gguf_op.B_SUFFIX}", blocks)
             nodes.append(
-                helper.make_node(
-                    gguf_op.OP_TYPE,
-                    [x, b_name],
-                    [target],
-                    name=f"{part_scope}/{gguf_op.OP_TYPE}",
-                    domain=gguf_op.DOMAIN,
-                    ggml_type=gguf_op.GGML_TYPE_IDS[ggml_type],
-                    K=k,
-                    N=blocks.shape[0],
-                    precision=precision,
-                )
+                self._gguf_node(x, target, blocks, ggml_type, k, f"{base}{suffix}", part_scope, precision)
             )
             outputs.append(target)
         if len(parts) > 1:
             nodes.append(helper.make_node("Concat", outputs, [out], name=f"{scope}/Concat", axis=-1))
         self.replaced[node.name] = nodes
+
+    def _gguf_node(
+        self,
+        x: str,
+        out: str,
+        blocks: np.ndarray,
+        ggml_type: str,
+        k: int,
+        base: str,
+        scope: str,
+        precision: str,
+    ) -> onnx.NodeProto:
+        """One ``GgufMatMul`` of x and the blocks (uint8 ``[N, row_bytes]`` of ``ggml_type``)."""
+        return helper.make_node(
+            gguf_op.OP_TYPE,
+            [x, self.add_init(f"{base}{gguf_op.B_SUFFIX}", blocks)],
+            [out],
+            name=f"{scope}/{gguf_op.OP_TYPE}",
+            domain=gguf_op.DOMAIN,
+            ggml_type=gguf_op.GGML_TYPE_IDS[ggml_type],
+            K=k,
+            N=blocks.shape[0],
+            precision=precision,
+        )
 
     def _nbits(
         self, x: str, out: str, matrix: BlockQuantized, base: str, scope: str, level: int

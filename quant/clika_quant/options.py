@@ -53,7 +53,10 @@ The defaults follow the kernel table and the frontier in this package's README
   high 4 bits, its codes stored split (``clika_quant.nibbles``): no second copy (-87 MB on
   Qwen2.5-Coder-0.5B), perplexity 17.546 and 27.716 against the copy's 17.421 and 27.650
   (llama.cpp 17.425, 27.565). A Q6_K head (blocks of 16) keeps the copy: its high bits read
-  more bytes than the copy (Qwen2.5-Coder-1.5B decoded slower with them).
+  more bytes than the copy (Qwen2.5-Coder-1.5B decoded slower with them). A GGUF head's copy
+  is Q4_0 blocks the kernels read in place (``clika_quant.q4_0_scan``; 131 MB, its scan 4.1
+  ms a step against 6.8 ms as MatMulNBits on Qwen2.5-Coder-1.5B); a float checkpoint's
+  stays MatMulNBits codes with integer zero points.
 * ``table_from_head``: a GGUF table that is a coarser rounding of the head's matrix is read
   from the head's blocks (``clika_quant.twin_table``; -153 MB on Qwen2.5-Coder-0.5B).
 * ``--precision int8`` (``PRECISION_DEFAULTS``): a GGUF's 4-bit blocks are already

@@ -31,6 +31,7 @@ from clika_quant.graph_pass import Rewriter, check_gemm_is_plain
 from clika_quant.model_file import load_graph, save_graph
 from clika_quant.nibbles import NibbleSplit, layer_split_bytes, split_layer_blocks, split_nibbles
 from clika_quant.options import QuantError, QuantOptions, check_precision
+from clika_quant.q4_0_scan import Q4_0Scan, q4_0_scan
 from clika_quant.rtn import quantize_rtn
 from clika_quant.twin_table import read_table_from_head
 from clika_runtime.kernels.blocks import BlockQuantized
@@ -157,7 +158,8 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
     ]
     # At level 0 the head is exact already; re-scoring only undoes int8 activations.
     rescore = options.head_rescore_top_k if HEAD in roles and levels[0] != 0 else 0
-    scan = _head_scan(plan, options) if rescore else None
+    from_gguf = all(raw(source) is not None for group in plan.groups for source in group.sources)
+    scan = _head_scan(plan, options, levels[0], from_gguf) if rescore else None
     if isinstance(scan, NibbleSplit):
         rewriter.splits[base] = scan  # the table's rows (when tied) come from the same two parts
     splits = _layer_splits(plan, roles, options)
@@ -286,9 +288,13 @@ def _layer_splits(plan, roles: list[str], options: QuantOptions) -> list[NibbleS
     return splits if any(s is not None for s in splits) else None
 
 
-def _head_scan(plan, options: QuantOptions) -> BlockQuantized | NibbleSplit | None:
+def _head_scan(
+    plan, options: QuantOptions, level: int, from_gguf: bool
+) -> BlockQuantized | NibbleSplit | Q4_0Scan | None:
     """The 4-bit form an 8-bit head ranks its candidates with (its k best are re-scored exactly):
-    its own high bits (``nibbles``: stored once) where the split is exact, else a 4-bit copy."""
+    its own high bits (``nibbles``: stored once) where the split is exact, else a 4-bit copy:
+    for a GGUF's head, whose layers the pass writes as ``GgufMatMul``, Q4_0 blocks that op
+    reads (``q4_0_scan``); for a float checkpoint's, MatMulNBits codes."""
     if options.head_scan_bits != 4 or len(plan.groups) != 1 or plan.groups[0].matrix.bits != 8:
         return None
     matrix = plan.groups[0].matrix
@@ -302,11 +308,24 @@ def _head_scan(plan, options: QuantOptions) -> BlockQuantized | NibbleSplit | No
         split = split_nibbles(matrix)
         if split is not None:
             return split
+    weights = matrix.dequantize()
+    if from_gguf and options.gguf_matmul and options.transcode and level in LEVEL_PRECISIONS:
+        scan = q4_0_scan(weights)
+        if scan is not None:
+            return scan
     # Integer zero points, no offsets: the scan only ranks candidates, and offsets would cost a Gemm.
-    return quantize_rtn(matrix.dequantize(), 4, options.block_size, "uint8")
+    return quantize_rtn(weights, 4, options.block_size, "uint8")
 
 
-def _scan_record(scan: BlockQuantized | NibbleSplit) -> dict[str, Any]:
+def _scan_record(scan: BlockQuantized | NibbleSplit | Q4_0Scan) -> dict[str, Any]:
+    if isinstance(scan, Q4_0Scan):
+        return {
+            "bits": 4,
+            "block_size": 32,
+            "form": "4-bit copy",
+            "weight_format": "gguf Q4_0",
+            "bytes": scan.nbytes(),
+        }
     if isinstance(scan, NibbleSplit):
         return {
             "bits": 4,

@@ -15,6 +15,7 @@ from clika_quant.model_file import load_graph
 from clika_quant.nibbles import split_nibbles
 from clika_quant.quantize import quantize_model, quantize_proto
 from clika_quant.rtn import quantize_rtn
+from clika_runtime.kernels.graph_loading import inference_session
 from clika_runtime.kernels.transcode import transcode
 
 # GGUF type -> (low bits stored, shift): Q8_0 codes span 8 bits, Q6_K 6, Q5_0 5.
@@ -92,7 +93,7 @@ def test_a_tied_table_is_stored_once_and_its_rows_and_best_logits_are_exact(ggml
     # the ranking form (the high bits plus the low bits' mean) is as close as a 4-bit copy's
     copy_options = {**options, "head_scan": "copy"}
     copy_model, _ = quantize_proto(tied_model(table), checkpoint, "int4", dict(MATRICES), copy_options)
-    copy_session = ort.InferenceSession(copy_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    copy_session = inference_session(copy_model.SerializeToString())  # a GGUF head's copy: Q4_0 blocks
     copy_logits = copy_session.run(None, {"ids": ids, "x": x})[0]
     error = lambda got: np.sqrt(np.mean((got - exact)[~scored] ** 2))  # noqa: E731
     assert error(logits) < 1.25 * error(copy_logits)

@@ -216,7 +216,12 @@ def test_a_4bit_scan_ranks_and_the_8bit_bytes_score(ggml_type, scan, gather_bits
     assert record["matrices"]["table"]["scan"]["bits"] == 4
     assert (record["matrices"]["table"]["scan"]["bytes"] == 0) == (scan == "nibbles")
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
-    assert [next(a.i for a in n.attribute if a.name == "bits") for n in nbits] == [4]
+    ranking = [n for n in model.graph.node if n.op_type == "GgufMatMul"]
+    if scan == "nibbles":  # the head's own high 4 bits
+        assert [next(a.i for a in n.attribute if a.name == "bits") for n in nbits] == [4] and not ranking
+    else:  # a GGUF head's 4-bit copy: Q4_0 blocks (ggml_type 2) the kernels read
+        assert not nbits and [next(a.i for a in n.attribute if a.name == "ggml_type") for n in ranking] == [2]
+        assert record["matrices"]["table"]["scan"]["weight_format"] == "gguf Q4_0"
     gathers = [n for n in model.graph.node if n.op_type == "GatherBlockQuantized"]
     assert [next(a.i for a in n.attribute if a.name == "bits") for n in gathers] == gather_bits
     x = np.random.default_rng(4).standard_normal((6, cols)).astype(np.float32)
