@@ -19,7 +19,8 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "kernels"))
-import ort_headers  # noqa: E402  (build-time helper beside the sources)
+import build_cache  # noqa: E402  (build-time helpers beside the sources)
+import ort_headers  # noqa: E402
 
 KERNELS = Extension(
     "clika_runtime.kernels._clika_kernels",
@@ -58,8 +59,17 @@ class BuildKernels(build_ext):
             warn("no ONNX Runtime C API header; the runtime will use its fallback graphs")
             return
         ext.include_dirs = [str(include), *ext.include_dirs]
+        target = Path(self.get_ext_fullpath(ext.name))
+        command = list(getattr(self.compiler, "compiler_so", None) or [])
+        key = build_cache.build_key(
+            ROOT / "kernels" / "src", include / ort_headers.HEADER, ext.extra_compile_args, command
+        )
+        if build_cache.reuse(key, target):
+            print(f"clika kernels: the library built from these sources, from {build_cache.ENV} ({key[:12]})")
+            return
         compile_sources_in_parallel(self.compiler)
         super().build_extension(ext)
+        build_cache.keep(key, target)
 
 
 def compile_sources_in_parallel(compiler) -> None:

@@ -23,7 +23,7 @@ import pytest
 from audio_helpers import build_qwen2_audio_chat
 from package_index import PackageIndex
 from qwen2_5_vl_helpers import build_qwen2_5_vl_chat
-from support.session_store import KEPT_STORE_ENV, session_store
+from support.session_store import KEPT_STORE_ENV, KERNEL_BUILDS, session_store
 from support.zoo import ChatModel, Zoo
 from vision_helpers import build_idefics3_chat, build_qwen2_vl_chat
 
@@ -38,6 +38,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # -- the session's own store -------------------------------------------------
 
 CHAT_HOME_ENV = "CLIKA_CHAT_HOME"
+KERNEL_BUILD_CACHE_ENV = "CLIKA_KERNEL_BUILD_CACHE"  # kernels/build_cache.py
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -52,6 +53,9 @@ def store_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         folder = Path(kept).expanduser() if kept else tmp_path_factory.mktemp("clika-store")
         store = session_store(folder, downloads=cache_root())
         patch.setenv(CACHE_ENV, str(store))
+        # The wheel and README installs reuse the kernel library built from the same sources.
+        if not os.environ.get(KERNEL_BUILD_CACHE_ENV):
+            patch.setenv(KERNEL_BUILD_CACHE_ENV, str(store / KERNEL_BUILDS))
         patch.delenv(CHAT_HOME_ENV, raising=False)  # conversations go under the store too
         yield store
 

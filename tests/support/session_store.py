@@ -9,7 +9,8 @@ links, the ``partial/`` files of an interrupted fetch), the derived caches
 (``fallback/`` graphs, ``toolchains/``, ``ort-headers/``) and the exports, which
 live in that cache's ``tests/`` folder (``tests/exports``, where tests keep
 exports on purpose), never in its own ``exports/``: a real model is exported
-once, not once a run.
+once, not once a run. The kernel library the install tests build is kept there
+too (``tests/kernel-builds``, keyed by what it is built from).
 
 ``$CLIKA_TEST_STORE`` names a folder to use as the store instead, kept whole
 between runs.
@@ -25,6 +26,7 @@ from clika_runtime.store.cache import cache_root
 SHARED = ("blobs", "trees", "by-name", "partial", "fallback", "toolchains", "ort-headers", "tests")
 TEST_EXPORTS = Path("tests") / "exports"  # under the starting cache; its own exports/ is the user's list
 KEPT_STORE_ENV = "CLIKA_TEST_STORE"
+KERNEL_BUILDS = Path("tests") / "kernel-builds"  # the store's tests/ is the shared one
 
 
 def session_store(folder: Path, downloads: Path | None = None) -> Path:
