@@ -12,6 +12,7 @@ import pytest
 from gguf import GGUFValueType
 from gguf.quants import dequantize
 from support.gguf_references import reference_model
+from support.reference_answers import ReferenceAnswers
 
 from clika_export.checkpoint import CheckpointError
 from clika_export.readers.gguf import read_gguf
@@ -178,33 +179,66 @@ def test_huge_header_counts_are_refused_before_parsing(tiny_gguf):
 # -- the real models against transformers -------------------------------------------
 
 
-def _transformers_state_dict(gguf_path: Path) -> tuple[dict[str, np.ndarray], object]:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    model = reference_model(gguf_path)
-    state = {name: tensor.detach().numpy() for name, tensor in model.state_dict().items()}
-    return state, model.config
+CONFIG_FIELDS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "tie_word_embeddings",
+    "max_position_embeddings",
+    "rms_norm_eps",
+)
+
+
+def _digest(values: np.ndarray) -> str:
+    """The sha256 of an array's float32 values, +0.0 for -0.0 (equal digests: equal values)."""
+    return hashlib.sha256(
+        np.ascontiguousarray(values.astype(np.float32) + np.float32(0.0)).tobytes()
+    ).hexdigest()
+
+
+def _transformers_state_dict(gguf_path: Path) -> dict:
+    """Per tensor of transformers' state dict its shape and value digest, and the config's fields
+    (kept in the test cache: only a miss loads transformers' model)."""
+
+    def compute() -> dict:
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+        model = reference_model(gguf_path)
+        tensors = {name: t.detach().numpy() for name, t in model.state_dict().items()}
+        return {
+            "tensors": {name: [list(t.shape), _digest(t)] for name, t in tensors.items()},
+            "config": {field: getattr(model.config, field) for field in CONFIG_FIELDS},
+        }
+
+    return ReferenceAnswers(gguf_path).recall_json("state-dict-digests", [], compute)
 
 
 def _assert_matches_transformers(gguf_path: Path) -> None:
     ckpt = read_gguf(gguf_path)
-    reference, config = _transformers_state_dict(gguf_path)
+    answer = _transformers_state_dict(gguf_path)
+    reference, config = answer["tensors"], answer["config"]
     arch = ckpt.architecture
     expected_names = set(reference)
     if arch.tie_word_embeddings:
         expected_names.discard("lm_head.weight")  # tied: the same tensor as the embedding
-        assert np.array_equal(reference["lm_head.weight"], reference["model.embed_tokens.weight"])
+        assert reference["lm_head.weight"] == reference["model.embed_tokens.weight"]
     assert set(ckpt.names()) == expected_names
     for name in sorted(expected_names):
         ours = ckpt.tensor(name)
         assert ours.dtype == np.float32, name
-        assert np.array_equal(ours, reference[name]), f"{name} differs from transformers"
-    assert (arch.num_layers, arch.hidden_size) == (config.num_hidden_layers, config.hidden_size)
-    assert (arch.num_heads, arch.num_kv_heads) == (config.num_attention_heads, config.num_key_value_heads)
-    assert (arch.intermediate_size, arch.vocab_size) == (config.intermediate_size, config.vocab_size)
-    assert arch.tie_word_embeddings == config.tie_word_embeddings
-    assert arch.max_position_embeddings == config.max_position_embeddings
-    assert arch.rms_norm_eps == pytest.approx(config.rms_norm_eps, rel=1e-6)
+        assert [list(ours.shape), _digest(ours)] == reference[name], f"{name} differs from transformers"
+    assert (arch.num_layers, arch.hidden_size) == (config["num_hidden_layers"], config["hidden_size"])
+    assert (arch.num_heads, arch.num_kv_heads) == (
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+    )
+    assert (arch.intermediate_size, arch.vocab_size) == (config["intermediate_size"], config["vocab_size"])
+    assert arch.tie_word_embeddings == config["tie_word_embeddings"]
+    assert arch.max_position_embeddings == config["max_position_embeddings"]
+    assert arch.rms_norm_eps == pytest.approx(config["rms_norm_eps"], rel=1e-6)
 
 
 @pytest.mark.slow
