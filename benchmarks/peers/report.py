@@ -195,12 +195,22 @@ def header_items(meta: dict, records: list[dict]) -> list[tuple[str, str]]:
         ("python / OS", f"{meta['python']} / {meta['platform']}"),
         ("load average (1/5/15 min) at start / end", f"{loadavg(meta, 'start')} / {loadavg(meta, 'end')}"),
     ]
+    if meta.get("read_probe"):
+        items.append(
+            ("memory read rate after each round (quant/read_probe.py)", read_rates(meta["read_probe"]))
+        )
     seen = set()
     for r in records:
         if r["workload"] == "process" and r["system"] not in seen:
             seen.add(r["system"])
             items.append((f"{r['system']} versions", json.dumps(r["versions"])))
     return items
+
+
+def read_rates(probes: list[dict]) -> str:
+    """The rounds' read-probe figures: what the decode GB/s of the same minutes stand beside."""
+    best = [p["best_gbs"] for p in probes]
+    return f"best {max(best):.1f} GB/s, rounds' best {' '.join(f'{b:.1f}' for b in best)} ({probes[0]['threads']} threads)"
 
 
 def loadavg(meta: dict, when: str) -> str:

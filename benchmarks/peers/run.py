@@ -306,6 +306,15 @@ def one_line(name: str, records: list[dict]) -> str:
 # -- what the run ran on -------------------------------------------------------
 
 
+def read_probe(threads: int) -> dict:
+    """This machine's memory read rate now, from its own process (quant/read_probe.py)."""
+    script = BENCHMARKS_DIR / "quant" / "read_probe.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--threads", str(threads)], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout)
+
+
 def cpu_info() -> dict:
     model, flags = platform.processor() or "unknown", set()
     try:
@@ -368,6 +377,7 @@ def main() -> int:
         },
         "eos_ids": spec["eos_ids"],
         "load_average_start": os.getloadavg(),
+        "read_probe": [],  # the memory read rate after each round (quant/read_probe.py)
         "systems_run": names,
         "skipped": skipped,
     }
@@ -382,6 +392,7 @@ def main() -> int:
                 f.writelines(json.dumps(r) + "\n" for r in records)
             load = os.getloadavg()[0]
             print(f"round {round_no} " + one_line(name, records) + f" [load {load:.1f}]", flush=True)
+        meta["read_probe"].append(read_probe(args.threads))
     # Other processes on the machine bend every figure: say how busy it was.
     meta["load_average_end"] = os.getloadavg()
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))

@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 from gguf.quants import dequantize
 from onnx import TensorProto, helper, numpy_helper
+from read_probe import probe_input, probe_session, read_gbs
 
 from clika_quant.onnx_ops import MS_DOMAIN, matmul_nbits
 from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT
@@ -31,7 +32,6 @@ from clika_runtime.kernels.op import DOMAIN, OP_TYPE, OP_VERSION, op_attributes
 from clika_runtime.kernels.transcode import transcode
 
 TARGET_BYTES = 96 << 20  # > 3x the 32 MiB L3
-PROBE_FLOATS = 64 << 20  # 256 MiB
 # Byte offsets of each block's fp16 fields (d, and dmin/m where present).
 FP16_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,)}
 FP16_FIELDS |= {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
@@ -103,21 +103,6 @@ def session(built, k: int, n: int, r: int, threads: int) -> ort.InferenceSession
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def probe_session(threads: int) -> ort.InferenceSession:
-    node = helper.make_node("ReduceSum", ["X"], ["S"], keepdims=0)
-    graph = helper.make_graph(
-        [node],
-        "probe",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [PROBE_FLOATS])],
-        [helper.make_tensor_value_info("S", TensorProto.FLOAT, [])],
-    )
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
 def timed(sess: ort.InferenceSession, feeds: dict) -> float:
     start = time.perf_counter()
     sess.run(None, feeds)
@@ -137,7 +122,7 @@ def bench_shape(spec: str, rows: list[int], rounds: int, threads: int) -> None:
     }
     sessions = {name: session(built, k, n, r, threads) for name, built in variants.items()}
     probe = probe_session(threads)
-    probe_x = {"X": ort.OrtValue.ortvalue_from_numpy(np.ones(PROBE_FLOATS, np.float32))}  # fed without a copy
+    probe_x = probe_input()
     ref_w = dequantize(mats[0], gguf.GGMLQuantizationType[ggml_type]).reshape(n, k).astype(np.float64)
     print(
         f"\n{ggml_type} K={k} N={n}: {gguf_bytes / 2**20:.2f} MiB per matrix, {r} matrices, {threads} threads"
@@ -154,7 +139,7 @@ def bench_shape(spec: str, rows: list[int], rounds: int, threads: int) -> None:
         for _ in range(rounds):
             for name, sess in sessions.items():
                 times[name].append(timed(sess, {"A": a}) / r)
-            probe_gbs.append(PROBE_FLOATS * 4 / timed(probe, probe_x) / 1e9)
+            probe_gbs.append(read_gbs(probe, probe_x))
         print(
             f"  M={m}: read probe best {max(probe_gbs):.1f} GB/s, median {statistics.median(probe_gbs):.1f} GB/s"
         )
