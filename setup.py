@@ -59,17 +59,16 @@ class BuildKernels(build_ext):
             warn("no ONNX Runtime C API header; the runtime will use its fallback graphs")
             return
         ext.include_dirs = [str(include), *ext.include_dirs]
-        target = Path(self.get_ext_fullpath(ext.name))
+
+        def build() -> None:
+            compile_sources_in_parallel(self.compiler)
+            build_ext.build_extension(self, ext)
+
         command = list(getattr(self.compiler, "compiler_so", None) or [])
-        key = build_cache.build_key(
-            ROOT / "kernels" / "src", include / ort_headers.HEADER, ext.extra_compile_args, command
-        )
-        if build_cache.reuse(key, target):
-            print(f"clika kernels: the library built from these sources, from {build_cache.ENV} ({key[:12]})")
-            return
-        compile_sources_in_parallel(self.compiler)
-        super().build_extension(ext)
-        build_cache.keep(key, target)
+        sources, header = ROOT / "kernels" / "src", include / ort_headers.HEADER
+        target = Path(self.get_ext_fullpath(ext.name))
+        if build_cache.built_once(target, sources, header, ext.extra_compile_args, command, build):
+            print(f"clika kernels: the library built from these sources, copied from {build_cache.ENV}")
 
 
 def compile_sources_in_parallel(compiler) -> None:

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sysconfig
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ENV = "CLIKA_KERNEL_BUILD_CACHE"
@@ -56,6 +56,27 @@ def build_key(sources: Path, header: Path, flags: Iterable[str], compiler: list[
     add("compiler version", compiler_version(compiler).encode())
     add("extension suffix", str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
     return digest.hexdigest()
+
+
+def built_once(
+    target: Path,
+    sources: Path,
+    header: Path,
+    flags: Iterable[str],
+    compiler: list[str],
+    build: Callable[[], None],
+) -> bool:
+    """Put the library at ``target``: copied from the cache when it holds this build (True),
+    else ``build()`` and kept there. Without the setting it only builds (no key is computed)."""
+    if cache_dir() is None:
+        build()
+        return False
+    key = build_key(sources, header, flags, compiler)
+    if reuse(key, target):
+        return True
+    build()
+    keep(key, target)
+    return False
 
 
 def reuse(key: str, target: Path) -> bool:

@@ -55,3 +55,26 @@ def test_a_kept_library_is_copied_whole_and_nothing_without_the_setting(tmp_path
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["k1.so"]  # no partial file left
     assert build_cache.reuse("k1", target) and target.read_bytes() == built.read_bytes()
     assert not build_cache.reuse("k2", tmp_path / "other.so")
+
+
+def test_a_build_runs_once_per_key_and_always_without_the_setting(tree, tmp_path, monkeypatch):
+    sources, header = tree
+    target = tmp_path / "install" / "_clika_kernels.so"
+    builds = []
+
+    def build():
+        builds.append(1)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"built %d" % len(builds))
+
+    def run() -> bool:
+        return build_cache.built_once(target, sources, header, FLAGS, COMPILER, build)
+
+    monkeypatch.delenv(build_cache.ENV, raising=False)
+    assert not run() and not run() and len(builds) == 2  # no cache: every install compiles
+    monkeypatch.setenv(build_cache.ENV, str(tmp_path / "cache"))
+    assert not run() and len(builds) == 3  # a miss compiles and keeps the result
+    target.unlink()
+    assert run() and len(builds) == 3 and target.read_bytes() == b"built 3"  # the same build: copied
+    (sources / "a.cpp").write_text("int a() { return 2; }\n")
+    assert not run() and len(builds) == 4  # a changed source compiles again
