@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from clika_quant.rtn import block_range, encode, split_blocks
+from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT
 
-Q4_0_WEIGHTS, Q4_0_BYTES = 32, 18
+Q4_0_WEIGHTS = BLOCK_LAYOUT["Q4_0"][0]
 
 
 @dataclass(frozen=True)

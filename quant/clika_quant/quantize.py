@@ -158,8 +158,7 @@ def _quantize_matrix(rewriter, name, info, precision, options, load, raw) -> dic
     ]
     # At level 0 the head is exact already; re-scoring only undoes int8 activations.
     rescore = options.head_rescore_top_k if HEAD in roles and levels[0] != 0 else 0
-    from_gguf = all(raw(source) is not None for group in plan.groups for source in group.sources)
-    scan = _head_scan(plan, options, levels[0], from_gguf) if rescore else None
+    scan = _head_scan(plan, options, levels[0], raw) if rescore else None
     if isinstance(scan, NibbleSplit):
         rewriter.splits[base] = scan  # the table's rows (when tied) come from the same two parts
     splits = _layer_splits(plan, roles, options)
@@ -289,7 +288,7 @@ def _layer_splits(plan, roles: list[str], options: QuantOptions) -> list[NibbleS
 
 
 def _head_scan(
-    plan, options: QuantOptions, level: int, from_gguf: bool
+    plan, options: QuantOptions, level: int, raw: Callable[[str], Any]
 ) -> BlockQuantized | NibbleSplit | Q4_0Scan | None:
     """The 4-bit form an 8-bit head ranks its candidates with (its k best are re-scored exactly):
     its own high bits (``nibbles``: stored once) where the split is exact, else a 4-bit copy:
@@ -309,7 +308,8 @@ def _head_scan(
         if split is not None:
             return split
     weights = matrix.dequantize()
-    if from_gguf and options.gguf_matmul and options.transcode and level in LEVEL_PRECISIONS:
+    kernels_form = options.gguf_matmul and options.transcode and level in LEVEL_PRECISIONS
+    if kernels_form and all(raw(source) is not None for source in plan.groups[0].sources):  # a GGUF's head
         scan = q4_0_scan(weights)
         if scan is not None:
             return scan
