@@ -229,6 +229,7 @@ def _assert_matches_transformers(gguf_path: Path) -> None:
     for name in sorted(expected_names):
         ours = ckpt.tensor(name)
         assert ours.dtype == np.float32, name
+        assert not np.isnan(ours).any(), f"{name} holds NaN"  # equal digests would not catch NaN != NaN
         assert [list(ours.shape), _digest(ours)] == reference[name], f"{name} differs from transformers"
     assert (arch.num_layers, arch.hidden_size) == (config["num_hidden_layers"], config["hidden_size"])
     assert (arch.num_heads, arch.num_kv_heads) == (
