@@ -17,7 +17,7 @@ their digest when read (a store's rows are untrusted input).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,11 +27,9 @@ from clika_runtime.media.arguments import audio_arrays
 from clika_runtime.media.audio_tower import audio_digest
 from clika_runtime.sessions.stores.stored_media import StoredImageError
 from clika_runtime.sessions.stores.stored_parts import (
+    StoredPartKind,
     checked_array,
-    detached_parts,
     held,
-    named_digests,
-    replaced_parts,
 )
 
 AUDIO_DIGEST_KEY = "audio_sha256"
@@ -41,36 +39,6 @@ MAX_STORED_AUDIO_BYTES = 60 * 16000 * 4
 
 class StoredAudioError(StoredImageError):
     """A clip a store cannot keep or give back (the message names it); a store's media error."""
-
-
-def detach_audio(
-    messages: Sequence[Mapping[str, Any]], max_bytes: int = MAX_STORED_AUDIO_BYTES
-) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """``messages`` with each audio part's samples replaced by their digest, and the float32
-    samples by digest. A part that holds no clip, or one over ``max_bytes``, raises
-    StoredAudioError naming the part."""
-    return detached_parts(
-        messages, _has_samples, lambda part, where, clips: _detached(part, where, max_bytes, clips)
-    )
-
-
-def audio_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The digests a stored transcript's audio parts name, in order, each once."""
-    return named_digests(messages, _named_digests)
-
-
-def attach_audio(
-    messages: list[dict[str, Any]], samples_of: Callable[[str], np.ndarray | None]
-) -> list[dict[str, Any]]:
-    """A stored transcript with each audio part's samples back (``samples_of(digest)``); a digest
-    the store lacks raises StoredAudioError naming the part."""
-
-    def attached(part: Mapping[str, Any], where: str) -> dict:
-        found = held(samples_of, part[AUDIO_DIGEST_KEY], where, "audio clip", StoredAudioError)
-        rest = {k: v for k, v in part.items() if k != AUDIO_DIGEST_KEY}
-        return {**rest, AUDIO_PART: found}
-
-    return replaced_parts(messages, lambda part: bool(_named_digests(part)), attached)
 
 
 def samples_record(samples: np.ndarray) -> tuple[int, bytes]:
@@ -110,6 +78,12 @@ def _detached(part: Mapping[str, Any], where: str, max_bytes: int, clips: dict[s
     return {**rest, AUDIO_DIGEST_KEY: digest}
 
 
+def _attached(part: Mapping[str, Any], samples_of: Callable[[str], np.ndarray | None], where: str) -> dict:
+    found = held(samples_of, part[AUDIO_DIGEST_KEY], where, "audio clip", StoredAudioError)
+    rest = {k: v for k, v in part.items() if k != AUDIO_DIGEST_KEY}
+    return {**rest, AUDIO_PART: found}
+
+
 def _has_samples(part: Any) -> bool:
     """An audio part holding its samples (what a session's history has)."""
     return isinstance(part, Mapping) and part.get("type") == AUDIO_PART and AUDIO_PART in part
@@ -121,3 +95,10 @@ def _named_digests(part: Any) -> list[str]:
         return []
     digest = part.get(AUDIO_DIGEST_KEY)
     return [digest] if isinstance(digest, str) else []
+
+
+# A clip detached by its float32 samples' digest, given back by it (bound: MAX_STORED_AUDIO_BYTES).
+STORED_AUDIO = StoredPartKind(_has_samples, _detached, _attached, _named_digests, MAX_STORED_AUDIO_BYTES)
+detach_audio = STORED_AUDIO.detach
+audio_digests = STORED_AUDIO.digests
+attach_audio = STORED_AUDIO.attach

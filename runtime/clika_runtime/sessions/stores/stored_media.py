@@ -21,7 +21,7 @@ size bound when read (a store's rows are untrusted input).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -30,11 +30,9 @@ from clika_runtime.chat.media_turns import IMAGE_PART, VIDEO_PART
 from clika_runtime.media.arguments import image_arrays, video_clips
 from clika_runtime.media.embedding import image_digest
 from clika_runtime.sessions.stores.stored_parts import (
+    StoredPartKind,
     checked_array,
-    detached_parts,
     held,
-    named_digests,
-    replaced_parts,
 )
 
 DIGEST_KEY = "image_sha256"
@@ -46,35 +44,6 @@ MAX_STORED_IMAGE_BYTES = 4096 * 4096 * 3
 
 class StoredImageError(ValueError):
     """An image a store cannot keep or give back (the message names it)."""
-
-
-def detach_images(
-    messages: Sequence[Mapping[str, Any]], max_bytes: int = MAX_STORED_IMAGE_BYTES
-) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """``messages`` with each image part's pixels replaced by their digest (a video part's frames
-    by theirs, its timestamps kept as numbers), and the pixels by digest (uint8 ``[H, W, 3]``).
-    Media that are no pixel arrays, or an image or frame over ``max_bytes``, raise
-    StoredImageError naming the part."""
-    return detached_parts(
-        messages, _has_pixels, lambda part, where, images: _detached(part, where, max_bytes, images)
-    )
-
-
-def image_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The digests a stored transcript's image parts (and video frames) name, in order, each once."""
-    return named_digests(messages, _named_digests)
-
-
-def attach_images(
-    messages: list[dict[str, Any]], pixels_of: Callable[[str], np.ndarray | None]
-) -> list[dict[str, Any]]:
-    """A stored transcript with each image part's (and video part's) pixels back
-    (``pixels_of(digest)``); a digest the store lacks raises StoredImageError naming the part."""
-    return replaced_parts(
-        messages,
-        lambda part: bool(_named_digests(part)),
-        lambda part, where: _attached(part, pixels_of, where),
-    )
 
 
 def _detached(part: Mapping[str, Any], where: str, max_bytes: int, images: dict[str, np.ndarray]) -> dict:
@@ -175,3 +144,10 @@ def _named_digests(part: Any) -> list[str]:
     if isinstance(frames, list) and frames and all(isinstance(d, str) for d in frames):
         return list(frames)
     return []
+
+
+# An image (or a video's frames) detached by the uint8 pixels' digests (bound: MAX_STORED_IMAGE_BYTES).
+STORED_IMAGES = StoredPartKind(_has_pixels, _detached, _attached, _named_digests, MAX_STORED_IMAGE_BYTES)
+detach_images = STORED_IMAGES.detach
+image_digests = STORED_IMAGES.digests
+attach_images = STORED_IMAGES.attach

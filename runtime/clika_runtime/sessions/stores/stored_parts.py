@@ -11,11 +11,51 @@ kind's module.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from clika_runtime.media.content_parts import replaced_parts
+
+
+@dataclass(frozen=True)
+class StoredPartKind:
+    """One kind of media part a store keeps apart from the transcript: which parts hold data,
+    how one is named by its digests (and its arrays collected) or given its data back, and the
+    digests a stored part names. Its methods are that kind's detach / digests / attach."""
+
+    holds_data: Callable[[Any], bool]
+    detach_part: Callable[[Mapping[str, Any], str, int, dict[str, np.ndarray]], dict]
+    attach_part: Callable[[Mapping[str, Any], Callable[[str], np.ndarray | None], str], dict]
+    digests_of: Callable[[Any], list[str]]
+    max_bytes: int
+
+    def detach(
+        self, messages: Sequence[Mapping[str, Any]], max_bytes: int | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+        """``messages`` with each part of this kind replaced by its digests, and its arrays by
+        digest. A part holding no valid data, or an array over ``max_bytes`` (default: the
+        kind's bound), raises the kind's error naming the part."""
+        bound = self.max_bytes if max_bytes is None else max_bytes
+        return detached_parts(
+            messages, self.holds_data, lambda part, where, data: self.detach_part(part, where, bound, data)
+        )
+
+    def digests(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The digests a stored transcript's parts of this kind name, in order, each once."""
+        return named_digests(messages, self.digests_of)
+
+    def attach(
+        self, messages: list[dict[str, Any]], data_of: Callable[[str], np.ndarray | None]
+    ) -> list[dict[str, Any]]:
+        """A stored transcript with each part of this kind given its data back (``data_of(digest)``);
+        a digest the store lacks raises the kind's error naming the part."""
+        return replaced_parts(
+            messages,
+            lambda part: bool(self.digests_of(part)),
+            lambda part, where: self.attach_part(part, data_of, where),
+        )
 
 
 def detached_parts(
