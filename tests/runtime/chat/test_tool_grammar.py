@@ -14,9 +14,10 @@ from conftest import tiny_tokenizer
 
 from clika_runtime.chat.tools.choice import REQUIRED, ToolChoice, chosen_tools, tool_choice_from
 from clika_runtime.chat.tools.formats import get_format
-from clika_runtime.chat.tools.grammar import arguments_schema, tool_call_constraint, tool_call_grammar
+from clika_runtime.chat.tools.grammar import arguments_schema, tool_call_grammar
 from clika_runtime.chat.tools.stream import parse_tool_calls
 from clika_runtime.grammar import GrammarError
+from clika_runtime.grammar.constraint import Constraint, compile_constraint
 from clika_runtime.grammar.masks import StepMasks
 from clika_runtime.grammar.matcher import GrammarMatcher
 from clika_runtime.grammar.vocabulary import grammar_vocabulary
@@ -66,6 +67,13 @@ def _tokenizer(markers_are_tokens: bool) -> Tokenizer:
 def vocab(request):
     tokenizer = _tokenizer(request.param)
     return tokenizer, grammar_vocabulary(tokenizer, VOCAB)
+
+
+def tool_call_constraint(fmt: str, tools, vocabulary, **options) -> Constraint:
+    """The grammar compiled as a turn compiles it (``required_call_constraint``'s last step)."""
+    return compile_constraint(
+        "lark", tool_call_grammar(fmt, tools, vocabulary, **options), "tool call", "tools"
+    )
 
 
 def matcher(vocabulary, fmt: str, tools=TOOLS, **options) -> GrammarMatcher:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from clika_runtime.chat.templates.chat_template import ChatTemplate
     from clika_runtime.text.tokenizer import Tokenizer
 
-__all__ = ["arguments_schema", "required_call_constraint", "tool_call_constraint", "tool_call_grammar"]
+__all__ = ["arguments_schema", "required_call_constraint", "tool_call_grammar"]
 
 
 def tool_call_grammar(
@@ -59,21 +59,6 @@ def tool_call_grammar(
     return "\n".join([f"start: {_reasoning_prefix(reasoning, literal, rules)}calls", *rules])
 
 
-def tool_call_constraint(
-    format_name: str,
-    tools: Sequence[Mapping[str, Any]],
-    vocabulary: Any,
-    *,
-    parallel: bool = True,
-    reasoning: str = "",
-    field: str = "tools",
-) -> Constraint:
-    """:func:`tool_call_grammar` compiled within the grammar engine's bounds (GrammarError naming
-    ``field`` and the problem otherwise)."""
-    grammar = tool_call_grammar(format_name, tools, vocabulary, parallel=parallel, reasoning=reasoning)
-    return compile_constraint("lark", grammar, "tool call", field)
-
-
 def required_call_constraint(
     template: ChatTemplate | None,
     prompt: str,
@@ -92,14 +77,12 @@ def required_call_constraint(
     reasoning = ""
     if template.supports_thinking:
         reasoning = "open" if template.opens_reasoning(prompt) else "optional"
-    return tool_call_constraint(
-        template.tool_call_format,
-        tools,
-        grammar_vocabulary(tokenizer, vocab_size),
-        parallel=parallel,
-        reasoning=reasoning,
-        field=field,
+    vocabulary = grammar_vocabulary(tokenizer, vocab_size)
+    grammar = tool_call_grammar(
+        template.tool_call_format, tools, vocabulary, parallel=parallel, reasoning=reasoning
     )
+    # Compiled within the grammar engine's bounds: a GrammarError names ``field`` and the problem.
+    return compile_constraint("lark", grammar, "tool call", field)
 
 
 class _Literals:
