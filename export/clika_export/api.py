@@ -74,7 +74,8 @@ from clika_runtime.kernels.library import kernel_status
 # Bumped whenever the graph a given checkpoint exports to changes, so cached exports are redone.
 # 2: grid_index [rows, grid_cols] and token_cell [tokens, 2] (GatherND) replace the flat grid maps.
 # 3: a GGUF head's 4-bit ranking copy as Q4_0 blocks for GgufMatMul (clika_quant.q4_0_scan).
-GRAPH_REVISION = 3
+# 4: the sensitivity pass also weighs GgufMatMul layer matrices wider than 4 bits (gemma-3-270m).
+GRAPH_REVISION = 4
 KV_MODE = "continuous"
 # Embeddings of a checkpoint that names no pooling average its tokens' hidden states.
 DEFAULT_POOLING = "mean"

@@ -271,7 +271,7 @@ class QuantOptions:
                 else ""
             )
             parts.append(
-                f"those at level 0 (fp32 compute){size} by whole layers and roles where int8 activations "
+                f"those and the kernels' wider GGUF blocks at level 0 (fp32 compute){size} by whole layers and roles where int8 activations "
                 f"add the most measured error per byte{within} "
                 f"(until the KL left is at most {self.sensitivity_target_kl:g})"
             )

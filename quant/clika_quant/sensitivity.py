@@ -1,4 +1,4 @@
-"""Which 4-bit weights may compute with int8 activations, chosen by the error each adds.
+"""Which layer weights may compute with int8 activations, chosen by the error each adds.
 
 MatMulNBits at accuracy level 4 quantizes each row of activations to int8 in
 blocks of 32 (llama.cpp's Q8 does the same) and is the fast decode kernel; at
@@ -31,6 +31,14 @@ matrices and the last layer, 18% of the bytes) none. The measurements, the
 choice and its estimated and measured remaining error go into the manifest's
 precision record.
 
+The candidates are the 4-bit layer weights at level 4 and every GGUF layer matrix that
+``GgufMatMul`` computes at level 4 whatever its width (Q5_0, Q6_K, Q8_0, ...): the op's fp32
+path costs those 1.5-2.1x its int8 one at one row (kernels/README.md), where an 8-bit
+MatMulNBits at level 0 costs 10-30x, so 8-bit MatMulNBits weights stay at level 4. On
+gemma-3-270m's Q4_K_M, 46 of its 73 layer matrices are such wider blocks; with them left at
+level 4 the pass could not reach its target (0.00087 left) and the default lost one of the
+fp32 twin's answers.
+
 When all places at level 4 add no more than ``target_kl``, only that is measured
 and nothing moves. The same graph, text and threads give the same KL figures (ORT's kernels are
 deterministic per element), so the choice is reproducible.
@@ -51,8 +59,7 @@ from onnx import helper
 
 from clika_quant.quality import SequenceRunner
 from clika_quant.quantize import summarize, with_level
-from clika_runtime.kernels.gguf_matmul import B_SUFFIX, GGML_TYPE_NAMES, LEVEL_PRECISIONS, OP_TYPE
-from clika_runtime.kernels.transcode import FOUR_BIT_TYPES
+from clika_runtime.kernels.gguf_matmul import B_SUFFIX, LEVEL_PRECISIONS, OP_TYPE
 
 FAST, EXACT = 4, 0
 PROBE_FILE = "sensitivity_probe.onnx"
@@ -61,12 +68,14 @@ CALIBRATION_TOKENS = 128
 
 @dataclass(frozen=True)
 class Place:
-    """One (role, layer) of 4-bit weights and the MatMulNBits nodes that compute it."""
+    """One (role, layer) of candidate weights, the nodes that compute it and which of its
+    matrix's record groups they are."""
 
     role: str
     layer: int
     nodes: tuple[str, ...]
     bytes: int
+    groups: tuple[int, ...] = ()
 
     @property
     def key(self) -> str:
@@ -74,13 +83,14 @@ class Place:
 
 
 def places_of(model: onnx.ModelProto, record: dict[str, Any], *, only_fast: bool = True) -> list[Place]:
-    """The 4-bit layer weights of a quantized graph, by (role, layer), from the precision record
-    (``only_fast``: those the record has at level 4, the candidates of the pass)."""
+    """The candidate layer weights of a quantized graph, by (role, layer), from the precision
+    record: 4-bit ones and GgufMatMul ones of any width (``only_fast``: those the record has at
+    level 4, the candidates of the pass)."""
     by_weight: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         if node.op_type == "MatMulNBits" and _attr(node, "bits") == 4:
             by_weight.setdefault(node.input[1], []).append(node)
-        elif node.op_type == OP_TYPE and GGML_TYPE_NAMES.get(_attr(node, "ggml_type")) in FOUR_BIT_TYPES:
+        elif node.op_type == OP_TYPE:
             # GgufMatMul's B is ``base.gguf``: keyed as the MatMulNBits form's ``base.qweight``
             base = node.input[1][: -len(B_SUFFIX)]
             by_weight.setdefault(f"{base}.qweight", []).append(node)
@@ -90,17 +100,25 @@ def places_of(model: onnx.ModelProto, record: dict[str, Any], *, only_fast: bool
             continue
         base = name[: -len(".weight")] if name.endswith(".weight") else name
         groups = entry["groups"]
-        nodes, size = [], 0
+        nodes, size, picked = [], 0, []
         for i, group in enumerate(groups):
-            if group["bits"] != 4 or (only_fast and group.get("accuracy_level") != FAST):
-                continue  # 8-bit weights stay at level 4 (level 0 is 10-30x slower); level 0 stays
+            if only_fast and group.get("accuracy_level") != FAST:
+                continue  # level 0 stays
             suffix = "" if len(groups) == 1 else f".part{i}"
-            found = by_weight.get(f"{base}{suffix}.qweight", [])
-            nodes += [n.name for n in found]
-            size += group["bytes"] if found else 0
+            found = [n for n in by_weight.get(f"{base}{suffix}.qweight", []) if _candidate(n, group)]
+            if found:
+                nodes += [n.name for n in found]
+                size += group["bytes"]
+                picked.append(i)
         if nodes:
-            places.append(Place(entry["roles"][0], int(entry["layer"]), tuple(nodes), size))
+            places.append(Place(entry["roles"][0], int(entry["layer"]), tuple(nodes), size, tuple(picked)))
     return sorted(places, key=lambda p: (p.layer, p.role))
+
+
+def _candidate(node: onnx.NodeProto, group: dict[str, Any]) -> bool:
+    """Whether a node may move to level 0: 4-bit weights, or GGUF blocks of any width that the
+    kernels compute (an 8-bit MatMulNBits at level 0 is 10-30x slower: it stays at level 4)."""
+    return node.op_type == OP_TYPE or group["bits"] == 4
 
 
 def set_levels(model: onnx.ModelProto, levels: dict[str, int]) -> onnx.ModelProto:
@@ -308,14 +326,16 @@ def _recorded(record, places, measured, estimated, exact, target_kl, budget, pro
     for entry in matrices.values():
         if entry.get("layer") is None or not entry.get("groups"):
             continue
-        key = f"{entry['roles'][0]}@{entry['layer']}"
-        if key in keyed:
-            level = EXACT if key in exact else FAST
-            entry["groups"] = [with_level(g, level) if g["bits"] == 4 else g for g in entry["groups"]]
+        place = keyed.get(f"{entry['roles'][0]}@{entry['layer']}")
+        if place is not None:
+            level = EXACT if place.key in exact else FAST
+            entry["groups"] = [
+                with_level(g, level) if i in place.groups else g for i, g in enumerate(entry["groups"])
+            ]
     record["matrices"] = matrices
     record = summarize(record)
     record["scheme"] = (
-        f"{record['scheme']}; measured: {len(exact)} of {len(places)} 4-bit matrices computed in fp32 "
+        f"{record['scheme']}; measured: {len(exact)} of {len(places)} layer matrices computed in fp32 "
         f"(level 0), {len(places) - len(exact)} with int8 activations (level 4)"
     )
     record["sensitivity"] = {
@@ -328,7 +348,7 @@ def _recorded(record, places, measured, estimated, exact, target_kl, budget, pro
         "estimated_kl": {k: round(v, 7) for k, v in estimated.items()},
         "level0": sorted(exact, key=lambda k: (int(k.split("@")[1]), k)),
         "level0_bytes": sum(keyed[k].bytes for k in exact),
-        "four_bit_bytes": total,
+        "candidate_bytes": total,
         "estimated_kl_left": sum(v for k, v in estimated.items() if k not in exact),
         "measured_kl_left": final_kl,
     }

@@ -249,7 +249,8 @@ def test_the_default_is_the_measured_int4_scheme():
     assert options.accuracy_for(8, True, "lm_head", None, 30) == 4
     assert options.describe("int4") == (
         "int4: GGUF blocks kept exactly where the source has them; 4-bit layers at accuracy level 4; "
-        "those at level 0 (fp32 compute) in models of at most 300M weights by whole layers and roles "
+        "those and the kernels' wider GGUF blocks at level 0 (fp32 compute) in models of at most 300M "
+        "weights by whole layers and roles "
         "where int8 activations add the most measured error per byte "
         "(until the KL left is at most 0.0004); "
         "GGUF layer matrices stored as the file's blocks, computed by ai.clika.GgufMatMul "

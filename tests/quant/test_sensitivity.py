@@ -63,7 +63,7 @@ def test_the_choice_is_reproducible_and_recorded(exports):
     assert set(chosen["measured"]["layer_kl"]) == {"0", "1", "2", "3"}
     assert set(chosen["measured"]["role_kl"]) == {"attn.qkv", "attn.o", "mlp.gate_up", "mlp.down"}
     assert chosen["level0"], "a zero target with half the bytes allowed moves something to level 0"
-    assert chosen["level0_bytes"] <= 0.5 * chosen["four_bit_bytes"]
+    assert chosen["level0_bytes"] <= 0.5 * chosen["candidate_bytes"]
     # The record's groups and the graph's nodes say the same levels.
     for name, entry in first["matrices"].items():
         if entry.get("layer") is None:
@@ -73,6 +73,25 @@ def test_the_choice_is_reproducible_and_recorded(exports):
     levels = _levels(exports["a"])
     assert sum(level == 0 for level in levels.values()) == len(chosen["level0"])
     assert first["summary"]["accuracy_levels"]["4-bit level 0"] == len(chosen["level0"])
+
+
+def test_8_bit_gguf_blocks_the_kernels_compute_may_move_to_fp32(tmp_path):
+    """Q8_0 layer matrices are candidates (GgufMatMul's fp32 path costs them ~2x, not an 8-bit
+    MatMulNBits level 0's 10-30x): a zero target with every byte allowed moves them all."""
+    from conftest import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", weight_type="Q8_0", layers=2)
+    options = {"sensitivity_budget": 1.0, "sensitivity_target_kl": 0.0}
+    folder = export(gguf.path, tmp_path / "q8", precision="int4", progress=False, quant_options=options)
+    record = Manifest.read(folder).precision
+    layer_groups = [g for e in record["matrices"].values() if e.get("layer") is not None for g in e["groups"]]
+    assert layer_groups and all(g["bits"] == 8 for g in layer_groups)
+    assert all(g["accuracy_level"] == 0 and g["kernel_precision"] == "fp32" for g in layer_groups)
+    assert record["sensitivity"]["candidate_bytes"] == sum(g["bytes"] for g in layer_groups)
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    kernel_nodes = [n.name for n in model.graph.node if n.op_type == OP_TYPE]
+    assert len(kernel_nodes) == len(layer_groups)
+    assert all(_levels(folder)[n] == 0 for n in kernel_nodes)
 
 
 def test_the_mixed_export_has_the_error_it_states(exports):
