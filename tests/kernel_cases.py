@@ -112,6 +112,11 @@ def bound(precision: str) -> float:
     return INT8 if precision == "int8" else FP32_FMA
 
 
+# Longer rows of 32-weight blocks: SmolLM2's down matrix (48 blocks) and a row whose scales
+# the AVX-512 fp32 engine reads in more than one piece of 64 blocks (65).
+LONG_ROW_KS = (32 * 48, 32 * 65)
+
+
 def all_cases() -> list[dict]:
     cases = []
     for i, ggml_type in enumerate(FORMATS):
@@ -122,6 +127,11 @@ def all_cases() -> list[dict]:
         for precision in PRECISIONS:
             for kind, blocks in (("random", plain), ("subnormal", subnormal), ("nonfinite", poisoned)):
                 cases.append({**make_case(ggml_type, precision, blocks, k, seed=100 + i), "kind": kind})
+    for i, ggml_type in enumerate(("Q4_0", "Q4_1")):
+        for j, k in enumerate(LONG_ROW_KS):
+            blocks = random_blocks(ggml_type, N_ODD, k, seed=50 + 2 * i + j)
+            for precision in PRECISIONS:
+                cases.append({**make_case(ggml_type, precision, blocks, k, seed=150 + i), "kind": "random"})
     return cases
 
 
