@@ -4,10 +4,31 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from clika_cli.common import at_most_max_threads
+
+# --activations: the quantization options each choice sets (auto: the precision's defaults,
+# the sensitivity pass included). fp32 keeps the head's ranking scan on int8 activations,
+# as the sensitivity pass measures against: its best logits are re-scored in fp32 anyway.
+ACTIVATION_CHOICES: dict[str, dict[str, Any]] = {
+    "auto": {},
+    "int8": {"accuracy_level_4bit": 4, "accuracy_level_8bit": 4, "sensitivity_budget": None},
+    "fp32": {
+        "accuracy_level_4bit": 0,
+        "accuracy_level_8bit": 0,
+        "head_accuracy_level": 4,
+        "sensitivity_budget": None,
+    },
+}
+
+
+def export_quant_options(gguf_blocks: bool, activations: str) -> dict[str, Any] | None:
+    """The quantization options the command's flags ask for (None: every default)."""
+    options = {**ACTIVATION_CHOICES[activations], **({} if gguf_blocks else {"gguf_matmul": False})}
+    return options or None
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,6 +88,18 @@ from clika_cli.common import at_most_max_threads
         "store them transcoded into ONNX Runtime's MatMulNBits form."
     ),
 )
+@click.option(
+    "--activations",
+    type=click.Choice(list(ACTIVATION_CHOICES)),
+    default="auto",
+    show_default=True,
+    help=(
+        "How the quantized matrices multiply their inputs: auto (int8 where the measured error "
+        "allows and fp32 elsewhere, in models of at most 300M weights; int8 in larger ones), int8 "
+        "(everywhere: llama.cpp's numerics, the fastest decode), or fp32 (everywhere: the "
+        "float twin's answers, the slowest)."
+    ),
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @click.option(
     "--ray",
@@ -89,6 +122,7 @@ def export_command(
     builder: str,
     mmproj: Path | None,
     gguf_blocks: bool,
+    activations: str,
     overwrite: bool,
     on_ray: bool,
     ray_address: str | None,
@@ -98,10 +132,15 @@ def export_command(
     """Export SOURCE (a Hugging Face model folder or a .gguf file) to an ONNX model folder.
 
     With --ray, many SOURCEs at once, as Ray tasks."""
+    if precision == "fp32" and activations != "auto":
+        raise click.UsageError("--activations applies to quantized weights (--precision int4 or int8)")
+    quant_options = export_quant_options(gguf_blocks, activations)
     if on_ray:
         if mmproj is not None:
             raise click.UsageError("--ray exports text models; export a --mmproj pair on its own")
-        _export_on_ray(sources, out, precision, context, builder, not no_verify, ray_address, quiet)
+        _export_on_ray(
+            sources, out, precision, context, builder, not no_verify, ray_address, quiet, quant_options
+        )
         return
     if ray_address is not None:
         raise click.UsageError("--ray-address goes with --ray")
@@ -124,7 +163,7 @@ def export_command(
             threads=threads,
             builder=builder,
             mmproj=mmproj,
-            quant_options=None if gguf_blocks else {"gguf_matmul": False},
+            quant_options=quant_options,
         )
     except (ExportError, CheckpointError, QuantError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -140,6 +179,7 @@ def _export_on_ray(
     verify: bool,
     address: str | None,
     quiet: bool,
+    quant_options: dict[str, Any] | None,
 ) -> None:
     try:
         import ray
@@ -152,7 +192,7 @@ def _export_on_ray(
         result = export_batch(
             sources,
             out,
-            ExportOptions(precision, context, builder, verify),
+            ExportOptions(precision, context, builder, verify, quant_options),
             report=(lambda _line: None) if quiet else (lambda line: click.echo(line, err=True)),
         )
     finally:

@@ -393,8 +393,10 @@ def cache_key(
     context_window: int | None,
     builder: str = "auto",
     mmproj_sha256: str | None = None,
+    quant_options: dict[str, Any] | None = None,
 ) -> str:
-    """What makes two exports the same: source bytes, options and the exporter's version."""
+    """What makes two exports the same: source bytes, options and the exporter's version
+    (``quant_options``: the fields that differ from the precision's defaults)."""
     parts = {
         "source_sha256": sha256,
         "precision": precision,
@@ -412,7 +414,7 @@ def cache_key(
         except ImportError:
             pass  # the export itself refuses, naming what is missing
         else:
-            parts["quant_options"] = QuantOptions.for_precision(precision).to_dict()
+            parts["quant_options"] = QuantOptions.for_precision(precision, quant_options).to_dict()
             parts["block_sum_form"] = BLOCK_SUM_FORM  # the offsets' graph form changes the numerics
             # The sensitivity pass measures the folder on this process's compute path (the kernel
             # library's ISA and engines, or the MatMulNBits fallback) and records that error: an

@@ -26,6 +26,7 @@ class ExportOptions:
     context_window: int | None = None
     builder: str = "auto"
     verify: bool = True
+    quant_options: dict[str, Any] | None = None  # ``clika_quant.QuantOptions`` fields that differ
 
 
 @dataclass
@@ -40,7 +41,13 @@ def export_one(source: str, out_dir: str, options: ExportOptions) -> tuple[str, 
     from clika_export.api import cache_key, export, source_sha256
     from clika_runtime.contract.manifest import Manifest, ManifestError
 
-    key = cache_key(source_sha256(source), options.precision, options.context_window, options.builder)
+    key = cache_key(
+        source_sha256(source),
+        options.precision,
+        options.context_window,
+        options.builder,
+        quant_options=options.quant_options,
+    )
     folder = Path(out_dir) / key
     try:
         Manifest.read(folder)
@@ -50,6 +57,7 @@ def export_one(source: str, out_dir: str, options: ExportOptions) -> tuple[str, 
     export(
         source, folder, options.precision, options.context_window, progress=False,
         overwrite=True, verify=options.verify, threads=1, builder=options.builder,
+        quant_options=options.quant_options,
     )  # fmt: skip
     return key, False
 
