@@ -342,8 +342,44 @@ struct PanelTile {
       t.save(state);
       return;
     }
+    if constexpr (NW == 2 && R == 4) {
+      t.store_reduced(p, n, m0);
+      return;
+    }
     for (int w = 0; w < NW; ++w) {
       for (int r = 0; r < R; ++r) p.y[(m0 + r) * p.n + n + w] = reduce_pair(t.acc[w][r][0], t.acc[w][r][1]);
+    }
+  }
+
+  // The tile's 8 outputs reduced together: the same additions as reduce_pair (GCC's
+  // _mm512_reduce_add_ps tree: halves of 256, of 128, lanes (0, 2) and (1, 3), then the
+  // pair) on 8 vectors at once, so the same bits. One by one, the reductions cost a
+  // 64-row prefill of Q4_1 576x3072 10% of its time (5.17 against 4.67 ms, one thread).
+  [[gnu::always_inline]] void store_reduced(const Problem& p, int64_t n, int64_t m0) const {
+    __m512 v[8];
+    for (int w = 0; w < 2; ++w) {
+      for (int r = 0; r < 4; ++r) v[4 * w + r] = _mm512_add_ps(acc[w][r][0], acc[w][r][1]);
+    }
+    __m512 s[4];
+    for (int i = 0; i < 4; ++i) {
+      const __m512 lo = _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44);
+      const __m512 hi = _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee);
+      s[i] = _mm512_add_ps(hi, lo);
+    }
+    __m512 u[2];
+    for (int i = 0; i < 2; ++i) {
+      const __m512 lo = _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x88);
+      const __m512 hi = _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xdd);
+      u[i] = _mm512_add_ps(hi, lo);
+    }
+    const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x44), _mm512_shuffle_ps(u[0], u[1], 0xee));
+    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(z, z, 0x88), _mm512_shuffle_ps(z, z, 0xdd));
+    alignas(64) float out[16];
+    _mm512_store_ps(out, f);
+    // Lane 4k holds v[k]'s sum (weight row n, activation row k), lane 4k + 1 v[4 + k]'s (n + 1).
+    for (int k = 0; k < 4; ++k) {
+      p.y[(m0 + k) * p.n + n] = out[4 * k];
+      p.y[(m0 + k) * p.n + n + 1] = out[4 * k + 1];
     }
   }
 };
