@@ -86,21 +86,25 @@ struct BlockScales {
     }
   }
 
+  // The 320 bytes from `at` as five vectors, only the first `live` read (the rest zero), so
+  // the last blocks of a matrix never read past it.
+  static void load_run(const uint8_t* at, int live, __m512i* v) {
+    for (int i = 0; i < 5; ++i) {
+      const int left = live - 64 * i;
+      const __mmask64 mask = left >= 64 ? ~0ull : left <= 0 ? 0 : (1ull << left) - 1;
+      v[i] = _mm512_maskz_loadu_epi8(mask, at + 64 * i);
+    }
+  }
+
   // 20-byte blocks (Q4_1): the heads (d, m) of 16 blocks are dwords 0, 5, ..., 75 of their
-  // 320 bytes; the loads are masked to the blocks there are.
+  // 320 bytes.
   void load20(const uint8_t* blocks, int count) {
     const __m512i idx_a = _mm512_setr_epi32(0, 5, 10, 15, 20, 25, 30, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i idx_b = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 3, 8, 13, 18, 23, 28, 0, 0, 0);
     const __m512i idx_c = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 6, 11);
     for (int b = 0; b < count; b += 16) {
-      const uint8_t* at = blocks + b * 20;
-      const int live_dwords = std::min(16, count - b) * 5;
       __m512i v[5];
-      for (int i = 0; i < 5; ++i) {
-        const int left = live_dwords - 16 * i;
-        const __mmask16 mask = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
-        v[i] = _mm512_maskz_loadu_epi32(mask, at + 64 * i);
-      }
+      load_run(blocks + b * 20, std::min(16, count - b) * 20, v);
       __m512i words = _mm512_permutex2var_epi32(v[0], idx_a, v[1]);
       words = _mm512_mask_blend_epi32(0x1f80, words, _mm512_permutex2var_epi32(v[2], idx_b, v[3]));
       words = _mm512_mask_blend_epi32(0xe000, words, _mm512_permutexvar_epi32(idx_c, v[4]));
@@ -118,14 +122,8 @@ struct BlockScales {
     const __m512i idx_b = _mm512_setr_epi32(0, 0, 0, 0, 0x110008, 0x23001a, 0x35002c, 0x3e, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i idx_c = _mm512_setr_epi32(0, 0, 0, 0x70000, 0, 0, 0, 0x70000, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int b = 0; b < count; b += 16) {
-      const uint8_t* at = blocks + b * 18;
-      const int live_bytes = std::min(16, count - b) * 18;
       __m512i v[5];
-      for (int i = 0; i < 5; ++i) {
-        const int left = live_bytes - 64 * i;
-        const __mmask64 mask = left >= 64 ? ~0ull : left <= 0 ? 0 : (1ull << left) - 1;
-        v[i] = _mm512_maskz_loadu_epi8(mask, at + 64 * i);
-      }
+      load_run(blocks + b * 18, std::min(16, count - b) * 18, v);
       __m512i words = _mm512_permutex2var_epi16(v[0], idx_a, v[1]);
       words = _mm512_mask_blend_epi16(0x7f00, words, _mm512_permutex2var_epi16(v[2], idx_b, v[3]));
       words = _mm512_mask_blend_epi16(0x8000, words, _mm512_permutexvar_epi16(idx_c, v[4]));
