@@ -8,12 +8,12 @@ import numpy as np
 from kernel_cases import POISONED, ROW_COUNTS, bound, checked_columns, reference, relative_error
 
 
-def check_against_gguf_py(cases: list[dict], results: list[dict]) -> None:
+def check_against_gguf_py(cases: list[dict], results: list[dict], isa: str | None = None) -> None:
     failures = []
     for case, result in zip(cases, results, strict=True):
         ref = reference(case)
         keep = checked_columns(case)
-        limit = bound(case["precision"])
+        limit = bound(case["precision"], isa, case["ggml_type"])
         for m in ROW_COUNTS:
             y = result[m]
             assert y.shape == (m, case["n"])
@@ -47,12 +47,14 @@ def check_batch_independence(cases: list[dict], results: list[dict]) -> None:
             )
 
 
-def check_against_scalar(cases: list[dict], results: list[dict], scalar: list[dict]) -> None:
+def check_against_scalar(
+    cases: list[dict], results: list[dict], scalar: list[dict], isa: str | None = None
+) -> None:
     """A SIMD path stays within twice its bound of the scalar reference path."""
     for case, result, expected in zip(cases, results, scalar, strict=True):
         keep = checked_columns(case)
         scale = np.max(np.abs(reference(case)[:, keep]))
-        limit = bound(case["precision"])
+        limit = bound(case["precision"], isa, case["ggml_type"])
         for m in ROW_COUNTS:
             gap = np.max(np.abs(result[m][:, keep].astype(np.float64) - expected[m][:, keep])) / scale
             assert gap <= 2 * limit, (case["ggml_type"], case["precision"], case["kind"], m, gap)

@@ -69,6 +69,15 @@ void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm f
     out->view.sum16 = out->sum16.data();
     out->view.sum32 = out->sum32.data();
   }
+#if defined(__x86_64__)
+  if (form == ActivationForm::kBf16Split) {
+    const int64_t row_bytes = bf16_record_row_bytes(out->type, k);
+    out->bf16_records.resize(static_cast<size_t>(m * row_bytes + 64));
+    const uintptr_t at = reinterpret_cast<uintptr_t>(out->bf16_records.data());
+    out->view.bf16_records = out->bf16_records.data() + (64 - at % 64) % 64;
+    out->view.bf16_row_bytes = row_bytes;
+  }
+#endif
   if (form == ActivationForm::kInt8Units) {
     const int64_t units = (k + 255) / 256;
     const int64_t tiles = (m + kRecordRows - 1) / kRecordRows;
@@ -83,6 +92,13 @@ void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm f
 void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActivations* out, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     if (form == ActivationForm::kFp32) continue;
+#if defined(__x86_64__)
+    if (form == ActivationForm::kBf16Split) {
+      avx512_bf16_records(a + r * k, out->type, k,
+                          const_cast<uint8_t*>(out->view.bf16_records) + r * out->view.bf16_row_bytes);
+      continue;
+    }
+#endif
     if (form == ActivationForm::kFp32Sums) {
       group_sums(a + r * k, k, out->sum_group, out->xsum.data() + r * k / out->sum_group);
       continue;

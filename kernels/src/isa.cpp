@@ -10,7 +10,8 @@
 namespace clika_kernels {
 namespace {
 
-const Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kNeon, Isa::kNeonDotprod};
+const Isa kAllIsas[] = {Isa::kScalar,     Isa::kAvx2, Isa::kAvx512,     Isa::kAvx512Vnni,
+                        Isa::kAvx512Bf16, Isa::kNeon, Isa::kNeonDotprod};
 
 #if defined(__x86_64__)
 bool has_avx512_base() {
@@ -31,6 +32,9 @@ bool has_dotprod() {
 #endif
 
 // The best ISA first.
+// The BF16 split (avx512_bf16) runs only when forced: its decode matrices are 1.3-1.4x faster
+// on one thread, but a SmolLM2-135M decode step moved within the noise, its prefill ran
+// 1.4-1.6x slower and its error is 2.5e-6 against 1.4e-7 (kernels/README.md).
 const Isa kPreference[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2, Isa::kNeonDotprod, Isa::kNeon, Isa::kScalar};
 
 IsaChoice choose() {
@@ -49,7 +53,7 @@ IsaChoice choose() {
       return choice;
     }
     choice.message = std::string("CLIKA_KERNEL_ISA=") + forced +
-                     " is not one of scalar, avx2, avx512, avx512_vnni, neon, neon_dotprod, auto";
+                     " is not one of scalar, avx2, avx512, avx512_vnni, avx512_bf16, neon, neon_dotprod, auto";
     return choice;
   }
   for (Isa isa : kPreference) {
@@ -70,6 +74,7 @@ const char* isa_name(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Vnni: return "avx512_vnni";
+    case Isa::kAvx512Bf16: return "avx512_bf16";
     case Isa::kNeon: return "neon";
     case Isa::kNeonDotprod: return "neon_dotprod";
   }
@@ -83,6 +88,9 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case Isa::kAvx512: return has_avx512_base();
     case Isa::kAvx512Vnni: return has_avx512_base() && __builtin_cpu_supports("avx512vnni");
+    // BF16 for the fp32 path, VNNI for the int8 one.
+    case Isa::kAvx512Bf16:
+      return has_avx512_base() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
 #endif
 #if defined(__aarch64__)
     case Isa::kNeon: return true;
@@ -105,6 +113,7 @@ RangeKernel find_kernel(Isa isa, Precision precision) {
     case Isa::kAvx2: return fp32 ? avx2_fp32_range : avx2_int8_range;
     case Isa::kAvx512: return fp32 ? avx512_fp32_range : avx512_int8_range;
     case Isa::kAvx512Vnni: return fp32 ? avx512_fp32_range : avx512_vnni_int8_range;
+    case Isa::kAvx512Bf16: return fp32 ? avx512_bf16_fp32_range : avx512_vnni_int8_range;
 #endif
 #if defined(__aarch64__)
     case Isa::kNeon: return fp32 ? neon_fp32_range : neon_int8_range;
@@ -122,6 +131,9 @@ const char* kernel_description(Isa isa, Precision precision) {
     case Isa::kAvx512: return fp32 ? "AVX-512 fp32 FMA, weights in registers" : "AVX-512 int8 (vpmaddubsw)";
     case Isa::kAvx512Vnni:
       return fp32 ? "AVX-512 fp32 FMA, weights in registers" : "AVX-512 int8 (VNNI vpdpbusd), weights in registers";
+    case Isa::kAvx512Bf16:
+      return fp32 ? "AVX-512 BF16 split (x = hi + lo, vdpbf16ps) for Q4_0/Q4_1, fp32 FMA for the rest"
+                  : "AVX-512 int8 (VNNI vpdpbusd), weights in registers";
 #if defined(__aarch64__)
     case Isa::kNeon: return fp32 ? "NEON fp32 FMA" : "NEON int8 (widening multiply)";
     case Isa::kNeonDotprod: return fp32 ? "NEON fp32 FMA" : "NEON int8 (sdot)";

@@ -11,7 +11,7 @@
 
 namespace clika_kernels {
 
-enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Vnni, kNeon, kNeonDotprod };
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Vnni, kAvx512Bf16, kNeon, kNeonDotprod };
 enum class Precision { kFp32, kInt8 };
 
 struct Problem {
@@ -40,6 +40,11 @@ struct Activations {
   int64_t units;                 // units per row: ceil(k / 256)
   int64_t m;                     // rows
   const uint8_t* unit_records;   // tile t at t * units * 8 records: [units, rows of t, kUnitRecordBytes]
+  // The fp32 activations split into bf16 halves in a stored row's code order, for the
+  // AVX-512 BF16 engine (avx512_bf16.cpp): bf16_row_bytes per row, 64-byte aligned; null
+  // where that engine does not run.
+  const uint8_t* bf16_records;
+  int64_t bf16_row_bytes;
 };
 
 // One thread's buffers for the weight row being computed (k elements unless stated).
@@ -83,6 +88,8 @@ void avx2_int8_range(const Problem&, const Activations&, const RowScratch&, int6
 void avx512_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx512_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx512_vnni_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+// Q4_0 and Q4_1 through the BF16 split; other formats through avx512_fp32_range.
+void avx512_bf16_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 #endif
 #if defined(__aarch64__)
 void neon_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);

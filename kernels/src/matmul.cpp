@@ -83,10 +83,16 @@ int fp32_sum_group(Precision precision, Isa isa, int type) {
 }
 
 // The AVX-512 int8 engines read the activations in unit order (avx512_units.h); the AVX2
-// fp32 engine adds biases against the activations' group sums (avx2_fp32.cpp).
-ActivationForm form_for(Precision precision, Isa isa, int sum_group) {
-  if (precision != Precision::kInt8) return sum_group > 0 ? ActivationForm::kFp32Sums : ActivationForm::kFp32;
-  const bool units = isa == Isa::kAvx512 || isa == Isa::kAvx512Vnni;
+// fp32 engine adds biases against the activations' group sums (avx2_fp32.cpp); the BF16
+// engine reads them split into bf16 halves in code order (avx512_bf16.cpp).
+ActivationForm form_for(Precision precision, Isa isa, int sum_group, int type) {
+  if (precision != Precision::kInt8) {
+#if defined(__x86_64__)
+    if (isa == Isa::kAvx512Bf16 && bf16_split_format(type)) return ActivationForm::kBf16Split;
+#endif
+    return sum_group > 0 ? ActivationForm::kFp32Sums : ActivationForm::kFp32;
+  }
+  const bool units = isa == Isa::kAvx512 || isa == Isa::kAvx512Vnni || isa == Isa::kAvx512Bf16;
   return units ? ActivationForm::kInt8Units : ActivationForm::kInt8;
 }
 
@@ -128,8 +134,9 @@ std::string run_matmul(const Problem& p, Precision precision, Isa isa, const Par
 
   PreparedActivations acts;
   acts.sum_group = fp32_sum_group(precision, isa, p.type);
-  const ActivationForm form = form_for(precision, isa, acts.sum_group);
+  const ActivationForm form = form_for(precision, isa, acts.sum_group, p.type);
   acts.zero = symmetric_zero(p.type);
+  acts.type = p.type;
   allocate_activations(p.a, p.m, p.k, form, &acts);
   if (form != ActivationForm::kFp32) {
     PrepareTask prepare{p.a, p.k, form, &acts};

@@ -1,7 +1,8 @@
 """Every format x precision x ISA path this CPU runs, against gguf-py in float64.
 
 Each ISA runs in its own process (the library picks its ISA once per process). Bounds are
-max |Y - ref| / max |ref|: FP32_FMA for the fp32 paths, INT8 for int8 activations
+max |Y - ref| / max |ref|: FP32_FMA for the fp32 paths, BF16_SPLIT for the avx512_bf16 fp32
+path's Q4_0/Q4_1 (activations split into two bf16 halves), INT8 for int8 activations
 (llama.cpp's numerics, quantized per 32 weights).
 """
 
@@ -37,7 +38,7 @@ def isa(request) -> str:
 
 def test_every_format_and_precision_matches_gguf_py(isa):
     cases, out = computed(isa)
-    check_against_gguf_py(cases, out["results"])
+    check_against_gguf_py(cases, out["results"], isa)
 
 
 def test_nonfinite_scales_poison_only_their_own_rows(isa):
@@ -55,7 +56,7 @@ def test_simd_paths_equal_the_scalar_reference_within_bounds(isa):
         pytest.skip("the scalar path is the reference")
     cases, out = computed(isa)
     _, scalar = computed("scalar")
-    check_against_scalar(cases, out["results"], scalar["results"])
+    check_against_scalar(cases, out["results"], scalar["results"], isa)
 
 
 def test_this_process_reports_its_isa():

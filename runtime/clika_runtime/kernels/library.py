@@ -3,7 +3,7 @@
 ``kernel_status()`` answers without opening a session; ``register_kernels(options)`` adds
 the library's op domain to an ``onnxruntime.SessionOptions`` when it is usable. The library
 picks its ISA once per process from the CPU's features; ``CLIKA_KERNEL_ISA`` (scalar,
-avx2, avx512, avx512_vnni, neon) forces one, and one the CPU lacks makes the
+avx2, avx512, avx512_vnni, avx512_bf16, neon) forces one, and one the CPU lacks makes the
 library unusable (the status says so). ``CLIKA_KERNELS=off`` turns the library off.
 """
 
