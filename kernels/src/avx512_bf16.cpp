@@ -112,9 +112,11 @@ const Bf16Layout& bf16_layout(int type, int64_t k) {
 // left is fp32 rounding of the sums; 2 leave up to 2^-18 |x| (3.4e-6 of the output's
 // scale on the kernel tests, against 1e-6 for the fp32 paths).
 constexpr int kPieces = 2;
-// A load's record for one activation row: the bf16 pieces of each shift (4 x kPieces x 64
-// bytes), then each lane's -offset * XL (the dot products' start), then XL.
-constexpr int64_t kLoadRecordBytes = 64 * (4 * kPieces + 2);
+// A load's record for one activation row, in 64-byte vectors: the bf16 pieces of each
+// shift (4 x kPieces), then each lane's -offset * XL (the dot products' start), then XL.
+constexpr int kStartVector = 4 * kPieces;
+constexpr int kSumVector = kStartVector + 1;
+constexpr int64_t kLoadRecordBytes = 64 * (kSumVector + 1);
 
 // The activations of 32 word slots as kPieces bf16 vectors whose sum is x: the first is x
 // rounded to bf16, each next one the rest rounded again.
@@ -147,9 +149,8 @@ struct Codes {
   }
 };
 
-inline __m512 dot(const Codes& w, const uint8_t* record) {
-  const __m512* x = reinterpret_cast<const __m512*>(record);
-  __m512 t0 = x[4 * kPieces];
+inline __m512 dot(const Codes& w, const __m512* x) {
+  __m512 t0 = x[kStartVector];
   __m512 t1 = _mm512_setzero_ps();
   _Pragma("GCC unroll 4") for (int s = 0; s < 4; ++s) {
     _Pragma("GCC unroll 3") for (int i = 0; i < kPieces; ++i) {
@@ -190,14 +191,12 @@ void tile(const Problem& p, const Activations& x, const Bf16Layout& l, int64_t n
       const __m512i heads = _mm512_permutex2var_epi16(prev[w], words, v);
       prev[w] = v;
       const __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(heads));
+      const __m512 m = HasM ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(heads, 1)) : _mm512_setzero_ps();
       const Codes codes(v);
       _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
-        const uint8_t* record = records + r * x.bf16_row_bytes + t * kLoadRecordBytes;
+        const __m512* record = reinterpret_cast<const __m512*>(records + r * x.bf16_row_bytes + t * kLoadRecordBytes);
         acc[w][r] = _mm512_fmadd_ps(dot(codes, record), d, acc[w][r]);
-        if constexpr (HasM) {
-          const __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(heads, 1));
-          acc[w][r] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(record + 64 * (4 * kPieces + 1))), acc[w][r]);
-        }
+        if constexpr (HasM) acc[w][r] = _mm512_fmadd_ps(m, record[kSumVector], acc[w][r]);
       }
     }
   }
@@ -261,8 +260,8 @@ void avx512_bf16_records(const float* a, int type, int64_t k, uint8_t* out) {
         xl = _mm512_dpbf16_ps(xl, (__m512bh)ones, (__m512bh)pieces[i]);
       }
     }
-    _mm512_store_ps(reinterpret_cast<float*>(record + 4 * kPieces), _mm512_mul_ps(_mm512_set1_ps(-f.offset), xl));
-    _mm512_store_ps(reinterpret_cast<float*>(record + 4 * kPieces + 1), xl);
+    _mm512_store_ps(reinterpret_cast<float*>(record + kStartVector), _mm512_mul_ps(_mm512_set1_ps(-f.offset), xl));
+    _mm512_store_ps(reinterpret_cast<float*>(record + kSumVector), xl);
   }
 }
 

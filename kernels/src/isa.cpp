@@ -89,8 +89,7 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx512: return has_avx512_base();
     case Isa::kAvx512Vnni: return has_avx512_base() && __builtin_cpu_supports("avx512vnni");
     // BF16 for the fp32 path, VNNI for the int8 one.
-    case Isa::kAvx512Bf16:
-      return has_avx512_base() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+    case Isa::kAvx512Bf16: return isa_supported(Isa::kAvx512Vnni) && __builtin_cpu_supports("avx512bf16");
 #endif
 #if defined(__aarch64__)
     case Isa::kNeon: return true;
@@ -133,7 +132,7 @@ const char* kernel_description(Isa isa, Precision precision) {
       return fp32 ? "AVX-512 fp32 FMA, weights in registers" : "AVX-512 int8 (VNNI vpdpbusd), weights in registers";
     case Isa::kAvx512Bf16:
       return fp32 ? "AVX-512 BF16 split (x = hi + lo, vdpbf16ps) for Q4_0/Q4_1, fp32 FMA for the rest"
-                  : "AVX-512 int8 (VNNI vpdpbusd), weights in registers";
+                  : kernel_description(Isa::kAvx512Vnni, precision);
 #if defined(__aarch64__)
     case Isa::kNeon: return fp32 ? "NEON fp32 FMA" : "NEON int8 (widening multiply)";
     case Isa::kNeonDotprod: return fp32 ? "NEON fp32 FMA" : "NEON int8 (sdot)";
