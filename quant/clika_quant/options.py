@@ -49,14 +49,16 @@ The defaults follow the kernel table and the frontier in this package's README
   both). The logits outside the 256 keep the copy's error:
   perplexity +0.3-0.4% (17.485, 27.650), with 16 re-scored +2.4% on SmolLM2
   (17.849), 64 +1.3%, 128 +0.8%; more candidates cost no measurable time.
-* ``head_scan="auto"``: an 8-bit GGUF head with blocks of 32 (Q8_0, Q5_0) ranks with its own
-  high 4 bits, its codes stored split (``clika_quant.nibbles``): no second copy (-87 MB on
-  Qwen2.5-Coder-0.5B), perplexity 17.546 and 27.716 against the copy's 17.421 and 27.650
-  (llama.cpp 17.425, 27.565). A Q6_K head (blocks of 16) keeps the copy: its high bits read
-  more bytes than the copy (Qwen2.5-Coder-1.5B decoded slower with them). A GGUF head's copy
-  is Q4_0 blocks the kernels read in place (``clika_quant.q4_0_scan``; 131 MB, its scan 4.1
-  ms a step against 6.8 ms as MatMulNBits on Qwen2.5-Coder-1.5B); a float checkpoint's
-  stays MatMulNBits codes with integer zero points.
+* ``head_scan="auto"``: a GGUF head whose layers are ``GgufMatMul`` ranks with a 4-bit copy
+  in Q4_0 blocks the kernels read in place (``clika_quant.q4_0_scan``): 4.5 bits a weight, no
+  pre-pack, the re-scored rows one gather of the 8-bit bytes. Against its own high 4 bits
+  (``"nibbles"``, stored split: ``clika_quant.nibbles``) it costs a copy on disk (+16 MB on
+  SmolLM2-135M, +73 MB on Qwen2.5-Coder-0.5B) and gains decode time (step 5.92 against 7.08
+  ms, 15.0 against 17.8 ms; ``benchmarks/peers/decode_profile.py``), peak RSS (629 against
+  758 MiB for `clika generate` on the 0.5B) and perplexity (17.421 and 27.650 against 17.546
+  and 27.716; llama.cpp 17.425, 27.565). In the MatMulNBits form an 8-bit head with blocks of
+  32 (Q8_0, Q5_0) ranks with its own high bits, and a Q6_K head (blocks of 16, whose high
+  bits read more than a copy) with a MatMulNBits copy, as a float checkpoint's head does.
 * ``table_from_head``: a GGUF table that is a coarser rounding of the head's matrix is read
   from the head's blocks (``clika_quant.twin_table``; -153 MB on Qwen2.5-Coder-0.5B).
 * ``--precision int8`` (``PRECISION_DEFAULTS``): a GGUF's 4-bit blocks are already
@@ -146,8 +148,9 @@ class QuantOptions:
     head_scan_bits: int | None = 4
     # How the 4-bit ranking form is stored: "nibbles", the head's own high bits (its codes split
     # into 4 high and 2-4 low bits, exact, no second copy: -87 MB for Qwen2.5-0.5B), where the
-    # split is exact; "copy", a separate 4-bit round-to-nearest copy; "auto", nibbles where the
-    # head's blocks are at least ``block_size`` wide (a Q6_K head's 16 read more than a copy).
+    # split is exact; "copy", a separate 4-bit round-to-nearest copy; "auto", the copy as Q4_0
+    # blocks for a GGUF head the kernels read, else nibbles where the head's blocks are at least
+    # ``block_size`` wide (a Q6_K head's 16 read more than a copy).
     head_scan: str = "auto"
     # A GGUF token table that is a coarser rounding of the same matrix as the head (a tied model
     # stored twice: Qwen2.5-Coder-0.5B's Q5_0 table beside its Q8_0 head) is read from the head's

@@ -290,26 +290,34 @@ def _layer_splits(plan, roles: list[str], options: QuantOptions) -> list[NibbleS
 def _head_scan(
     plan, options: QuantOptions, level: int, raw: Callable[[str], Any]
 ) -> BlockQuantized | NibbleSplit | Q4_0Scan | None:
-    """The 4-bit form an 8-bit head ranks its candidates with (its k best are re-scored exactly):
-    its own high bits (``nibbles``: stored once) where the split is exact, else a 4-bit copy:
-    for a GGUF's head, whose layers the pass writes as ``GgufMatMul``, Q4_0 blocks that op
-    reads (``q4_0_scan``); for a float checkpoint's, MatMulNBits codes."""
+    """The 4-bit form an 8-bit head ranks its candidates with (its k best are re-scored exactly).
+
+    For a GGUF's head, whose layers the pass writes as ``GgufMatMul``: a 4-bit copy in Q4_0
+    blocks that op reads in place (``q4_0_scan``). Elsewhere its own high bits (``nibbles``:
+    stored once) where the split is exact and its blocks as wide as a copy's, else a copy in
+    MatMulNBits codes."""
     if options.head_scan_bits != 4 or len(plan.groups) != 1 or plan.groups[0].matrix.bits != 8:
         return None
     matrix = plan.groups[0].matrix
     if matrix.k % matrix.block_size or matrix.float_zero_points:
         return None
-    # "auto": the split only where its blocks are as wide as the copy's; a Q6_K head's 16-wide
-    # blocks make the high bits read 175 MB (and the scales again) where a copy reads 153 MB
-    # (Qwen2.5-Coder-1.5B: slower decode in a measured run, README "Folder size").
+    kernels_form = options.gguf_matmul and options.transcode and level in LEVEL_PRECISIONS
+    kernels_copy = kernels_form and all(raw(source) is not None for source in plan.groups[0].sources)
+    # "auto": the Q4_0 copy where the kernels read it: it ranks in 4.5 bits a weight where the
+    # split reads 5 and its scales twice (MatMulNBits' fp32 scales, then the low bits' mean),
+    # re-scores from one gather instead of seven nodes, and nothing of it is pre-packed.
+    # Decode step 5.92 against 7.08 ms (SmolLM2-135M), 15.0 against 17.8 ms (Qwen2.5-Coder-0.5B,
+    # peak RSS of `clika generate` 629 against 758 MiB) for 16 MB and 73 MB more on disk.
+    # Otherwise the split only where its blocks are as wide as the copy's; a Q6_K head's
+    # 16-wide blocks make the high bits read 175 MB (and the scales again) where a copy reads
+    # 153 MB (Qwen2.5-Coder-1.5B: slower decode in a measured run, README "Folder size").
     wide_enough = matrix.block_size >= options.block_size
-    if options.head_scan == "nibbles" or (options.head_scan == "auto" and wide_enough):
+    if options.head_scan == "nibbles" or (options.head_scan == "auto" and wide_enough and not kernels_copy):
         split = split_nibbles(matrix)
         if split is not None:
             return split
     weights = matrix.dequantize()
-    kernels_form = options.gguf_matmul and options.transcode and level in LEVEL_PRECISIONS
-    if kernels_form and all(raw(source) is not None for source in plan.groups[0].sources):  # a GGUF's head
+    if kernels_copy:
         scan = q4_0_scan(weights)
         if scan is not None:
             return scan

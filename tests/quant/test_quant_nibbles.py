@@ -99,17 +99,24 @@ def test_a_tied_table_is_stored_once_and_its_rows_and_best_logits_are_exact(ggml
     assert error(logits) < 1.25 * error(copy_logits)
 
 
-def test_auto_splits_only_heads_whose_blocks_are_as_wide_as_a_copys():
-    """A Q6_K head's 16-wide blocks would make its high bits read more than a 4-bit copy."""
+def test_auto_ranks_a_gguf_head_with_the_copy_the_kernels_read():
+    """Where the layers are GgufMatMul, a GGUF head ranks with a Q4_0 copy that op reads in place;
+    in the MatMulNBits form a Q8_0 head ranks with its own high bits, and a Q6_K head's 16-wide
+    blocks, whose high bits would read more than a copy, with a copy."""
     vocab, hidden = 256, 256
     forms = {}
-    for ggml_type in ("Q8_0", "Q6_K"):
-        data = random_blocks(ggml_type, vocab, hidden, seed=3)
-        checkpoint = BlocksOnly({"table": RawBlocks(ggml_type, data, (vocab, hidden))})
-        table = gguf_values(ggml_type, data, vocab, hidden)
-        _, record = quantize_proto(tied_model(table), checkpoint, "int4", dict(MATRICES))
-        forms[ggml_type] = record["matrices"]["table"]["scan"]["form"]
-    assert forms["Q8_0"].startswith("the head's high 4 bits") and forms["Q6_K"] == "4-bit copy"
+    for gguf_matmul in (True, False):
+        for ggml_type in ("Q8_0", "Q6_K"):
+            data = random_blocks(ggml_type, vocab, hidden, seed=3)
+            checkpoint = BlocksOnly({"table": RawBlocks(ggml_type, data, (vocab, hidden))})
+            table = gguf_values(ggml_type, data, vocab, hidden)
+            options = {"gguf_matmul": gguf_matmul}
+            _, record = quantize_proto(tied_model(table), checkpoint, "int4", dict(MATRICES), options)
+            scan = record["matrices"]["table"]["scan"]
+            forms[gguf_matmul, ggml_type] = (scan["form"], scan.get("weight_format"))
+    assert forms[True, "Q8_0"] == forms[True, "Q6_K"] == ("4-bit copy", "gguf Q4_0")
+    assert forms[False, "Q8_0"][0].startswith("the head's high 4 bits")
+    assert forms[False, "Q6_K"][0] == "4-bit copy" and forms[False, "Q6_K"][1] is None
 
 
 def test_the_scales_are_written_once(tmp_path):
@@ -121,7 +128,7 @@ def test_the_scales_are_written_once(tmp_path):
         tied_model(table), tmp_path / "model.onnx", save_as_external_data=True, location="model.onnx.data"
     )
     checkpoint = BlocksOnly({"table": RawBlocks("Q8_0", data, (vocab, hidden))})
-    quantize_model(tmp_path / "model.onnx", checkpoint, "int4", dict(MATRICES))
+    quantize_model(tmp_path / "model.onnx", checkpoint, "int4", dict(MATRICES), {"head_scan": "nibbles"})
     model, load = load_graph(tmp_path / "model.onnx")
     places = {
         t.name: {e.key: e.value for e in t.external_data}
