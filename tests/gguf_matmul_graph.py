@@ -10,11 +10,15 @@ from clika_runtime.kernels.library import register_kernels
 from clika_runtime.kernels.op import DOMAIN, GGML_TYPE_IDS, OP_TYPE, OP_VERSION
 
 
-def gguf_matmul_model(ggml_type: str | int, k: int, n: int, precision: str = "fp32") -> bytes:
-    """``Y = GgufMatMul(A [M, k], B)`` with A and B graph inputs of free shape, so tests can feed any."""
+def gguf_matmul_model(
+    ggml_type: str | int, k: int, n: int, precision: str = "fp32", activation: str | None = None
+) -> bytes:
+    """``Y = GgufMatMul(A [M, k], B)`` with A and B graph inputs of free shape, so tests can feed any
+    (``activation``: the attribute, when given; "swiglu" makes Y ``[M, n / 2]``)."""
     type_id = GGML_TYPE_IDS[ggml_type] if isinstance(ggml_type, str) else ggml_type
+    extra = {} if activation is None else {"activation": activation}
     node = helper.make_node(
-        OP_TYPE, ["A", "B"], ["Y"], domain=DOMAIN, ggml_type=type_id, K=k, N=n, precision=precision
+        OP_TYPE, ["A", "B"], ["Y"], domain=DOMAIN, ggml_type=type_id, K=k, N=n, precision=precision, **extra
     )
     graph = helper.make_graph(
         [node],
@@ -23,7 +27,11 @@ def gguf_matmul_model(ggml_type: str | int, k: int, n: int, precision: str = "fp
             helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", "K"]),
             helper.make_tensor_value_info("B", TensorProto.UINT8, ["N", "row_bytes"]),
         ],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", n])],
+        [
+            helper.make_tensor_value_info(
+                "Y", TensorProto.FLOAT, ["M", n // 2 if activation == "swiglu" else n]
+            )
+        ],
     )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, OP_VERSION)]
     return helper.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()

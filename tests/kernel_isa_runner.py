@@ -1,8 +1,8 @@
 """Runs GgufMatMul cases in a fresh process, so ``CLIKA_KERNEL_ISA`` picks the ISA anew.
 
 Usage: ``python kernel_isa_runner.py CASES.pkl OUT.pkl``. Each case is a dict with ``ggml_type``,
-``k``, ``n``, ``precision``, ``a`` ([rows, k] float32), ``b`` (the blocks) and ``ms`` (row
-counts); the output is, per case, ``{m: Y of a[:m]}``.
+``k``, ``n``, ``precision``, ``a`` ([rows, k] float32), ``b`` (the blocks), ``ms`` (row
+counts) and optionally ``activation``; the output is, per case, ``{m: Y of a[:m]}``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from clika_runtime.kernels.library import kernel_status
 
 
 def run_case(case: dict) -> dict:
-    model = gguf_matmul_model(case["ggml_type"], case["k"], case["n"], case["precision"])
+    model = gguf_matmul_model(
+        case["ggml_type"], case["k"], case["n"], case["precision"], case.get("activation")
+    )
     session = gguf_matmul_session(model)
     return {m: run_gguf_matmul(session, case["a"][:m], case["b"]) for m in case["ms"]}
 

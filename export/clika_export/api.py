@@ -32,6 +32,7 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.hidden_states import add_hidden_states_in_place, ensure_hidden_states
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
+from clika_export.graph.swiglu import fuse_swiglu_in_place
 from clika_export.manifest_parts import (
     TEMPLATE_FILE,
     provenance,
@@ -75,7 +76,8 @@ from clika_runtime.kernels.library import kernel_status
 # 2: grid_index [rows, grid_cols] and token_cell [tokens, 2] (GatherND) replace the flat grid maps.
 # 3: a GGUF head's 4-bit ranking copy as Q4_0 blocks for GgufMatMul (clika_quant.q4_0_scan).
 # 4: the sensitivity pass also weighs GgufMatMul layer matrices wider than 4 bits (gemma-3-270m).
-GRAPH_REVISION = 4
+# 5: a GGUF head ranks with its Q4_0 copy; gated MLPs' activation inside GgufMatMul (fuse_swiglu).
+GRAPH_REVISION = 5
 KV_MODE = "continuous"
 # Embeddings of a checkpoint that names no pooling average its tokens' hidden states.
 DEFAULT_POOLING = "mean"
@@ -172,6 +174,8 @@ def export(
                 with report.steps(name, 0, unit="probe", numbered=False) as on_probe:
                     record = choose_bits_by_sensitivity(work, record, threads=threads, on_probe=on_probe)
                 written = _write_folder(work, checkpoint, built, context, record, {})
+            if record.get("options", {}).get("fuse_swiglu"):  # after the pass that replaces nodes
+                record = fuse_swiglu_in_place(work / built.model_file, record)  # what is measured next
             if sensitive and wants_sensitivity(record, checkpoint.architecture):
                 name = "choosing int8 or fp32 compute per layer by measured error"
                 with report.steps(name, 0, unit="probe", numbered=False) as on_probe:  # part of quantizing

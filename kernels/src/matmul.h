@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "epilogue.h"
 #include "kernel_api.h"
 
 namespace clika_kernels {
@@ -24,6 +25,8 @@ ParallelRunner serial_runner();
 int64_t stored_row_bytes(int type, int64_t k, std::string* error);
 
 // Computes p.y; returns "" or the reason it could not (nothing is written then).
-std::string run_matmul(const Problem& p, Precision precision, Isa isa, const ParallelRunner& runner);
+// kSwiglu: p.n counts W's rows (gate, then up) and p.y holds [m, n / 2] outputs.
+std::string run_matmul(const Problem& p, Precision precision, Isa isa, const ParallelRunner& runner,
+                       Epilogue epilogue = Epilogue::kNone);
 
 }  // namespace clika_kernels

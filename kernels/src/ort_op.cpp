@@ -1,8 +1,10 @@
 // The ONNX Runtime custom op ai.clika::GgufMatMul (since version 1), on ORT's C API alone:
 // the API table arrives in RegisterCustomOps, so the library links nothing from ORT.
 //   inputs  A float32 [..., K], B uint8 [N, row_bytes] (GGUF blocks as stored, read in place)
-//   output  Y float32 [..., N] = A @ dequant(B)^T
-//   attributes ggml_type, K, N (int), precision "fp32" (default) | "int8"
+//   output  Y float32 [..., N] = A @ dequant(B)^T, or with activation "swiglu"
+//           [..., N/2] = silu(A @ gate^T) * (A @ up^T), gate B's first N/2 rows, up the rest
+//   attributes ggml_type, K, N (int), precision "fp32" (default) | "int8",
+//              activation "none" (default) | "swiglu"
 #include <onnxruntime_c_api.h>
 
 #include <climits>
@@ -26,6 +28,7 @@ struct GgufMatMulKernel {
   int64_t k, n, row_bytes;
   Precision precision;
   Isa isa;
+  Epilogue epilogue;
 };
 
 OrtStatus* invalid(const std::string& message) {
@@ -69,10 +72,18 @@ OrtStatus* create_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*
   if (precision != "fp32" && precision != "int8") {
     return invalid("precision '" + precision + "' is not one of fp32, int8");
   }
+  const std::string activation = read_string(info, "activation", "none");
+  if (activation != "none" && activation != "swiglu") {
+    return invalid("activation '" + activation + "' is not one of none, swiglu");
+  }
+  if (activation == "swiglu" && n % 2 != 0) {
+    return invalid("N=" + std::to_string(n) + " must be even for activation swiglu (gate rows, then up rows)");
+  }
   const IsaChoice& isa = selected_isa();
   if (!isa.ok) return invalid(isa.message);
   *kernel = new GgufMatMulKernel{static_cast<int>(type), k, n, row_bytes,
-                                 precision == "int8" ? Precision::kInt8 : Precision::kFp32, isa.isa};
+                                 precision == "int8" ? Precision::kInt8 : Precision::kFp32, isa.isa,
+                                 activation == "swiglu" ? Epilogue::kSwiglu : Epilogue::kNone};
   return nullptr;
 }
 
@@ -130,7 +141,7 @@ OrtStatus* compute(void* op_kernel, OrtKernelContext* context) {
   int64_t m = 1;
   for (size_t i = 0; i + 1 < a_shape.dims.size(); ++i) m *= a_shape.dims[i];
   std::vector<int64_t> y_dims = a_shape.dims;
-  y_dims.back() = kernel.n;
+  y_dims.back() = kernel.epilogue == Epilogue::kSwiglu ? kernel.n / 2 : kernel.n;
   OrtValue* y = nullptr;
   if (OrtStatus* s = g_api->KernelContext_GetOutput(context, 0, y_dims.data(), y_dims.size(), &y)) return s;
   // API 21 has no const accessor; the inputs are only read (B in place, never copied).
@@ -143,7 +154,7 @@ OrtStatus* compute(void* op_kernel, OrtKernelContext* context) {
   Problem p{kernel.type, m, kernel.n, kernel.k, kernel.row_bytes, static_cast<const float*>(a_data),
             static_cast<const uint8_t*>(b_data), static_cast<float*>(y_data)};
   const ParallelRunner runner{context, ort_parallel_for};
-  const std::string error = run_matmul(p, kernel.precision, kernel.isa, runner);
+  const std::string error = run_matmul(p, kernel.precision, kernel.isa, runner, kernel.epilogue);
   if (!error.empty()) return g_api->CreateStatus(ORT_FAIL, ("GgufMatMul: " + error).c_str());
   return nullptr;
 }

@@ -152,6 +152,9 @@ class QuantOptions:
     # blocks for a GGUF head the kernels read, else nibbles where the head's blocks are at least
     # ``block_size`` wide (a Q6_K head's 16 read more than a copy).
     head_scan: str = "auto"
+    # A gated MLP's ``silu(gate) * up`` computed by the GgufMatMul of its gate and up rows
+    # (``clika_quant.fuse_swiglu``): four nodes fewer a layer.
+    fuse_swiglu: bool = True
     # A GGUF token table that is a coarser rounding of the same matrix as the head (a tied model
     # stored twice: Qwen2.5-Coder-0.5B's Q5_0 table beside its Q8_0 head) is read from the head's
     # blocks (``clika_quant.twin_table``): -153 MB for that model.

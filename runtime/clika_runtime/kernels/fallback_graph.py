@@ -9,6 +9,9 @@ the MatMulNBits packing) so the two give the same initializers::
     x -> block sums [T, K/32] (shared by every matrix reading x) -> Gemm(offsets^T, C) -> y
 
 (the block sums and the offsets only for types with a per-block minimum: Q4_1, Q5_1, Q4_K, Q5_K).
+A node with ``activation="swiglu"`` gets back the gated MLP's nodes after its products::
+
+    y[T, N] -> Split -> gate, up;  gate * Sigmoid(gate) * up -> [T, N/2]
 The graph is edited on the protobuf wire (``proto_wire``: the runtime has no onnx
 package); the computed initializers are placeholders in the graph, handed to the
 session as arrays (``SessionOptions.add_external_initializers``), and the GGUF
@@ -27,6 +30,7 @@ from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM, block_sum_shape_nam
 from clika_runtime.kernels.blocks import BlockQuantized, pack_b, pack_zero_points
 from clika_runtime.kernels.centring import center_zero_points
 from clika_runtime.kernels.gguf_matmul import (
+    ACTIVATIONS,
     B_SUFFIX,
     DOMAIN,
     GGML_TYPE_NAMES,
@@ -130,7 +134,31 @@ class _Builder:
         self.count += 1
         base = b_name[: -len(B_SUFFIX)] if b_name.endswith(B_SUFFIX) else b_name
         scope = node.name.rsplit("/", 1)[0]
-        return self._nbits(x, node.outputs[0], matrix, base, scope, PRECISION_LEVELS[precision])
+        activation = attrs.get("activation", "none")
+        if activation not in ACTIVATIONS:
+            raise FallbackError(
+                f"node {node.name}: activation {activation!r} is not one of {', '.join(ACTIVATIONS)}"
+            )
+        if activation == "none":
+            return self._nbits(x, node.outputs[0], matrix, base, scope, PRECISION_LEVELS[precision])
+        if n % 2:
+            raise FallbackError(f"node {node.name}: N={n} must be even for activation swiglu")
+        products = f"{scope}/Products/output_0"
+        nodes = self._nbits(x, products, matrix, base, scope, PRECISION_LEVELS[precision])
+        return nodes + self._swiglu(products, node.outputs[0], n // 2, f"{scope}/Swiglu")
+
+    def _swiglu(self, products: str, out: str, half: int, scope: str) -> list[Node]:
+        """``silu(gate) * up`` of ``products = [gate | up]`` as the float graph computes it (ORT fuses
+        ``x * Sigmoid(x)`` into one QuickGelu); the split sizes are an input, as opset 13 has it."""
+        sizes = f"swiglu.split.{half}"
+        self._inline(sizes, np.array([half, half], np.int64))
+        gate, up, sigmoid, silu = (f"{scope}/{part}/output_0" for part in ("Gate", "Up", "Sigmoid", "Silu"))
+        return [
+            Node("Split", [products, sizes], [gate, up], f"{scope}/Split", "", {"axis": -1}),
+            Node("Sigmoid", [gate], [sigmoid], f"{scope}/Sigmoid"),
+            Node("Mul", [gate, sigmoid], [silu], f"{scope}/Silu"),
+            Node("Mul", [silu, up], [out], f"{scope}/GateUp"),
+        ]
 
     def _bytes(self, name: str, node_name: str) -> np.ndarray:
         if name not in self.initializers:

@@ -5,7 +5,8 @@ a GGUF tensor's blocks exactly as the file stores them (``B``: uint8
 ``[N, row_bytes]``, one output feature per row): ``Y [..., N] = A @ dequant(B)^T``.
 Attributes: ``ggml_type`` (the GGUF type id), ``K``, ``N`` and ``precision``:
 ``"fp32"`` (fp32-grade activations, the float twin's answers) or ``"int8"``
-(int8 activations, llama.cpp's numerics).
+(int8 activations, llama.cpp's numerics); ``activation``: ``"swiglu"`` for a gated MLP's
+gate and up rows in one node (``op``).
 
 Where the kernel library is not loaded, the runtime rewrites each node into the
 MatMulNBits form the exporter wrote before the op existed (``fallback_graph``):
@@ -15,10 +16,11 @@ MatMulNBits form the exporter wrote before the op existed (``fallback_graph``):
 from __future__ import annotations
 
 # The op's contract is the kernel library's (``op``); the graph-side names read it from there.
-from clika_runtime.kernels.op import DOMAIN, GGML_TYPE_IDS, OP_TYPE
+from clika_runtime.kernels.op import ACTIVATIONS, DOMAIN, GGML_TYPE_IDS, OP_TYPE
 from clika_runtime.kernels.op import OP_VERSION as OPSET_VERSION
 
 __all__ = [
+    "ACTIVATIONS",
     "B_SUFFIX",
     "DOMAIN",
     "GGML_TYPE_IDS",

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from clika_quant.quality import SequenceRunner
+from clika_runtime.contract.manifest import Manifest
 from clika_runtime.contract.model_folder import open_model_folder
 from clika_runtime.kernels.library import kernel_status
 
@@ -45,6 +46,8 @@ def test_kernels_and_fallback_give_the_same_greedy_tokens(smollm2_fp32_kernels, 
     status = kernel_status()
     if not status.available:
         pytest.skip(f"the kernel library is not usable here: {status.reason}")
+    # every layer's gate and up rows apply silu(gate) * up themselves (clika_quant.fuse_swiglu)
+    assert Manifest.read(smollm2_fp32_kernels).precision["fused_swiglu"] == 30
     results = {}
     for mode in ("on", "off"):
         monkeypatch.setenv("CLIKA_KERNELS", mode)
