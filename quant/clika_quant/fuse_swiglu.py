@@ -5,7 +5,8 @@ The float graph computes ``silu(gate) * up`` after one matrix of both::
     x -> GgufMatMul(W_gate_up)[T, 2I] -> Split -> gate, up;  gate * Sigmoid(gate) * up -> [T, I]
 
 Each of those four nodes is a pass over the products and a dispatch in every layer's step
-(0.5 ms of a 6 ms SmolLM2-135M decode step, profiled). With ``activation="swiglu"`` the op
+(0.5 ms of a 6 ms SmolLM2-135M decode step profiled; the step's median moved 1-5% unprofiled,
+kernels/README.md "The swiglu activation"). With ``activation="swiglu"`` the op
 writes ``silu(gate) * up`` itself while both halves are in cache (``clika_runtime.kernels.op``).
 Where the kernel library is not loaded the runtime writes the four nodes back
 (``clika_runtime.kernels.fallback_graph``).
@@ -36,9 +37,8 @@ def fuse_swiglu(graph: onnx.GraphProto) -> list[str]:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
     kept_names = {o.name for o in graph.output}
-    sizes = {
-        t.name: numpy_helper.to_array(t) for t in graph.initializer if t.data_type == onnx.TensorProto.INT64
-    }
+    # Split sizes given as an input: only the int64 initializers can be one (read when asked).
+    sizes = {t.name: t for t in graph.initializer if t.data_type == onnx.TensorProto.INT64}
     chains = [
         chain
         for node in graph.node
@@ -78,14 +78,12 @@ def _gated_chain(matmul, consumers, kept_names, sizes) -> _Gated | None:
         return None
     gate_users = consumers.get(gate, [])
     sigmoid = next((n for n in gate_users if n.op_type == "Sigmoid" and not n.domain), None)
-    silu = (
-        next(
-            (n for n in gate_users if n.op_type == "Mul" and set(n.input) == {gate, sigmoid.output[0]}), None
-        )
-        if sigmoid
-        else None
+    if sigmoid is None or len(gate_users) != 2:
+        return None
+    silu = next(
+        (n for n in gate_users if n.op_type == "Mul" and set(n.input) == {gate, sigmoid.output[0]}), None
     )
-    if sigmoid is None or silu is None or len(gate_users) != 2:
+    if silu is None:
         return None
     if _only(consumers.get(sigmoid.output[0], []), "Mul") is not silu or silu.output[0] in kept_names:
         return None
@@ -101,5 +99,5 @@ def _even_last_axis_split(split: onnx.NodeProto, n: int, sizes: dict) -> bool:
         return False
     if len(split.input) > 1 and split.input[1]:
         given = sizes.get(split.input[1])
-        return given is not None and given.tolist() == [n // 2, n // 2]
+        return given is not None and numpy_helper.to_array(given).tolist() == [n // 2, n // 2]
     return attrs.get("num_outputs") == 2 and n % 2 == 0
