@@ -19,7 +19,7 @@ from clika_runtime.kernels.library import kernel_status, kernels_enabled
 from clika_runtime.kernels.op import PRECISIONS
 
 FORMATS = tuple(BLOCK_LAYOUT)
-ROW_COUNTS = (1, 2, 3, 5, 8, 13, 64)
+ROW_COUNTS = (1, 2, 3, 5, 7, 8, 13, 64)
 N_ODD = 37
 X86_ISAS = ("scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16")
 RUNNER = Path(__file__).resolve().parent / "kernel_isa_runner.py"
@@ -117,8 +117,11 @@ def bound(precision: str, isa: str | None = None, ggml_type: str | None = None) 
 
 
 # Longer rows of 32-weight blocks: SmolLM2's down matrix (48 blocks) and a row whose scales
-# the AVX-512 fp32 engine reads in more than one piece of 64 blocks (65).
+# the AVX-512 fp32 engine reads in more than one piece of 64 blocks (65). Both, and the
+# Q4_K row, are longer than the prefill panel's K piece of 1024 weights, so its tiles carry
+# their accumulators from piece to piece.
 LONG_ROW_KS = (32 * 48, 32 * 65)
+LONG_Q4_K_ROW = 256 * 5
 
 
 def all_cases() -> list[dict]:
@@ -136,6 +139,9 @@ def all_cases() -> list[dict]:
             blocks = random_blocks(ggml_type, N_ODD, k, seed=50 + 2 * i + j)
             for precision in PRECISIONS:
                 cases.append({**make_case(ggml_type, precision, blocks, k, seed=150 + i), "kind": "random"})
+    blocks = random_blocks("Q4_K", N_ODD, LONG_Q4_K_ROW, seed=60)
+    for precision in PRECISIONS:
+        cases.append({**make_case("Q4_K", precision, blocks, LONG_Q4_K_ROW, seed=160), "kind": "random"})
     return cases
 
 

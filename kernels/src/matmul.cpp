@@ -11,9 +11,10 @@
 namespace clika_kernels {
 namespace {
 
-uint8_t* aligned64(std::vector<uint8_t>& bytes) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(bytes.data());
-  return bytes.data() + (64 - at % 64) % 64;
+template <class T>
+T* aligned64(std::vector<T>& items) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(items.data());
+  return items.data() + (64 - at % 64) % 64 / sizeof(T);
 }
 
 // One thread's buffers, grown to the largest task it has seen (k weights, `rows` rows).
@@ -34,9 +35,9 @@ struct ScratchBuffers {
     if (units.size() < unit_bytes) units.resize(unit_bytes);
     const size_t state_bytes = static_cast<size_t>(rows * kTileStateBytes + 64);
     if (tile_states.size() < state_bytes) tile_states.resize(state_bytes);
-    if (panel.size() < static_cast<size_t>(rows * k)) panel.resize(static_cast<size_t>(rows * k));
+    if (panel.size() < static_cast<size_t>(rows * k + 16)) panel.resize(static_cast<size_t>(rows * k + 16));
     return RowScratch{codes.data(), scale16.data(),    bias16.data(), wf.data(),
-                      aligned64(units), aligned64(tile_states), panel.data()};
+                      aligned64(units), aligned64(tile_states), aligned64(panel)};
   }
 };
 
