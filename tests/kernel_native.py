@@ -41,7 +41,8 @@ def write_cases(cases: list[dict], path: Path) -> None:
     with path.open("wb") as f:
         for case in cases:
             head = [GGML_TYPE_IDS[case["ggml_type"]], case["k"], case["n"], len(case["a"])]
-            head += [int(case["precision"] == "int8"), len(case["ms"]), *case["ms"]]
+            head += [int(case["precision"] == "int8"), int(case.get("activation") == "swiglu")]
+            head += [len(case["ms"]), *case["ms"]]
             f.write(np.array(head, np.int64).tobytes())
             f.write(np.ascontiguousarray(case["b"], np.uint8).tobytes())
             f.write(np.ascontiguousarray(case["a"], np.float32).tobytes())
@@ -52,9 +53,10 @@ def read_results(cases: list[dict], path: Path) -> list[dict]:
     results, at = [], 0
     for case in cases:
         result = {}
+        outputs = case["n"] // 2 if case.get("activation") == "swiglu" else case["n"]
         for m in case["ms"]:
-            size = m * case["n"]
-            result[m] = flat[at : at + size].reshape(m, case["n"])
+            size = m * outputs
+            result[m] = flat[at : at + size].reshape(m, outputs)
             at += size
         results.append(result)
     assert at == flat.size, "the driver wrote more than the cases asked for"

@@ -2,10 +2,10 @@
 // ONNX Runtime, so a cross-compiled build can be checked under an emulator (qemu-aarch64).
 //
 //   native_driver CASES OUT
-// CASES holds, per case: int64 ggml_type, k, n, rows, int8 (0 fp32, 1 int8), count, then
-// `count` int64 row counts m, then the blocks (n * row bytes) and the activations
-// (rows * k float32). OUT receives, per case and row count m, Y of the first m rows
-// (m * n float32). stdout gets the ISA and the engines; a failure exits non-zero, saying why.
+// CASES holds, per case: int64 ggml_type, k, n, rows, int8 (0 fp32, 1 int8), swiglu (0 none,
+// 1 the gated activation), count, then `count` int64 row counts m, then the blocks (n * row
+// bytes) and the activations (rows * k float32). OUT receives, per case and row count m, Y
+// of the first m rows (m * n float32, or m * n / 2 with the activation). stdout gets the ISA and the engines; a failure exits non-zero, saying why.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -49,10 +49,12 @@ int main(int argc, char** argv) {
   std::ofstream out(argv[2], std::ios::binary);
   Reader reader{bytes};
   while (reader.at < bytes.size()) {
-    int64_t head[6];
+    int64_t head[7];
     if (!reader.take(head, sizeof head)) return fail("truncated case header");
     const int type = static_cast<int>(head[0]);
-    const int64_t k = head[1], n = head[2], rows = head[3], count = head[5];
+    const int64_t k = head[1], n = head[2], rows = head[3], count = head[6];
+    const Epilogue epilogue = head[5] ? Epilogue::kSwiglu : Epilogue::kNone;
+    const int64_t outputs = head[5] ? n / 2 : n;
     std::string error;
     const int64_t row_bytes = stored_row_bytes(type, k, &error);
     if (row_bytes < 0) return fail(error);
@@ -64,9 +66,9 @@ int main(int argc, char** argv) {
       return fail("truncated case body");
     }
     for (int64_t m : ms) {
-      std::vector<float> y(m * n);
+      std::vector<float> y(m * outputs);
       const Problem p{type, m, n, k, row_bytes, a.data(), b.data(), y.data()};
-      error = run_matmul(p, head[4] ? Precision::kInt8 : Precision::kFp32, isa.isa, serial_runner());
+      error = run_matmul(p, head[4] ? Precision::kInt8 : Precision::kFp32, isa.isa, serial_runner(), epilogue);
       if (!error.empty()) return fail(error);
       out.write(reinterpret_cast<const char*>(y.data()), static_cast<std::streamsize>(y.size() * 4));
     }

@@ -1,11 +1,13 @@
 """The ARM NEON paths, cross-compiled for aarch64 and run under qemu: every format and
 precision against gguf-py in float64, row independence, and against the scalar path,
-on the same cases as the x86 paths (kernel_cases.all_cases)."""
+on the same cases as the x86 paths (kernel_cases.all_cases); the swiglu activation bit
+for bit the formula the x86 paths give (swiglu_cases)."""
 
 from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 from kernel_cases import all_cases
 from kernel_checks import (
@@ -15,6 +17,8 @@ from kernel_checks import (
     check_nonfinite_rows,
 )
 from kernel_native import build_driver, run_native, toolchain
+from swiglu_cases import cases as swiglu_cases
+from swiglu_cases import pairs, swiglu_float32
 
 ARM_ISAS = ("scalar", "neon", "neon_dotprod")
 
@@ -25,9 +29,14 @@ def arm(tmp_path_factory):
     folder = tmp_path_factory.mktemp("aarch64")
     driver = build_driver(compiler, folder / "native_driver")
     cases = all_cases()
+    gated = swiglu_cases()
+
+    (folder / "swiglu").mkdir()
 
     @functools.cache
-    def computed(isa: str):
+    def computed(isa: str, which: str = "matmul"):
+        if which == "swiglu":
+            return run_native(emulator, driver, isa, gated, folder / "swiglu")
         return run_native(emulator, driver, isa, cases, folder)
 
     return cases, computed
@@ -53,3 +62,14 @@ def test_the_dot_product_engine_is_the_one_that_runs(arm):
     _, computed = arm
     assert computed("neon_dotprod")[0][1:] == ["NEON fp32 FMA", "NEON int8 (sdot)"]
     assert computed("neon")[0][1:] == ["NEON fp32 FMA", "NEON int8 (widening multiply)"]
+
+
+@pytest.mark.parametrize("isa", ARM_ISAS)
+def test_arm_swiglu_is_the_scalar_formula_bit_for_bit(arm, isa):
+    _, computed = arm
+    lines, results = computed(isa, "swiglu")
+    assert lines[0] == isa
+    for plain, gated in pairs(results):
+        for m, products in plain.items():
+            assert np.array_equal(gated[m], swiglu_float32(products))
+            assert np.array_equal(gated[m], gated[max(gated)][:m])
