@@ -10,14 +10,17 @@ namespace {
 
 // Prefill (more activation rows than the in-register walk takes): the task's weight rows
 // decoded once into fp32 scratch, each weight the same fma(code, scale, bias) the walk
-// forms, then read back by 6 weight rows x 4 activation rows at a time, K in pieces of
+// forms, then read back by 4 weight rows x 4 activation rows at a time, K in pieces of
 // kPiece weights so a tile's activations stay in L1. Each (m, n) meets its 16-groups in
 // the walk's order into the walk's two accumulators (kSteps: the group of each step of a
 // chunk, step I into accumulator I & 1), so the result is the in-register one, bit for
 // bit. The two accumulators never meet before the final sum, so each is run as its own
-// pass (steps 0 and 2, then 1 and 3): a pass holds one accumulator per output, which lets
-// 24 outputs share each load (a tile of 2 x 4 with both accumulators loaded 6 vectors for
-// 8 FMAs and ran Q4_1 576x3072 at 64 rows in 1.66 ms against ORT's fp32 MatMulNBits' 1.38).
+// pass (steps 0 and 2, then 1 and 3): a pass holds one accumulator per output, so 16
+// outputs share each load. Against the earlier 2 x 4 tile with both accumulators (6
+// loads for 8 FMAs), alternating builds, kernel_gemv.py: Q4_1 576x3072 at 64 rows
+// 1.66-1.70 against 2.36 ms, at 256 rows 6.2-6.4 against 6.7; 1536x576 0.85 against
+// 1.25-1.27 and 3.1-3.2 against 3.7. A 6 x 4 tile (24 accumulators) was slower at
+// K = 576 (1.88-2.05 ms at 64 rows): its passes are short, 18 steps.
 template <class Format>
 struct Steps {
   static constexpr int kGroups[4] = {0, 1, 2, 3};
@@ -28,7 +31,7 @@ struct Steps<Q4_KBlocks> {
 };
 
 constexpr int64_t kPiece = 1024;
-constexpr int kPanelRows = 6;  // weight rows of a tile
+constexpr int kPanelRows = 4;  // weight rows of a tile
 constexpr int kPanelActs = 4;  // activation rows of a tile
 // A weight row's saved accumulators: one per activation row and pass.
 constexpr int kRowStates = 2 * kPanelActs;
@@ -81,7 +84,7 @@ struct PanelTile {
   [[gnu::always_inline]] void step(const float* const* wrow, int64_t at, const float* const* arow, int64_t k) {
     __m512 a[R];
     _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) a[r] = _mm512_loadu_ps(arow[r] + k);
-    _Pragma("GCC unroll 6") for (int w = 0; w < NW; ++w) {
+    _Pragma("GCC unroll 4") for (int w = 0; w < NW; ++w) {
       const __m512 wv = _mm512_loadu_ps(wrow[w] + at);
       _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) acc[w][r] = _mm512_fmadd_ps(wv, a[r], acc[w][r]);
     }
@@ -90,7 +93,7 @@ struct PanelTile {
   static void run(const Problem& p, const Activations& x, const float* panel, int64_t n0, int64_t n, int64_t m0,
                   int64_t k0, int64_t k1, int pass, __m512* state) {
     PanelTile t;
-    _Pragma("GCC unroll 6") for (int w = 0; w < NW; ++w) {
+    _Pragma("GCC unroll 4") for (int w = 0; w < NW; ++w) {
       _Pragma("GCC unroll 4") for (int r = 0; r < R; ++r) {
         t.acc[w][r] = k0 == 0 ? _mm512_setzero_ps() : state[w * kRowStates + pass * kPanelActs + r];
       }
@@ -132,8 +135,6 @@ template <class Format, int R>
 void panel_rows(int weight_rows, const Problem& p, const Activations& x, const float* panel, int64_t n0, int64_t n,
                 int64_t m0, int64_t k0, int64_t k1, int pass, __m512* state) {
   switch (weight_rows) {
-    case 6: PanelTile<Format, 6, R>::run(p, x, panel, n0, n, m0, k0, k1, pass, state); break;
-    case 5: PanelTile<Format, 5, R>::run(p, x, panel, n0, n, m0, k0, k1, pass, state); break;
     case 4: PanelTile<Format, 4, R>::run(p, x, panel, n0, n, m0, k0, k1, pass, state); break;
     case 3: PanelTile<Format, 3, R>::run(p, x, panel, n0, n, m0, k0, k1, pass, state); break;
     case 2: PanelTile<Format, 2, R>::run(p, x, panel, n0, n, m0, k0, k1, pass, state); break;
