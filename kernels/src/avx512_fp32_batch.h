@@ -23,12 +23,45 @@ constexpr int kPassRows = 2;
 constexpr int64_t kPassBlocks = 16;
 static_assert(kPassBlocks <= kScalePiece, "a piece's scales are one BlockScales load");
 
+// One accumulator vector per (weight row, activation row) of a pass.
+template <int NW, int R>
+using Sums = __m512[NW][R];
+
+// acc[w][r] += weights[w] * the 16 activations of row r from k: each activation vector
+// loaded once for the NW FMAs (GCC folds the load into each FMA otherwise).
+template <int NW, int R>
+[[gnu::always_inline]] inline void multiply_rows(const __m512 (&weights)[NW], const float* const* a, int64_t k,
+                                                 Sums<NW, R>& acc) {
+  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
+    __m512 x = _mm512_loadu_ps(a[r] + k);
+    asm("" : "+v"(x));
+    _Pragma("GCC unroll 3") for (int w = 0; w < NW; ++w) acc[w][r] = _mm512_fmadd_ps(weights[w], x, acc[w][r]);
+  }
+}
+
+// What every pass tile shares: its weight rows and activation rows, both passes' sums
+// from zero, `walk(rows, a, low, high)` running the passes, the outputs stored.
+template <int NW, int R, class Walk>
+[[gnu::always_inline]] inline void run_passes(const Problem& p, const Activations& x, int64_t n, int64_t m0,
+                                              const Walk& walk) {
+  const uint8_t* rows[NW];
+  const float* a[R];
+  for (int w = 0; w < NW; ++w) rows[w] = p.b + (n + w) * p.row_bytes;
+  for (int r = 0; r < R; ++r) a[r] = x.a + (m0 + r) * p.k;
+  Sums<NW, R> low, high;
+  for (int w = 0; w < NW; ++w) {
+    for (int r = 0; r < R; ++r) low[w][r] = high[w][r] = _mm512_setzero_ps();
+  }
+  walk(rows, a, low, high);
+  store_pairs<NW, R>(p, n, m0, low, high);
+}
+
 template <class Format, int NW, int R>
 struct BlockPasses {
   // Blocks b0..b0+count-1 of one pass, onto the accumulators in `saved`.
   template <int Pass>
   [[gnu::always_inline]] static void pass(const uint8_t* const* rows, const float* const* a, int64_t b0, int count,
-                                          const BlockScales<Format>* scales, __m512 (&saved)[NW][R]) {
+                                          const BlockScales<Format>* scales, Sums<NW, R>& saved) {
     __m512 acc[NW][R];  // local, so they stay in registers
     for (int w = 0; w < NW; ++w) {
       for (int r = 0; r < R; ++r) acc[w][r] = saved[w][r];
@@ -43,12 +76,7 @@ struct BlockPasses {
         if constexpr (Pass == 1) q = _mm512_srli_epi32(q, 4);
         weights[w] = _mm512_permutexvar_ps(q, table);
       }
-      const int64_t k = 32 * (b0 + b) + 16 * Pass;
-      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-        __m512 x = _mm512_loadu_ps(a[r] + k);
-        asm("" : "+v"(x));  // one load for the NW FMAs: GCC folds it into each one otherwise
-        _Pragma("GCC unroll 3") for (int w = 0; w < NW; ++w) acc[w][r] = _mm512_fmadd_ps(weights[w], x, acc[w][r]);
-      }
+      multiply_rows<NW, R>(weights, a, 32 * (b0 + b) + 16 * Pass, acc);
     }
     for (int w = 0; w < NW; ++w) {
       for (int r = 0; r < R; ++r) saved[w][r] = acc[w][r];
@@ -56,23 +84,17 @@ struct BlockPasses {
   }
 
   static void run(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
-    const uint8_t* rows[NW];
-    const float* a[R];
-    for (int w = 0; w < NW; ++w) rows[w] = p.b + (n + w) * p.row_bytes;
-    for (int r = 0; r < R; ++r) a[r] = x.a + (m0 + r) * p.k;
-    __m512 low[NW][R], high[NW][R];
-    for (int w = 0; w < NW; ++w) {
-      for (int r = 0; r < R; ++r) low[w][r] = high[w][r] = _mm512_setzero_ps();
-    }
-    BlockScales<Format> scales[NW];
-    const int64_t blocks = p.k / 32;
-    for (int64_t b0 = 0; b0 < blocks; b0 += kPassBlocks) {
-      const int count = static_cast<int>(std::min<int64_t>(kPassBlocks, blocks - b0));
-      for (int w = 0; w < NW; ++w) scales[w].load(rows[w] + b0 * Format::kBytes, count);
-      pass<0>(rows, a, b0, count, scales, low);
-      pass<1>(rows, a, b0, count, scales, high);
-    }
-    store_pairs<NW, R>(p, n, m0, low, high);
+    run_passes<NW, R>(p, x, n, m0, [&p](const uint8_t* const* rows, const float* const* a, Sums<NW, R>& low,
+                                        Sums<NW, R>& high) {
+      BlockScales<Format> scales[NW];
+      const int64_t blocks = p.k / 32;
+      for (int64_t b0 = 0; b0 < blocks; b0 += kPassBlocks) {
+        const int count = static_cast<int>(std::min<int64_t>(kPassBlocks, blocks - b0));
+        for (int w = 0; w < NW; ++w) scales[w].load(rows[w] + b0 * Format::kBytes, count);
+        pass<0>(rows, a, b0, count, scales, low);
+        pass<1>(rows, a, b0, count, scales, high);
+      }
+    });
   }
 };
 
@@ -90,7 +112,7 @@ struct SuperPasses {
   template <int Pass>
   [[gnu::always_inline]] static void pass(const uint8_t* const* units, const float* const* a, int64_t k0,
                                           const float (&scale16)[NW][kMaxUnitGroups],
-                                          const float (&bias16)[NW][kMaxUnitGroups], __m512 (&saved)[NW][R]) {
+                                          const float (&bias16)[NW][kMaxUnitGroups], Sums<NW, R>& saved) {
     __m512 acc[NW][R];  // local, so they stay in registers
     for (int w = 0; w < NW; ++w) {
       for (int r = 0; r < R; ++r) acc[w][r] = saved[w][r];
@@ -110,12 +132,7 @@ struct SuperPasses {
           if constexpr (Pass == 1) q = _mm512_srli_epi32(q, 4);
           weights[w] = _mm512_permutexvar_ps(q, tables[w]);
         }
-        const int64_t at = k0 + 64 * c + 16 * i + 32 * Pass;
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-          __m512 x = _mm512_loadu_ps(a[r] + at);
-          asm("" : "+v"(x));  // one load for the NW FMAs (see BlockPasses)
-          _Pragma("GCC unroll 3") for (int w = 0; w < NW; ++w) acc[w][r] = _mm512_fmadd_ps(weights[w], x, acc[w][r]);
-        }
+        multiply_rows<NW, R>(weights, a, k0 + 64 * c + 16 * i + 32 * Pass, acc);
       }
     }
     for (int w = 0; w < NW; ++w) {
@@ -124,27 +141,21 @@ struct SuperPasses {
   }
 
   static void run(const Problem& p, const Activations& x, int64_t n, int64_t m0) {
-    const uint8_t* rows[NW];
-    const float* a[R];
-    for (int w = 0; w < NW; ++w) rows[w] = p.b + (n + w) * p.row_bytes;
-    for (int r = 0; r < R; ++r) a[r] = x.a + (m0 + r) * p.k;
-    __m512 low[NW][R], high[NW][R];
-    for (int w = 0; w < NW; ++w) {
-      for (int r = 0; r < R; ++r) low[w][r] = high[w][r] = _mm512_setzero_ps();
-    }
-    for (int64_t k0 = 0; k0 < p.k; k0 += 256) {
-      alignas(64) float scale16[NW][kMaxUnitGroups];
-      alignas(64) float bias16[NW][kMaxUnitGroups];
-      const uint8_t* units[NW];
-      for (int w = 0; w < NW; ++w) {
-        units[w] = rows[w] + k0 / 256 * Q4_KBlocks::kBytes;
-        Q4_KBlocks::scales(units[w], 1, scale16[w], bias16[w]);
+    run_passes<NW, R>(p, x, n, m0, [&p](const uint8_t* const* rows, const float* const* a, Sums<NW, R>& low,
+                                        Sums<NW, R>& high) {
+      for (int64_t k0 = 0; k0 < p.k; k0 += 256) {
+        alignas(64) float scale16[NW][kMaxUnitGroups];
+        alignas(64) float bias16[NW][kMaxUnitGroups];
+        const uint8_t* units[NW];
+        for (int w = 0; w < NW; ++w) {
+          units[w] = rows[w] + k0 / 256 * Q4_KBlocks::kBytes;
+          Q4_KBlocks::scales(units[w], 1, scale16[w], bias16[w]);
+        }
+        asm volatile("" : : "r"(scale16), "r"(bias16) : "memory");  // read back as broadcasts (see SuperRows)
+        pass<0>(units, a, k0, scale16, bias16, low);
+        pass<1>(units, a, k0, scale16, bias16, high);
       }
-      asm volatile("" : : "r"(scale16), "r"(bias16) : "memory");  // read back as broadcasts (see SuperRows)
-      pass<0>(units, a, k0, scale16, bias16, low);
-      pass<1>(units, a, k0, scale16, bias16, high);
-    }
-    store_pairs<NW, R>(p, n, m0, low, high);
+    });
   }
 };
 
