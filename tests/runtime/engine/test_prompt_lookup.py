@@ -12,6 +12,7 @@ quotes it.
 from __future__ import annotations
 
 import pytest
+from engine_hold import engine_held
 
 from clika_runtime import modelverse
 from clika_runtime.engine.config import GenerationConfig
@@ -95,13 +96,14 @@ def test_a_batch_mixing_drafts_and_sampling_equals_each_alone(drafting):
     engine = drafting.engine
     engine.set_max_active(len(configs))  # all of them in the same steps
     steps = engine.stats.steps
-    streams = [
-        engine.submit(
-            drafting.tokenizer.encode(drafting.render([{"role": "user", "content": p}])),
-            GenerationConfig(**c),
-        )
-        for p, c in zip(prompts, configs, strict=True)
-    ]
+    with engine_held(engine):  # all five start in the same step, however busy the machine
+        streams = [
+            engine.submit(
+                drafting.tokenizer.encode(drafting.render([{"role": "user", "content": p}])),
+                GenerationConfig(**c),
+            )
+            for p, c in zip(prompts, configs, strict=True)
+        ]
     assert [s.result() for s in streams] == alone
     assert [s.report.completion_tokens for s in streams] == [40, 40, 40, 17, 40]
     assert engine.stats.steps - steps < 2 * 40  # together: one after another would take over 150
