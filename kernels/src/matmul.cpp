@@ -147,12 +147,17 @@ int64_t stored_row_bytes(int type, int64_t k, std::string* error) {
   return k / layout.weights * layout.bytes;
 }
 
+std::string epilogue_error(Epilogue epilogue, int64_t n) {
+  if (epilogue == Epilogue::kSwiglu && n % 2 != 0) {
+    return "N=" + std::to_string(n) + " must be even for activation swiglu (gate rows, then up rows)";
+  }
+  return "";
+}
+
 std::string run_matmul(const Problem& p, Precision precision, Isa isa, const ParallelRunner& runner,
                        Epilogue epilogue) {
-  std::string error;
-  if (epilogue == Epilogue::kSwiglu && p.n % 2 != 0) {
-    return "N=" + std::to_string(p.n) + " must be even for activation swiglu (gate rows, then up rows)";
-  }
+  std::string error = epilogue_error(epilogue, p.n);
+  if (!error.empty()) return error;
   const int64_t row_bytes = stored_row_bytes(p.type, p.k, &error);
   if (row_bytes < 0) return error;
   if (row_bytes != p.row_bytes) {

@@ -24,6 +24,9 @@ ParallelRunner serial_runner();
 // Bytes of one stored row of k weights, or -1 (with *error set) when type or k is invalid.
 int64_t stored_row_bytes(int type, int64_t k, std::string* error);
 
+// "" when `epilogue` can apply to a matrix of n rows, else why not (kSwiglu: n must be even).
+std::string epilogue_error(Epilogue epilogue, int64_t n);
+
 // Computes p.y; returns "" or the reason it could not (nothing is written then).
 // kSwiglu: p.n counts W's rows (gate, then up) and p.y holds [m, n / 2] outputs.
 std::string run_matmul(const Problem& p, Precision precision, Isa isa, const ParallelRunner& runner,

@@ -76,14 +76,13 @@ OrtStatus* create_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*
   if (activation != "none" && activation != "swiglu") {
     return invalid("activation '" + activation + "' is not one of none, swiglu");
   }
-  if (activation == "swiglu" && n % 2 != 0) {
-    return invalid("N=" + std::to_string(n) + " must be even for activation swiglu (gate rows, then up rows)");
-  }
+  const Epilogue epilogue = activation == "swiglu" ? Epilogue::kSwiglu : Epilogue::kNone;
+  const std::string epilogue_problem = epilogue_error(epilogue, n);
+  if (!epilogue_problem.empty()) return invalid(epilogue_problem);
   const IsaChoice& isa = selected_isa();
   if (!isa.ok) return invalid(isa.message);
   *kernel = new GgufMatMulKernel{static_cast<int>(type), k, n, row_bytes,
-                                 precision == "int8" ? Precision::kInt8 : Precision::kFp32, isa.isa,
-                                 activation == "swiglu" ? Epilogue::kSwiglu : Epilogue::kNone};
+                                 precision == "int8" ? Precision::kInt8 : Precision::kFp32, isa.isa, epilogue};
   return nullptr;
 }
 

@@ -35,6 +35,18 @@ def test_unknown_precision_is_refused_naming_it():
         gguf_matmul_session(gguf_matmul_model("Q4_0", 64, 8, precision="fp16"))
 
 
+def test_unknown_activation_is_refused_naming_it():
+    with pytest.raises(Exception, match="activation 'gelu' is not one of none, swiglu"):
+        gguf_matmul_session(gguf_matmul_model("Q4_0", 64, 8, activation="gelu"))
+
+
+def test_swiglu_over_an_odd_number_of_rows_is_refused():
+    with pytest.raises(
+        Exception, match=r"N=7 must be even for activation swiglu \(gate rows, then up rows\)"
+    ):
+        gguf_matmul_session(gguf_matmul_model("Q4_0", 64, 7, activation="swiglu"))
+
+
 def test_wrong_row_bytes_are_refused_with_the_expected_shape():
     session = gguf_matmul_session(gguf_matmul_model("Q4_1", 64, 4))
     a = np.ones((1, 64), np.float32)

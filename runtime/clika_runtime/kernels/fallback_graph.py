@@ -30,12 +30,12 @@ from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM, block_sum_shape_nam
 from clika_runtime.kernels.blocks import BlockQuantized, pack_b, pack_zero_points
 from clika_runtime.kernels.centring import center_zero_points
 from clika_runtime.kernels.gguf_matmul import (
-    ACTIVATIONS,
     B_SUFFIX,
     DOMAIN,
     GGML_TYPE_NAMES,
     OP_TYPE,
     PRECISION_LEVELS,
+    check_activation,
 )
 from clika_runtime.kernels.onnx_wire import (
     NUMPY_TYPES,
@@ -128,21 +128,19 @@ class _Builder:
                 f"has no MatMulNBits form (types {sorted(GGML_TYPE_NAMES)}, precisions {sorted(PRECISION_LEVELS)})"
             )
         k, n = int(attrs["K"]), int(attrs["N"])
+        activation = attrs.get("activation", "none")
+        try:
+            check_activation(activation, n)
+        except ValueError as exc:  # before the transcode: a bad node costs no work
+            raise FallbackError(f"node {node.name}: {exc}") from None
         blocks = self._bytes(b_name, node.name)
         matrix = center_zero_points(transcode(ggml_type, blocks, (n, k)))
         self.gguf_inputs.add(b_name)
         self.count += 1
         base = b_name[: -len(B_SUFFIX)] if b_name.endswith(B_SUFFIX) else b_name
         scope = node.name.rsplit("/", 1)[0]
-        activation = attrs.get("activation", "none")
-        if activation not in ACTIVATIONS:
-            raise FallbackError(
-                f"node {node.name}: activation {activation!r} is not one of {', '.join(ACTIVATIONS)}"
-            )
         if activation == "none":
             return self._nbits(x, node.outputs[0], matrix, base, scope, PRECISION_LEVELS[precision])
-        if n % 2:
-            raise FallbackError(f"node {node.name}: N={n} must be even for activation swiglu")
         products = f"{scope}/Products/output_0"
         nodes = self._nbits(x, products, matrix, base, scope, PRECISION_LEVELS[precision])
         return nodes + self._swiglu(products, node.outputs[0], n // 2, f"{scope}/Swiglu")

@@ -16,11 +16,10 @@ MatMulNBits form the exporter wrote before the op existed (``fallback_graph``):
 from __future__ import annotations
 
 # The op's contract is the kernel library's (``op``); the graph-side names read it from there.
-from clika_runtime.kernels.op import ACTIVATIONS, DOMAIN, GGML_TYPE_IDS, OP_TYPE
+from clika_runtime.kernels.op import DOMAIN, GGML_TYPE_IDS, OP_TYPE, check_activation
 from clika_runtime.kernels.op import OP_VERSION as OPSET_VERSION
 
 __all__ = [
-    "ACTIVATIONS",
     "B_SUFFIX",
     "DOMAIN",
     "GGML_TYPE_IDS",
@@ -29,6 +28,7 @@ __all__ = [
     "OPSET_VERSION",
     "OP_TYPE",
     "PRECISION_LEVELS",
+    "check_activation",
 ]
 
 # The B initializer of the matrix ``base`` (``model.layers.0.mlp.down_proj``) is named ``base + SUFFIX``.

@@ -38,6 +38,14 @@ def stored_row_bytes(ggml_type: str, k: int) -> int:
     return k // weights * nbytes
 
 
+def check_activation(activation: str, n: int) -> None:
+    """ValueError unless ``activation`` can apply to a ``GgufMatMul`` of ``n`` output rows."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not one of {', '.join(ACTIVATIONS)}")
+    if activation == "swiglu" and n % 2:
+        raise ValueError(f"N={n} must be even for activation swiglu (gate rows, then up rows)")
+
+
 def op_attributes(
     ggml_type: str, k: int, n: int, precision: str = "fp32", activation: str = "none"
 ) -> dict[str, int | str]:
@@ -47,10 +55,7 @@ def op_attributes(
         raise ValueError(f"N={n} must be positive")
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation {activation!r} is not one of {', '.join(ACTIVATIONS)}")
-    if activation == "swiglu" and n % 2:
-        raise ValueError(f"N={n} must be even for activation swiglu (gate rows, then up rows)")
+    check_activation(activation, n)
     attrs: dict[str, int | str] = {
         "ggml_type": GGML_TYPE_IDS[ggml_type],
         "K": k,

@@ -14,7 +14,7 @@ from clika_quant.model_file import ExternalWeights, save_graph
 from clika_quant.options import QuantError
 from clika_quant.quantize import quantize_proto
 from clika_runtime.contract.model_folder import open_session, session_options
-from clika_runtime.kernels.fallback_graph import rewrite
+from clika_runtime.kernels.fallback_graph import FallbackError, rewrite
 from clika_runtime.kernels.gguf_matmul import DOMAIN, OP_TYPE
 from clika_runtime.kernels.graph_loading import inference_session
 
@@ -142,3 +142,35 @@ def test_subnormal_scales_are_kept(monkeypatch):
     assert any(n.op_type == OP_TYPE and n.domain == DOMAIN for n in model.graph.node)
     got = inference_session(model.SerializeToString()).run(None, {"A": np.eye(COLS, dtype=np.float32)})[0]
     assert np.array_equal(got.T, ref)
+
+
+@pytest.mark.parametrize(
+    ("n", "activation", "message"),
+    [
+        (37, "swiglu", r"node /mlp/gate_up/GgufMatMul: N=37 must be even for activation swiglu"),
+        (8, "gelu", r"node /mlp/gate_up/GgufMatMul: activation 'gelu' is not one of none, swiglu"),
+    ],
+)
+def test_an_activation_the_node_cannot_apply_is_refused_naming_the_node(n, activation, message):
+    node = helper.make_node(
+        OP_TYPE,
+        ["A", "B"],
+        ["Y"],
+        "/mlp/gate_up/GgufMatMul",
+        domain=DOMAIN,
+        ggml_type=2,
+        K=32,
+        N=n,
+        precision="fp32",
+        activation=activation,
+    )
+    graph = helper.make_graph(
+        [node],
+        "t",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", 32])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", n // 2])],
+        [numpy_helper.from_array(random_blocks("Q4_0", n, 32), "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[*OPSETS, helper.make_opsetid(DOMAIN, 1)])
+    with pytest.raises(FallbackError, match=message):
+        rewrite(model.SerializeToString(), folder=None)
