@@ -82,14 +82,15 @@ def reference(case: dict) -> np.ndarray:
         return case["a"].astype(np.float64) @ weights.T
 
 
-def run_under_isa(isa: str, cases: list[dict]) -> dict:
-    """Computes ``cases`` in a subprocess with ``CLIKA_KERNEL_ISA=isa``; returns its status and results."""
+def run_under_isa(isa: str, cases: list, runner: Path = RUNNER) -> dict:
+    """Computes ``cases`` in a subprocess with ``CLIKA_KERNEL_ISA=isa`` (``runner``: the script
+    that computes them, GgufMatMul's by default); returns its status and results."""
     with tempfile.TemporaryDirectory() as folder:
         cases_path, out_path = Path(folder, "cases.pkl"), Path(folder, "out.pkl")
         cases_path.write_bytes(pickle.dumps(cases))
         env = {**os.environ, "CLIKA_KERNEL_ISA": isa}
         done = subprocess.run(
-            [sys.executable, str(RUNNER), str(cases_path), str(out_path)],
+            [sys.executable, str(runner), str(cases_path), str(out_path)],
             env=env,
             capture_output=True,
             text=True,

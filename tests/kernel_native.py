@@ -31,9 +31,10 @@ def toolchain(compiler: str, emulators: tuple[str, ...]) -> tuple[str, str]:
     return found_compiler, found_emulator
 
 
-def build_driver(compiler: str, out: Path) -> Path:
-    sources = [str(p) for p in sorted(SOURCES.glob("*.cpp")) if p.name != "ort_op.cpp"]
-    subprocess.run([compiler, *FLAGS, f"-I{SOURCES}", str(DRIVER), *sources, "-o", str(out)], check=True)
+def build_driver(compiler: str, out: Path, driver: Path = DRIVER) -> Path:
+    """``driver`` and the library's sources but the ONNX Runtime glue (``ort_*.cpp``), linked."""
+    sources = [str(p) for p in sorted(SOURCES.glob("*.cpp")) if not p.name.startswith("ort_")]
+    subprocess.run([compiler, *FLAGS, f"-I{SOURCES}", str(driver), *sources, "-o", str(out)], check=True)
     return out
 
 
@@ -83,3 +84,47 @@ def run_native(
     )
     assert done.returncode == 0, f"{isa} under {emulator}: {done.stderr[-2000:]}"
     return done.stdout.splitlines(), read_results(cases, out_path)
+
+
+ATTENTION_DRIVER = ROOT / "tests" / "kernels" / "native_attention_driver.cpp"
+
+
+def run_native_attention(
+    emulator: str, driver: Path, isa: str, cases: list, folder: Path
+) -> tuple[str, list]:
+    """(the ISA the driver ran, each case's [output, present_key, present_value]) under ``isa``."""
+    from attention_cases import feeds, op_feeds
+
+    cases_path, out_path = folder / f"attention-{isa}.cases", folder / f"attention-{isa}.out"
+    shapes = []
+    with cases_path.open("wb") as f:
+        for layout, step in cases:
+            x = op_feeds(feeds(layout, step))
+            half = layout.rotary_half or 0
+            rows, tokens = len(step.new), len(x["token_cell"])
+            head = [layout.heads, layout.kv_heads, layout.head_dim, layout.capacity, half, layout.window or 0]
+            head += [rows, tokens, len(x["cos"]) if half else 0]
+            f.write(np.array(head, np.int64).tobytes())
+            f.write(np.array([layout.scale or 0.0, layout.softcap], np.float32).tobytes())
+            for name in ("qkv", "token_cell", "query_seqlens", "seqlens_k", "past_key", "past_value"):
+                f.write(np.ascontiguousarray(x[name]).tobytes())
+            if half:
+                f.write(x["cos"].tobytes() + x["sin"].tobytes())
+            shapes.append(
+                [(tokens, layout.heads * layout.head_dim), x["past_key"].shape, x["past_value"].shape]
+            )
+    env = {**os.environ, "CLIKA_KERNEL_ISA": isa}
+    done = subprocess.run(
+        [emulator, str(driver), str(cases_path), str(out_path)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{isa} under {emulator}: {done.stderr[-2000:]}"
+    flat, at, results = np.fromfile(out_path, np.float32), 0, []
+    for case_shapes in shapes:
+        arrays = []
+        for shape in case_shapes:
+            size = int(np.prod(shape))
+            arrays.append(flat[at : at + size].reshape(shape))
+            at += size
+        results.append(arrays)
+    assert at == flat.size, "the driver wrote more than the cases asked for"
+    return done.stdout.strip(), results

@@ -9,18 +9,20 @@ import functools
 
 import numpy as np
 import pytest
-from kernel_cases import all_cases
+from attention_cases import LAYOUTS, STEPS, run_cases
+from kernel_cases import all_cases, require_library
 from kernel_checks import (
     check_against_gguf_py,
     check_against_scalar,
     check_batch_independence,
     check_nonfinite_rows,
 )
-from kernel_native import build_driver, run_native, toolchain
+from kernel_native import ATTENTION_DRIVER, build_driver, run_native, run_native_attention, toolchain
 from swiglu_cases import cases as swiglu_cases
 from swiglu_cases import pairs, swiglu_float32
 
 ARM_ISAS = ("scalar", "neon", "neon_dotprod")
+ATTENTION_CASES = [(layout, step) for layout in LAYOUTS for step in STEPS]
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +75,22 @@ def test_arm_swiglu_is_the_scalar_formula_bit_for_bit(arm, isa):
         for m, products in plain.items():
             assert np.array_equal(gated[m], swiglu_float32(products))
             assert np.array_equal(gated[m], gated[max(gated)][:m])
+
+
+@pytest.fixture(scope="module")
+def arm_attention(tmp_path_factory):
+    compiler, emulator = toolchain("aarch64-linux-gnu-g++", ("qemu-aarch64-static", "qemu-aarch64"))
+    folder = tmp_path_factory.mktemp("aarch64-attention")
+    driver = build_driver(compiler, folder / "native_attention_driver", ATTENTION_DRIVER)
+    return lambda isa: run_native_attention(emulator, driver, isa, ATTENTION_CASES, folder)
+
+
+@pytest.mark.parametrize("isa", ARM_ISAS)
+def test_arm_step_attention_gives_the_x86_paths_bits(arm_attention, isa):
+    """Every x86 ISA gives the scalar path's bits (test_step_attention); so does ARM."""
+    require_library()
+    ran, results = arm_attention(isa)
+    assert ran == isa
+    for (layout, step), got, want in zip(ATTENTION_CASES, results, run_cases(ATTENTION_CASES), strict=True):
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g, w), (isa, layout, step)
