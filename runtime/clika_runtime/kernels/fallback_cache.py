@@ -32,7 +32,7 @@ from clika_runtime.store.cache import cache_root
 
 log = logging.getLogger("clika_runtime.kernels")
 # Bumped whenever the rewrite's output changes for the same input.
-FORM_VERSION = 1
+FORM_VERSION = 2
 ALIGN = 64
 
 
@@ -80,7 +80,7 @@ def _read(entry: Path) -> RewrittenGraph | None:
             size = int(np.prod(item["shape"], dtype=np.int64)) * dtype.itemsize
             raw = weights[item["offset"] : item["offset"] + size]
             supplied[item["name"]] = raw.view(dtype).reshape(item["shape"])
-        return RewrittenGraph(model, supplied, int(index["nodes"]))
+        return RewrittenGraph(model, supplied, int(index["nodes"]), int(index.get("attention", 0)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -103,7 +103,7 @@ def _write(entry: Path, rewritten: RewrittenGraph) -> None:
                 )
                 offset += data.nbytes
         (scratch / "model.onnx").write_bytes(rewritten.model)
-        index = {"nodes": rewritten.nodes, "arrays": arrays}
+        index = {"nodes": rewritten.nodes, "attention": rewritten.attention, "arrays": arrays}
         (scratch / "index.json").write_text(json.dumps(index))
         os.replace(scratch, entry)
     finally:  # after a failure (or a rename refused: another process wrote the entry first)

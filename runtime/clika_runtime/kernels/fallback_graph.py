@@ -1,4 +1,5 @@
-"""``GgufMatMul`` nodes rewritten at load into the MatMulNBits form ORT runs by itself.
+"""``GgufMatMul`` nodes rewritten at load into the MatMulNBits form ORT runs by itself
+(and ``StepAttention`` nodes into GroupQueryAttention, ``attention_op``).
 
 Where the kernel library is not loaded, each ``GgufMatMul(x, B)`` becomes what
 the exporter wrote before the op existed (``clika_quant.graph_pass``), built
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from clika_runtime.kernels import proto_wire as w
+from clika_runtime.kernels.attention_op import ATTENTION_OP, MS_DOMAIN, attention_to_gqa, with_ms_opset
 from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM, block_sum_shape_names
 from clika_runtime.kernels.blocks import BlockQuantized, pack_b, pack_zero_points
 from clika_runtime.kernels.centring import center_zero_points
@@ -44,23 +46,21 @@ from clika_runtime.kernels.onnx_wire import (
     decode_node,
     decode_tensor,
     inline_tensor,
-    opset_domains,
-    opset_import,
     placeholder_tensor,
     tensor_name,
 )
 from clika_runtime.kernels.transcode import transcode
-
-MS_DOMAIN = "com.microsoft"
 
 
 class FallbackError(ValueError):
     """A GgufMatMul node the rewrite cannot carry into MatMulNBits form (the message says why)."""
 
 
-def has_gguf_matmul(model_bytes: bytes) -> bool:
-    """Whether a serialized graph may hold a GgufMatMul node (a cheap byte search, no parse)."""
-    return OP_TYPE.encode() in model_bytes and DOMAIN.encode() in model_bytes
+def has_kernel_ops(model_bytes: bytes) -> bool:
+    """Whether a serialized graph may hold a node of the kernel library (GgufMatMul,
+    StepAttention): a cheap byte search, no parse."""
+    named = OP_TYPE.encode() in model_bytes or ATTENTION_OP.encode() in model_bytes
+    return named and DOMAIN.encode() in model_bytes
 
 
 @dataclass
@@ -70,10 +70,12 @@ class RewrittenGraph:
     model: bytes
     supplied: dict[str, np.ndarray]
     nodes: int  # GgufMatMul nodes replaced
+    attention: int = 0  # StepAttention nodes replaced
 
 
 def rewrite(model_bytes: bytes, folder: Path | None, block_sum: str = BLOCK_SUM_FORM) -> RewrittenGraph:
-    """``model_bytes`` (a graph whose external data lives in ``folder``) without GgufMatMul.
+    """``model_bytes`` (a graph whose external data lives in ``folder``) without GgufMatMul
+    or StepAttention (``attention_op.gqa_form``).
 
     ``block_sum``: the offsets' block sums as "reduce" (Reshape + ReduceSum) or "matmul" (a 0/1
     indicator matrix), ``block_sums.BLOCK_SUM_FORM`` unless a benchmark compares them."""
@@ -81,7 +83,7 @@ def rewrite(model_bytes: bytes, folder: Path | None, block_sum: str = BLOCK_SUM_
     graph_index = next((i for i, f in enumerate(model) if f.number == w.MODEL_GRAPH), None)
     if graph_index is None:
         raise FallbackError("the model has no graph")
-    graph = w.decode(model[graph_index].value)
+    graph, attention = attention_to_gqa(w.decode(model[graph_index].value))
     tensors = {tensor_name(f.value): f for f in graph if f.number == w.GRAPH_INITIALIZER}
     builder = _Builder(folder, tensors, block_sum=block_sum)
     nodes: list[w.Field] = []
@@ -100,9 +102,7 @@ def rewrite(model_bytes: bytes, folder: Path | None, block_sum: str = BLOCK_SUM_
     kept = [f for f in graph if f.number == w.GRAPH_INITIALIZER and tensor_name(f.value) not in dropped]
     new_tensors = [w.Field(w.GRAPH_INITIALIZER, w.LENGTH, t) for t in builder.tensors]
     model[graph_index] = w.message(w.MODEL_GRAPH, nodes + body + kept + new_tensors)
-    if MS_DOMAIN not in opset_domains(model):
-        model.append(w.Field(w.MODEL_OPSET_IMPORT, w.LENGTH, opset_import(MS_DOMAIN, 1)))
-    return RewrittenGraph(w.encode(model), builder.supplied, builder.count)
+    return RewrittenGraph(w.encode(with_ms_opset(model)), builder.supplied, builder.count, attention)
 
 
 @dataclass

@@ -1,10 +1,10 @@
-"""How a graph with ``GgufMatMul`` nodes opens: on the kernel library, or rewritten for ORT alone.
+"""How a graph with the kernel library's nodes opens: on the library, or rewritten for ORT alone.
 
 ``open_session`` hands every step graph here first. A graph without the op opens
 as before. One with it opens as it is where the kernel library is loaded (its
 ops registered on the session options); otherwise (no library built for this
 machine, ``CLIKA_KERNELS=off``) its GgufMatMul nodes are rewritten into the
-MatMulNBits form (``fallback_graph``; kept between loads by ``fallback_cache``) and the
+MatMulNBits form and its StepAttention nodes into GroupQueryAttention (``fallback_graph``; kept between loads by ``fallback_cache``) and the
 computed weights handed to the session. ``GraphPath`` says which of the two ran and why; it is logged and kept
 on the session (``session.kernel_path``) for ``clika show``.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import onnxruntime as ort
 
 from clika_runtime.kernels.fallback_cache import cached_rewrite
-from clika_runtime.kernels.fallback_graph import has_gguf_matmul
+from clika_runtime.kernels.fallback_graph import has_kernel_ops
 
 log = logging.getLogger("clika_runtime.kernels")
 # Where ORT finds the external data of a graph opened from bytes (the folder's data file).
@@ -28,16 +28,20 @@ _EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
 
 @dataclass(frozen=True)
 class GraphPath:
-    """Which path computes a graph's GgufMatMul nodes."""
+    """Which path computes a graph's GgufMatMul and StepAttention nodes."""
 
     kernels: bool  # the kernel library's op (False: MatMulNBits, rewritten at load)
     detail: str  # the library's ISA, or why it is not used
     nodes: int = 0  # GgufMatMul nodes the fallback rewrote
+    attention: int = 0  # StepAttention nodes the fallback rewrote
 
     def describe(self) -> str:
         if self.kernels:
             return f"kernels: {self.detail}"
-        return f"fallback: MatMulNBits rewritten at load ({self.nodes} matrices; {self.detail})"
+        parts = [f"{self.nodes} matrices as MatMulNBits"] if self.nodes else []
+        if self.attention:
+            parts.append(f"{self.attention} attention layers as GroupQueryAttention")
+        return f"fallback: rewritten at load ({', '.join(parts)}; {self.detail})"
 
 
 @dataclass
@@ -45,7 +49,7 @@ class OpenableGraph:
     """What ``ort.InferenceSession`` opens: a path or rewritten bytes, the arrays it must outlive."""
 
     source: str | bytes
-    path: GraphPath | None  # None: the graph has no GgufMatMul
+    path: GraphPath | None  # None: the graph has no node of the library
     keep_alive: list[object] = field(default_factory=list)
 
 
@@ -64,7 +68,7 @@ def prepare_graph(model_path: Path, options: ort.SessionOptions) -> OpenableGrap
     """Make ``options`` able to run ``model_path`` (registering the kernels, or supplying the
     fallback's weights) and return what the session opens."""
     data = model_path.read_bytes()
-    if not has_gguf_matmul(data):
+    if not has_kernel_ops(data):
         return OpenableGraph(str(model_path), None)
     graph = prepare_bytes(data, model_path.parent, options, model_path.name)
     if graph.path is not None and graph.path.kernels:
@@ -76,7 +80,7 @@ def prepare_graph(model_path: Path, options: ort.SessionOptions) -> OpenableGrap
 
 def prepare_bytes(data: bytes, folder: Path, options: ort.SessionOptions, label: str) -> OpenableGraph:
     """``prepare_graph`` of a serialized graph whose external data (if any) is in ``folder``."""
-    if not has_gguf_matmul(data):
+    if not has_kernel_ops(data):
         return OpenableGraph(data, None)
     usable, detail = kernels_for_session(options)
     if usable:
@@ -88,7 +92,7 @@ def prepare_bytes(data: bytes, folder: Path, options: ort.SessionOptions, label:
     values = [ort.OrtValue.ortvalue_from_numpy(rewritten.supplied[n]) for n in names]
     if names:
         options.add_external_initializers(names, values)
-    path = GraphPath(False, detail, rewritten.nodes)
+    path = GraphPath(False, detail, rewritten.nodes, rewritten.attention)
     log.info("%s: %s", label, path.describe())
     # ORT reads supplied initializers in place and keeps no reference to them.
     arrays: list[np.ndarray] = list(rewritten.supplied.values())
