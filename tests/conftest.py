@@ -312,6 +312,7 @@ def flat_grid_folder(folder: Path, target: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
+    from clika_export.graph.gqa_form import read_continuous
     from clika_runtime.contract import step_graph as io
     from clika_runtime.contract.manifest import Manifest
 
@@ -319,7 +320,8 @@ def flat_grid_folder(folder: Path, target: Path) -> Path:
     manifest = Manifest.read(target)
     graph_spec = manifest.graphs["continuous"]
     a = manifest.architecture
-    model = onnx.load(str(target / graph_spec.file), load_external_data=False)
+    # Those exports had GroupQueryAttention in every layer, never the kernel library's attention.
+    model = read_continuous(target / graph_spec.file)
     graph = model.graph
     nodes = [
         helper.make_node("Shape", [io.QUERY_SEQLENS], ["flat/rows"]),

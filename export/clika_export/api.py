@@ -32,6 +32,7 @@ from clika_export.graph.decoder import BuiltGraph
 from clika_export.graph.hidden_states import add_hidden_states_in_place, ensure_hidden_states
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
+from clika_export.graph.step_attention import add_step_attention_in_place
 from clika_export.graph.swiglu import fuse_swiglu_in_place
 from clika_export.manifest_parts import (
     TEMPLATE_FILE,
@@ -77,7 +78,8 @@ from clika_runtime.kernels.library import kernel_status
 # 3: a GGUF head's 4-bit ranking copy as Q4_0 blocks for GgufMatMul (clika_quant.q4_0_scan).
 # 4: the sensitivity pass also weighs GgufMatMul layer matrices wider than 4 bits (gemma-3-270m).
 # 5: a GGUF head ranks with its Q4_0 copy; gated MLPs' activation inside GgufMatMul (fuse_swiglu).
-GRAPH_REVISION = 5
+# 6: each layer's attention as the kernel library's StepAttention (graph/step_attention.py).
+GRAPH_REVISION = 6
 KV_MODE = "continuous"
 # Embeddings of a checkpoint that names no pooling average its tokens' hidden states.
 DEFAULT_POOLING = "mean"
@@ -169,6 +171,9 @@ def export(
                         on_matrix=on_matrix,
                     )
             written = _write_folder(work, checkpoint, built, context, record, {})
+            # Before any measurement, so the errors the folder states are its own graph's;
+            # the twins derive from it read back with GroupQueryAttention (gqa_form).
+            add_step_attention_in_place(work)
             if record.get("options", {}).get("requantize_target_kl") is not None:
                 name = "choosing 4 or 8 bits per matrix by measured error"
                 with report.steps(name, 0, unit="probe", numbered=False) as on_probe:

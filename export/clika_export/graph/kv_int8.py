@@ -41,6 +41,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from clika_export.calibration_text import CALIBRATION_MESSAGES, CALIBRATION_TEXT
 from clika_export.graph.builder import save_model
+from clika_export.graph.gqa_form import read_continuous
 from clika_export.graph.paged_graph import DEFAULT_BLOCK_SIZE, add_paged_graph
 from clika_runtime.contract.manifest import MANIFEST_FILE, GraphSpec, Manifest, graph_key
 from clika_runtime.contract.model_folder import open_session, session_options
@@ -156,7 +157,7 @@ def write_int8_kv_graph(
     continuous: Path, out: Path, spec: GraphSpec, scales: Sequence[tuple[np.ndarray, np.ndarray]]
 ) -> GraphSpec:
     """Write ``out``: ``continuous`` with an int8 cache (sharing its weights file); returns its spec."""
-    model = onnx.load(str(continuous), load_external_data=False)
+    model = read_continuous(continuous)
     graph = model.graph
     layers = {spec.kv.past_key.format(layer=i): i for i in range(len(scales))}
     quantized = 0

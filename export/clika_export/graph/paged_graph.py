@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper
 
 from clika_export.graph import mrope
 from clika_export.graph.builder import GraphBuilder, save_model
+from clika_export.graph.gqa_form import read_continuous
 from clika_export.graph.paged_attention import STEP_KV_NAMES, AttentionSite, KVNames, PagedAttentionEmitter
 from clika_runtime.contract import paged_step_graph as io
 from clika_runtime.contract.manifest import MANIFEST_FILE, Architecture, GraphSpec, Manifest, graph_key
@@ -63,10 +64,12 @@ def derive_paged_graph(
     """Write ``folder/model_file``: ``continuous`` with paged attention (sharing its weights file)."""
     if block_size < 1:
         raise PagedGraphError(f"block_size must be >= 1, got {block_size}")
-    model = onnx.load(str(continuous), load_external_data=False)
+    model = read_continuous(continuous)
     graph = model.graph
     sites = [
-        _site(graph, node, arch, kv_names) for node in graph.node if node.op_type == "GroupQueryAttention"
+        attention_site(graph, node, arch, kv_names)
+        for node in graph.node
+        if node.op_type == "GroupQueryAttention"
     ]
     if len(sites) != arch.num_layers:
         raise PagedGraphError(
@@ -145,7 +148,7 @@ def add_paged_graph(
 # -- finding the continuous attention ----------------------------------------------
 
 
-def _site(
+def attention_site(
     graph: onnx.GraphProto, gqa: onnx.NodeProto, arch: Architecture, kv_names: KVNames
 ) -> AttentionSite:
     producers = {out: node for node in graph.node for out in node.output}

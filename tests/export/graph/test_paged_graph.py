@@ -17,6 +17,7 @@ import pytest
 from paged_runner import PagedRunner
 
 from clika_export.api import export
+from clika_export.graph.gqa_form import read_continuous
 from clika_export.graph.paged_graph import PagedGraphError, derive_paged_graph
 from clika_export.verify import StepRunner
 from clika_runtime.contract.manifest import Manifest
@@ -87,7 +88,7 @@ def test_the_folder_lists_a_paged_graph_on_the_same_weights(folder: Path) -> Non
 
 def test_a_graph_without_the_step_pattern_is_refused(folder: Path, tmp_path: Path) -> None:
     manifest = Manifest.read(folder)
-    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    model = read_continuous(folder / "model.onnx")
     gqa = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
     gqa.attribute.append(onnx.helper.make_attribute("smooth_softmax", 1))
     (tmp_path / "model.onnx").write_bytes(model.SerializeToString())

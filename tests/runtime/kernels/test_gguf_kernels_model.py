@@ -4,6 +4,7 @@ on the MatMulNBits rewrite: the same greedy tokens, logits within the kernels' s
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from clika_quant.quality import SequenceRunner
@@ -48,11 +49,15 @@ def test_kernels_and_fallback_give_the_same_greedy_tokens(smollm2_fp32_kernels, 
         pytest.skip(f"the kernel library is not usable here: {status.reason}")
     # every layer's gate and up rows apply silu(gate) * up themselves (clika_quant.fuse_swiglu)
     assert Manifest.read(smollm2_fp32_kernels).precision["fused_swiglu"] == 30
+    graph = onnx.load(str(smollm2_fp32_kernels / "model.onnx"), load_external_data=False).graph
+    assert sum(node.op_type == "StepAttention" for node in graph.node) == 30
     results = {}
     for mode in ("on", "off"):
         monkeypatch.setenv("CLIKA_KERNELS", mode)
         opened = open_model_folder(smollm2_fp32_kernels, threads=1)
         assert opened.session.kernel_path.kernels is (mode == "on")
+        # every layer's attention is StepAttention on the library, GroupQueryAttention without it
+        assert opened.session.kernel_path.attention == (0 if mode == "on" else 30)
         results[mode] = _greedy(smollm2_fp32_kernels, 24)
     (tokens_on, logits_on), (tokens_off, logits_off) = results["on"], results["off"]
     assert tokens_on == tokens_off
