@@ -123,7 +123,6 @@ def _git_refusal(partial: Path, expected: str) -> str | None:
     )
 
 
-
 @contextlib.contextmanager
 def hub_errors(spec: HubSpec, path: str | None = None) -> Iterator[None]:
     """huggingface_hub's and the transport's exceptions -> one HubError line naming the spec."""

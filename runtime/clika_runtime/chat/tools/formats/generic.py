@@ -14,9 +14,7 @@ from dataclasses import replace
 from clika_runtime.chat.tools.formats.hermes import FORMAT as HERMES
 
 # Hermes's readings, tools block and call grammar under the fallback's name (see above).
-FORMAT = replace(
-    HERMES, name="generic", description="hermes tags, a ```json fence or a bare call object"
-)
+FORMAT = replace(HERMES, name="generic", description="hermes tags, a ```json fence or a bare call object")
 
 
 def detect(template_source: str) -> bool:
