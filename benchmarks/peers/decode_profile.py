@@ -16,6 +16,7 @@ tokens instead (prefill: the same graphs, one row of N new tokens, logits of the
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -64,12 +65,13 @@ class Graph:
         heads: int,
         head_dim: int,
         capacity: int,
+        rows: int = 1,
     ):
         self.session = sess
         self.binding = sess.io_binding()
         self._kept = []
         for past, present in kv:
-            value = ort.OrtValue.ortvalue_from_numpy(np.zeros((1, heads, capacity, head_dim), np.float32))
+            value = ort.OrtValue.ortvalue_from_numpy(np.zeros((rows, heads, capacity, head_dim), np.float32))
             self.binding.bind_ortvalue_input(past, value)
             self.binding.bind_ortvalue_output(present, value)
             self._kept.append(value)
@@ -89,7 +91,10 @@ class Graph:
         return time.perf_counter() - start, time.process_time() - cpu
 
 
-def folder_graph(folder: Path, past: int, threads: int, profile: str | None, tokens: int = 1) -> Graph:
+def folder_graph(
+    folder: Path, past: int, threads: int, profile: str | None, tokens: int = 1, rows: int = 1
+) -> Graph:
+    """The folder's continuous graph: ``rows`` rows of ``tokens`` new tokens, each after ``past``."""
     manifest = json.loads((folder / "manifest.json").read_text())
     spec = manifest["graphs"]["continuous"]
     sess = session(folder / spec["file"], threads, profile, Manifest.read(folder).rope_tables)
@@ -100,20 +105,20 @@ def folder_graph(folder: Path, past: int, threads: int, profile: str | None, tok
         for n in range(layers)
         for kind in ("key", "value")
     ]
-    cells = np.stack([np.zeros(tokens, np.int64), np.arange(tokens, dtype=np.int64)], axis=1)
+    row_of, column_of = np.divmod(np.arange(rows * tokens, dtype=np.int64), tokens)
     feeds = {
-        "input_ids": np.full(tokens, 42, np.int64),
-        "grid_index": np.arange(tokens, dtype=np.int64)[None, :],
-        "token_cell": cells,
-        "query_seqlens": np.array([tokens], np.int32),
-        "seqlens_k": np.array([past + tokens - 1], np.int32),
+        "input_ids": np.full(rows * tokens, 42, np.int64),
+        "grid_index": np.arange(rows * tokens, dtype=np.int64).reshape(rows, tokens),
+        "token_cell": np.stack([row_of, column_of], axis=1),
+        "query_seqlens": np.full(rows, tokens, np.int32),
+        "seqlens_k": np.full(rows, past + tokens - 1, np.int32),
         "total_sequence_length": np.array(past + tokens, np.int32),
-        "logits_index": np.array([tokens - 1], np.int64),
+        "logits_index": np.arange(1, rows + 1, dtype=np.int64) * tokens - 1,
     }
     names = {i.name for i in sess.get_inputs()}
     arch = manifest["architecture"]
     feeds = {k: v for k, v in feeds.items() if k in names}
-    return Graph(sess, feeds, pairs, arch["num_kv_heads"], arch["head_dim"], capacity(past, tokens))
+    return Graph(sess, feeds, pairs, arch["num_kv_heads"], arch["head_dim"], capacity(past, tokens), rows)
 
 
 def genai_graph(model_dir: Path, past: int, threads: int, profile: str | None, tokens: int = 1) -> Graph:
@@ -169,6 +174,7 @@ def main() -> None:
     ap.add_argument("--genai", type=Path, help="an onnxruntime-genai model folder (genai_config.json)")
     ap.add_argument("--past", type=int, default=160, help="cached tokens before the step")
     ap.add_argument("--tokens", type=int, default=1, help="new tokens a step (a prompt chunk: >1)")
+    ap.add_argument("--rows", type=int, default=1, help="rows a step (a server batch), model folders only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=40, help="steps per graph per round")
     ap.add_argument("--rounds", type=int, default=5)
@@ -182,13 +188,15 @@ def main() -> None:
     args = ap.parse_args()
     if args.tokens < 1 or args.past < (1 if args.tokens == 1 else 0):
         ap.error("--tokens must be >= 1 and --past >= 1 for a decode step (0 allowed for a prompt)")
+    if args.rows < 1 or (args.rows > 1 and args.genai):
+        ap.error("--rows must be >= 1, and 1 with --genai (its graph is measured one row at a time)")
     SPIN["spin"] = not args.no_spin
     makers = {}
     for spec in args.folder:
         name, _, path = spec.partition("=")
         if not path:
             ap.error(f"--folder takes NAME=PATH, got {spec!r}")
-        makers[name] = (folder_graph, Path(path))
+        makers[name] = (functools.partial(folder_graph, rows=args.rows), Path(path))
     if args.genai:
         makers["onnxruntime-genai"] = (genai_graph, args.genai)
     if not makers:
@@ -210,7 +218,7 @@ def main() -> None:
     spin = "sleeping" if args.no_spin else "spinning"
     load = os.getloadavg()[0]
     print(
-        f"{args.tokens} token(s) after {args.past}, {args.threads} {spin} threads, load {load:.1f}; ms a step"
+        f"{args.rows} row(s) x {args.tokens} token(s) after {args.past}, {args.threads} {spin} threads, load {load:.1f}; ms a step"
     )
     for name, ms in times.items():
         quarter = statistics.quantiles(ms, n=4)[0]

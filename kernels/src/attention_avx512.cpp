@@ -18,20 +18,18 @@ namespace {
 
 using attention_math::kLanes;
 
-// Key i's 16 lane sums of q * k over the head, as dot() forms them before halving.
-[[gnu::always_inline]] inline __m512 lane_products(const float* q, const float* k, int64_t head_dim) {
-  __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
-  for (int64_t c = kLanes; c < head_dim; c += kLanes) {
-    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c)));
-  }
-  return acc;
-}
-
 // dot(q, key i) for 16 consecutive keys, key i in lane i. Each halving step (lanes l and
 // l + 8, then l + 4, l + 2, l + 1) is done for all keys with one add per pair of vectors.
 [[gnu::always_inline]] inline __m512 sixteen_dots(const float* q, const float* keys, int64_t head_dim) {
+  // Key i's 16 lane sums of q * k over the head, piece by piece as dot() forms them; the
+  // 16 keys' sums advance together (16 independent chains, not one chain per key).
   __m512 v[16];
-  for (int i = 0; i < 16; ++i) v[i] = lane_products(q, keys + i * head_dim, head_dim);
+  const __m512 q0 = _mm512_loadu_ps(q);
+  for (int i = 0; i < 16; ++i) v[i] = _mm512_mul_ps(q0, _mm512_loadu_ps(keys + i * head_dim));
+  for (int64_t c = kLanes; c < head_dim; c += kLanes) {
+    const __m512 qc = _mm512_loadu_ps(q + c);
+    for (int i = 0; i < 16; ++i) v[i] = _mm512_add_ps(v[i], _mm512_mul_ps(qc, _mm512_loadu_ps(keys + i * head_dim + c)));
+  }
   __m512 halves[8];  // keys 2i, 2i+1: 8 lanes each
   for (int i = 0; i < 8; ++i) {
     halves[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
