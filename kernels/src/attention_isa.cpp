@@ -1,10 +1,12 @@
-// attend_task's per-ISA builds of the one arithmetic in attention_math.h.
+// attend_task: the ISA's build of the one arithmetic in attention_math.h (the portable
+// loops here, AVX2 and AVX-512 their own inner loops in attention_avx2/avx512.cpp).
 #include "attention.h"
 #include "attention_math.h"
 
 namespace clika_kernels {
 
 #if defined(__x86_64__)
+void attend_avx2(const AttentionTask& task, const AttentionShape& s, float* scratch);    // attention_avx2.cpp
 void attend_avx512(const AttentionTask& task, const AttentionShape& s, float* scratch);  // attention_avx512.cpp
 #endif
 
@@ -13,14 +15,6 @@ namespace {
 void attend_baseline(const AttentionTask& task, const AttentionShape& s, float* scratch) {
   attention_math::attend<attention_math::PortableLoops>(task, s, scratch);
 }
-
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) void attend_avx2(const AttentionTask& task, const AttentionShape& s,
-                                                 float* scratch) {
-  attention_math::attend<attention_math::PortableLoops>(task, s, scratch);
-}
-
-#endif
 
 }  // namespace
 
