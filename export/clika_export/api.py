@@ -79,7 +79,8 @@ from clika_runtime.kernels.library import kernel_status
 # 4: the sensitivity pass also weighs GgufMatMul layer matrices wider than 4 bits (gemma-3-270m).
 # 5: a GGUF head ranks with its Q4_0 copy; gated MLPs' activation inside GgufMatMul (fuse_swiglu).
 # 6: each layer's attention as the kernel library's StepAttention (graph/step_attention.py).
-GRAPH_REVISION = 6
+# 7: the sensitivity pass moves more groups to fp32 until its measured KL meets the target.
+GRAPH_REVISION = 7
 KV_MODE = "continuous"
 # Embeddings of a checkpoint that names no pooling average its tokens' hidden states.
 DEFAULT_POOLING = "mean"

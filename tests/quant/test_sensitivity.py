@@ -10,7 +10,14 @@ from clika_export.api import export
 from clika_export.graph.kv_int8 import calibration_ids
 from clika_quant.options import QuantError, QuantOptions
 from clika_quant.quality import open_runner
-from clika_quant.sensitivity import CALIBRATION_TOKENS, Place, choose, groups_of, mean_kl
+from clika_quant.sensitivity import (
+    CALIBRATION_TOKENS,
+    Place,
+    choose,
+    groups_of,
+    mean_kl,
+    until_measured_target,
+)
 from clika_runtime.contract.manifest import Manifest
 from clika_runtime.kernels.gguf_matmul import OP_TYPE, PRECISION_LEVELS
 
@@ -170,3 +177,28 @@ def test_only_models_up_to_the_size_limit_get_the_pass():
     unlimited = {"options": {**record["options"], "sensitivity_max_parameters": None}}
     assert wants_sensitivity(unlimited, qwen05)
     assert not wants_sensitivity({"options": QuantOptions.for_precision("int8").to_dict()}, smollm2)
+
+
+def test_groups_are_added_in_order_while_the_measured_kl_is_over_the_target():
+    """The estimate can fall short (KL does not add up): the choice is measured, and the next
+    groups in the same order move one at a time until the measured KL meets the target."""
+    places, groups, estimated = _places_and_groups()
+    chosen = choose(places, groups, estimated, target_kl=0.0045, budget=1.0)
+    assert [p.key for p in chosen] == ["attn.qkv@0", "attn.qkv@1"]
+    measured_by_bytes_left = {800: 0.005, 400: 0.003, 0: 0.0}  # what the fake graph measures
+    calls = []
+
+    def kl_left(exact):
+        calls.append(sorted(p.key for p in exact))
+        return measured_by_bytes_left[1000 - sum(p.bytes for p in exact)]
+
+    final, kl, added = until_measured_target(places, groups, chosen, 0.0045, 1.0, kl_left)
+    # 0.005 measured with the choice: layer 1 (the next group) adds its down matrix, 0.003 left.
+    assert [p.key for p in final] == ["attn.qkv@0", "attn.qkv@1", "mlp.down@1"] and kl == 0.003
+    assert added == 1 and len(calls) == 2
+    # Met at once: one measurement, nothing added.
+    final, kl, added = until_measured_target(places, groups, chosen, 0.006, 1.0, kl_left)
+    assert [p.key for p in final] == ["attn.qkv@0", "attn.qkv@1"] and (kl, added) == (0.005, 0)
+    # A group past the budget is skipped, as choose skips it: nothing fits 0.2 beyond the choice.
+    final, kl, added = until_measured_target(places, groups, chosen, 0.0, 0.2, kl_left)
+    assert [p.key for p in final] == ["attn.qkv@0", "attn.qkv@1"] and added == 0
