@@ -14,6 +14,8 @@
 
 #pragma GCC target("avx2")
 
+#include "attention_tiles.h"
+
 namespace clika_kernels {
 namespace {
 
@@ -73,35 +75,31 @@ template <int G>
   }
 }
 
+struct Avx2Dots {
+  static constexpr int kKeys = 8;
+  [[gnu::always_inline]] static void store(const float* q, const float* keys, int64_t head_dim, float* out) {
+    _mm256_storeu_ps(out, eight_dots(q, keys, head_dim));
+  }
+};
+
+template <int G>
+struct Avx2ValueTile {
+  static constexpr int64_t kDims = 16;
+  [[gnu::always_inline]] static void run(const float* w, int64_t stride, const float* rows, int64_t count,
+                                         int64_t head_dim, int64_t d0, float* out) {
+    value_tile<G>(w, stride, rows, count, head_dim, d0, out);
+  }
+};
+
 struct Avx2Loops {
   static void scores(const float* queries, int group, const float* keys, int64_t first, int64_t count,
                      int64_t head_dim, float* scores, int64_t stride) {
-    const int64_t full = count / 8 * 8;
-    for (int64_t j = 0; j < full; j += 8) {
-      const float* block = keys + (first + j) * head_dim;
-      for (int g = 0; g < group; ++g) {
-        _mm256_storeu_ps(scores + g * stride + j, eight_dots(queries + g * head_dim, block, head_dim));
-      }
-    }
-    attention_math::PortableLoops::scores(queries, group, keys, first + full, count - full, head_dim,
-                                          scores + full, stride);
+    attention_math::scores_in_blocks<Avx2Dots>(queries, group, keys, first, count, head_dim, scores, stride);
   }
 
   static void values(const float* weights, int group, const float* values, int64_t first, int64_t count,
                      int64_t head_dim, int64_t stride, float* out) {
-    const float* rows = values + first * head_dim;
-    for (int g0 = 0; g0 < group; g0 += 4) {
-      const float* w = weights + g0 * stride;
-      float* o = out + g0 * head_dim;
-      for (int64_t d0 = 0; d0 < head_dim; d0 += kLanes) {
-        switch (std::min(4, group - g0)) {
-          case 4: value_tile<4>(w, stride, rows, count, head_dim, d0, o); break;
-          case 3: value_tile<3>(w, stride, rows, count, head_dim, d0, o); break;
-          case 2: value_tile<2>(w, stride, rows, count, head_dim, d0, o); break;
-          default: value_tile<1>(w, stride, rows, count, head_dim, d0, o); break;
-        }
-      }
-    }
+    attention_math::values_in_tiles<Avx2ValueTile>(weights, group, values, first, count, head_dim, stride, out);
   }
 };
 

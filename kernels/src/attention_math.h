@@ -1,6 +1,7 @@
 // The arithmetic of one StepAttention task, written once as plain loops over 16-float lane
-// arrays: each ISA's wrapper (attention_isa.cpp) inlines these and the compiler vectorizes
-// them at its width. No loop reassociates a sum (-ffp-contract=off, no fast-math), so every
+// arrays: each ISA's build (attention_isa.cpp, attention_avx2.cpp, attention_avx512.cpp)
+// inlines these and the compiler vectorizes them at its width; AVX2 and AVX-512 replace the
+// two inner loops (PortableLoops) with their own of the same operations. No loop reassociates a sum (-ffp-contract=off, no fast-math), so every
 // ISA runs the same IEEE operations in the same order and gives the same bits.
 #pragma once
 
