@@ -128,3 +128,38 @@ def run_native_attention(
         results.append(arrays)
     assert at == flat.size, "the driver wrote more than the cases asked for"
     return done.stdout.strip(), results
+
+
+RESCORE_DRIVER = ROOT / "tests" / "kernels" / "native_rescore_driver.cpp"
+
+
+def run_native_rescore(emulator: str, driver: Path, isa: str, heads: list, folder: Path) -> tuple[str, list]:
+    """(the ISA the driver ran, each head's logits) under ``isa``."""
+    from rescore_cases import feeds, weights
+
+    cases_path, out_path = folder / f"rescore-{isa}.cases", folder / f"rescore-{isa}.out"
+    with cases_path.open("wb") as f:
+        for h in heads:
+            x, w = feeds(h), weights(h)
+            f.write(
+                np.array([h.tokens, h.n, h.blocks, h.block, h.top_k, int(h.zero_points)], np.int64).tobytes()
+            )
+            for part in (
+                x["approx"],
+                x["x"],
+                w["codes"],
+                w["scales"],
+                *([w["zero_points"]] if h.zero_points else []),
+            ):
+                f.write(np.ascontiguousarray(part).tobytes())
+    env = {**os.environ, "CLIKA_KERNEL_ISA": isa}
+    done = subprocess.run(
+        [emulator, str(driver), str(cases_path), str(out_path)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{isa} under {emulator}: {done.stderr[-2000:]}"
+    flat, at, results = np.fromfile(out_path, np.float32), 0, []
+    for h in heads:
+        results.append(flat[at : at + h.tokens * h.n].reshape(h.tokens, h.n))
+        at += h.tokens * h.n
+    assert at == flat.size, "the driver wrote more than the cases asked for"
+    return done.stdout.strip(), results

@@ -29,6 +29,7 @@ from clika_export.fallback.toolchain import ToolchainError
 from clika_export.families import FAMILIES, family_for, supported
 from clika_export.file_lock import held_lock
 from clika_export.graph.decoder import BuiltGraph
+from clika_export.graph.head_rescore import add_head_rescore_in_place
 from clika_export.graph.hidden_states import add_hidden_states_in_place, ensure_hidden_states
 from clika_export.graph.kv_int8 import KVQuantError, add_int8_kv_graph, ensure_int8_kv_graph
 from clika_export.graph.paged_graph import add_paged_graph, ensure_paged_graph
@@ -80,7 +81,8 @@ from clika_runtime.kernels.library import kernel_status
 # 5: a GGUF head ranks with its Q4_0 copy; gated MLPs' activation inside GgufMatMul (fuse_swiglu).
 # 6: each layer's attention as the kernel library's StepAttention (graph/step_attention.py).
 # 7: the sensitivity pass moves more groups to fp32 until its measured KL meets the target.
-GRAPH_REVISION = 7
+# 8: the head's re-score as the kernel library's HeadRescore (graph/head_rescore.py).
+GRAPH_REVISION = 8
 KV_MODE = "continuous"
 # Embeddings of a checkpoint that names no pooling average its tokens' hidden states.
 DEFAULT_POOLING = "mean"
@@ -175,6 +177,7 @@ def export(
             # Before any measurement, so the errors the folder states are its own graph's;
             # the twins derive from it read back with GroupQueryAttention (gqa_form).
             add_step_attention_in_place(work)
+            add_head_rescore_in_place(work)
             if record.get("options", {}).get("requantize_target_kl") is not None:
                 name = "choosing 4 or 8 bits per matrix by measured error"
                 with report.steps(name, 0, unit="probe", numbered=False) as on_probe:

@@ -1,6 +1,6 @@
 // The library's entry points: RegisterCustomOps adds the ai.clika ops (GgufMatMul,
-// StepAttention) to session options, on ORT's C API alone (the API table arrives here, so
-// the library links nothing from ORT); the clika_kernels_* functions report the ISA.
+// StepAttention, HeadRescore) to session options, on ORT's C API alone (the API table
+// arrives here, so the library links nothing from ORT); clika_kernels_* report the ISA.
 #include <onnxruntime_c_api.h>
 
 #include "isa.h"
@@ -30,6 +30,7 @@ CLIKA_EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtA
   // The domain must outlive every session made from these options, so it is never released.
   if (OrtStatus* s = g_api->CustomOpDomain_Add(domain, clika_kernels::gguf_matmul_op())) return s;
   if (OrtStatus* s = g_api->CustomOpDomain_Add(domain, clika_kernels::step_attention_op())) return s;
+  if (OrtStatus* s = g_api->CustomOpDomain_Add(domain, clika_kernels::head_rescore_op())) return s;
   return g_api->AddCustomOpDomain(options, domain);
 }
 

@@ -36,5 +36,6 @@ ParallelRunner ort_runner(OrtKernelContext* context);
 // The op descriptions RegisterCustomOps adds to the ai.clika domain.
 const OrtCustomOp* gguf_matmul_op();
 const OrtCustomOp* step_attention_op();
+const OrtCustomOp* head_rescore_op();
 
 }  // namespace clika_kernels

@@ -17,7 +17,17 @@ from kernel_checks import (
     check_batch_independence,
     check_nonfinite_rows,
 )
-from kernel_native import ATTENTION_DRIVER, build_driver, run_native, run_native_attention, toolchain
+from kernel_native import (
+    ATTENTION_DRIVER,
+    RESCORE_DRIVER,
+    build_driver,
+    run_native,
+    run_native_attention,
+    run_native_rescore,
+    toolchain,
+)
+from rescore_cases import HEADS as RESCORE_HEADS
+from rescore_cases import run_cases as run_rescore_cases
 from swiglu_cases import cases as swiglu_cases
 from swiglu_cases import pairs, swiglu_float32
 
@@ -94,3 +104,21 @@ def test_arm_step_attention_gives_the_x86_paths_bits(arm_attention, isa):
     for (layout, step), got, want in zip(ATTENTION_CASES, results, run_cases(ATTENTION_CASES), strict=True):
         for g, w in zip(got, want, strict=True):
             assert np.array_equal(g, w), (isa, layout, step)
+
+
+@pytest.fixture(scope="module")
+def arm_rescore(tmp_path_factory):
+    compiler, emulator = toolchain("aarch64-linux-gnu-g++", ("qemu-aarch64-static", "qemu-aarch64"))
+    folder = tmp_path_factory.mktemp("aarch64-rescore")
+    driver = build_driver(compiler, folder / "native_rescore_driver", RESCORE_DRIVER)
+    return lambda isa: run_native_rescore(emulator, driver, isa, RESCORE_HEADS, folder)
+
+
+@pytest.mark.parametrize("isa", ARM_ISAS)
+def test_arm_head_rescore_gives_the_x86_paths_bits(arm_rescore, isa):
+    """Every x86 ISA gives the scalar path's bits (test_head_rescore); so does ARM."""
+    require_library()
+    ran, results = arm_rescore(isa)
+    assert ran == isa
+    for head, got, want in zip(RESCORE_HEADS, results, run_rescore_cases(RESCORE_HEADS), strict=True):
+        assert np.array_equal(got, want, equal_nan=True), (isa, head)

@@ -80,7 +80,9 @@ def _read(entry: Path) -> RewrittenGraph | None:
             size = int(np.prod(item["shape"], dtype=np.int64)) * dtype.itemsize
             raw = weights[item["offset"] : item["offset"] + size]
             supplied[item["name"]] = raw.view(dtype).reshape(item["shape"])
-        return RewrittenGraph(model, supplied, int(index["nodes"]), int(index.get("attention", 0)))
+        return RewrittenGraph(
+            model, supplied, int(index["nodes"]), int(index.get("attention", 0)), int(index.get("heads", 0))
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -103,7 +105,12 @@ def _write(entry: Path, rewritten: RewrittenGraph) -> None:
                 )
                 offset += data.nbytes
         (scratch / "model.onnx").write_bytes(rewritten.model)
-        index = {"nodes": rewritten.nodes, "attention": rewritten.attention, "arrays": arrays}
+        index = {
+            "nodes": rewritten.nodes,
+            "attention": rewritten.attention,
+            "heads": rewritten.heads,
+            "arrays": arrays,
+        }
         (scratch / "index.json").write_text(json.dumps(index))
         os.replace(scratch, entry)
     finally:  # after a failure (or a rename refused: another process wrote the entry first)

@@ -1,5 +1,6 @@
 """``GgufMatMul`` nodes rewritten at load into the MatMulNBits form ORT runs by itself
-(and ``StepAttention`` nodes into GroupQueryAttention, ``attention_op``).
+(``StepAttention`` nodes into GroupQueryAttention, ``attention_op``, and ``HeadRescore``
+into its TopK .. ScatterElements chain, ``rescore_op``).
 
 Where the kernel library is not loaded, each ``GgufMatMul(x, B)`` becomes what
 the exporter wrote before the op existed (``clika_quant.graph_pass``), built
@@ -49,6 +50,7 @@ from clika_runtime.kernels.onnx_wire import (
     placeholder_tensor,
     tensor_name,
 )
+from clika_runtime.kernels.rescore_op import RESCORE_OP, rescore_to_chain
 from clika_runtime.kernels.transcode import transcode
 
 
@@ -58,8 +60,8 @@ class FallbackError(ValueError):
 
 def has_kernel_ops(model_bytes: bytes) -> bool:
     """Whether a serialized graph may hold a node of the kernel library (GgufMatMul,
-    StepAttention): a cheap byte search, no parse."""
-    named = OP_TYPE.encode() in model_bytes or ATTENTION_OP.encode() in model_bytes
+    StepAttention, HeadRescore): a cheap byte search, no parse."""
+    named = any(op.encode() in model_bytes for op in (OP_TYPE, ATTENTION_OP, RESCORE_OP))
     return named and DOMAIN.encode() in model_bytes
 
 
@@ -71,11 +73,12 @@ class RewrittenGraph:
     supplied: dict[str, np.ndarray]
     nodes: int  # GgufMatMul nodes replaced
     attention: int = 0  # StepAttention nodes replaced
+    heads: int = 0  # HeadRescore nodes replaced
 
 
 def rewrite(model_bytes: bytes, folder: Path | None, block_sum: str = BLOCK_SUM_FORM) -> RewrittenGraph:
-    """``model_bytes`` (a graph whose external data lives in ``folder``) without GgufMatMul
-    or StepAttention (``attention_op.gqa_form``).
+    """``model_bytes`` (a graph whose external data lives in ``folder``) without GgufMatMul,
+    StepAttention (``attention_op.gqa_form``) or HeadRescore (``rescore_op.chain_form``).
 
     ``block_sum``: the offsets' block sums as "reduce" (Reshape + ReduceSum) or "matmul" (a 0/1
     indicator matrix), ``block_sums.BLOCK_SUM_FORM`` unless a benchmark compares them."""
@@ -84,6 +87,7 @@ def rewrite(model_bytes: bytes, folder: Path | None, block_sum: str = BLOCK_SUM_
     if graph_index is None:
         raise FallbackError("the model has no graph")
     graph, attention = attention_to_gqa(w.decode(model[graph_index].value))
+    graph, heads = rescore_to_chain(graph)
     tensors = {tensor_name(f.value): f for f in graph if f.number == w.GRAPH_INITIALIZER}
     builder = _Builder(folder, tensors, block_sum=block_sum)
     nodes: list[w.Field] = []
@@ -102,7 +106,7 @@ def rewrite(model_bytes: bytes, folder: Path | None, block_sum: str = BLOCK_SUM_
     kept = [f for f in graph if f.number == w.GRAPH_INITIALIZER and tensor_name(f.value) not in dropped]
     new_tensors = [w.Field(w.GRAPH_INITIALIZER, w.LENGTH, t) for t in builder.tensors]
     model[graph_index] = w.message(w.MODEL_GRAPH, nodes + body + kept + new_tensors)
-    return RewrittenGraph(w.encode(with_ms_opset(model)), builder.supplied, builder.count, attention)
+    return RewrittenGraph(w.encode(with_ms_opset(model)), builder.supplied, builder.count, attention, heads)
 
 
 @dataclass

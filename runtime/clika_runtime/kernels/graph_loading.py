@@ -28,12 +28,13 @@ _EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
 
 @dataclass(frozen=True)
 class GraphPath:
-    """Which path computes a graph's GgufMatMul and StepAttention nodes."""
+    """Which path computes a graph's GgufMatMul, StepAttention and HeadRescore nodes."""
 
     kernels: bool  # the kernel library's op (False: MatMulNBits, rewritten at load)
     detail: str  # the library's ISA, or why it is not used
     nodes: int = 0  # GgufMatMul nodes the fallback rewrote
     attention: int = 0  # StepAttention nodes the fallback rewrote
+    heads: int = 0  # HeadRescore nodes the fallback rewrote
 
     def describe(self) -> str:
         if self.kernels:
@@ -41,6 +42,8 @@ class GraphPath:
         parts = [f"{self.nodes} matrices as MatMulNBits"] if self.nodes else []
         if self.attention:
             parts.append(f"{self.attention} attention layers as GroupQueryAttention")
+        if self.heads:
+            parts.append("the head's re-score as TopK and GatherBlockQuantized")
         return f"fallback: rewritten at load ({', '.join(parts)}; {self.detail})"
 
 
@@ -92,7 +95,7 @@ def prepare_bytes(data: bytes, folder: Path, options: ort.SessionOptions, label:
     values = [ort.OrtValue.ortvalue_from_numpy(rewritten.supplied[n]) for n in names]
     if names:
         options.add_external_initializers(names, values)
-    path = GraphPath(False, detail, rewritten.nodes, rewritten.attention)
+    path = GraphPath(False, detail, rewritten.nodes, rewritten.attention, rewritten.heads)
     log.info("%s: %s", label, path.describe())
     # ORT reads supplied initializers in place and keeps no reference to them.
     arrays: list[np.ndarray] = list(rewritten.supplied.values())
