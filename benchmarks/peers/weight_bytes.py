@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-# ONNX ops that read one row of a table per token.
-LOOKUP_OPS = {"Gather", "GatherBlockQuantized", "GatherElements", "GatherND"}
+# ONNX ops that read one row of a table per token; the head's HeadRescore reads its top_k
+# rows of the head's 8-bit table (256 of Qwen2.5's 151936), not the table.
+LOOKUP_OPS = {"Gather", "GatherBlockQuantized", "GatherElements", "GatherND", "HeadRescore"}
 
 
 def gguf_bytes_per_token(path: str | Path) -> int:
