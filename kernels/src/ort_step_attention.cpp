@@ -50,23 +50,7 @@ OrtStatus* create_kernel(const OrtKernelInfo* info, void** kernel) {
   return nullptr;
 }
 
-struct Inputs {
-  const OrtValue* value[kInputs] = {};
-  TensorShape shape[kInputs];
-  void* data[kInputs] = {};
-};
-
-OrtStatus* read_inputs(OrtKernelContext* context, Inputs* in) {
-  size_t count = 0;
-  if (OrtStatus* s = g_api->KernelContext_GetInputCount(context, &count)) return s;
-  for (size_t i = 0; i < kInputs && i < count; ++i) {
-    if (OrtStatus* s = g_api->KernelContext_GetInput(context, i, &in->value[i])) return s;
-    if (in->value[i] == nullptr) continue;
-    if (OrtStatus* s = shape_of(in->value[i], &in->shape[i])) return s;
-    if (OrtStatus* s = tensor_data(in->value[i], &in->data[i])) return s;
-  }
-  return nullptr;
-}
+using Inputs = OpInputs<kInputs>;
 
 std::string expect(const TensorShape& shape, const char* name, ONNXTensorElementDataType type,
                    const std::vector<int64_t>& dims) {

@@ -90,4 +90,12 @@ bool ort_parallel_for(void* context, void (*fn)(void*, size_t), size_t total, vo
 
 ParallelRunner ort_runner(OrtKernelContext* context) { return ParallelRunner{context, ort_parallel_for}; }
 
+OrtStatus* read_input(OrtKernelContext* context, size_t index, const OrtValue** value, TensorShape* shape,
+                      void** data) {
+  if (OrtStatus* s = g_api->KernelContext_GetInput(context, index, value)) return s;
+  if (*value == nullptr) return nullptr;
+  if (OrtStatus* s = shape_of(*value, shape)) return s;
+  return tensor_data(*value, data);
+}
+
 }  // namespace clika_kernels

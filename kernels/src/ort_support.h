@@ -33,6 +33,27 @@ OrtStatus* tensor_data(const OrtValue* value, void** data);
 // Runs tasks on the kernel context's intra-op pool.
 ParallelRunner ort_runner(OrtKernelContext* context);
 
+// An op's first N inputs: value (null where an optional one is absent), shape and data.
+template <size_t N>
+struct OpInputs {
+  const OrtValue* value[N] = {};
+  TensorShape shape[N];
+  void* data[N] = {};
+};
+
+OrtStatus* read_input(OrtKernelContext* context, size_t index, const OrtValue** value, TensorShape* shape,
+                      void** data);
+
+template <size_t N>
+OrtStatus* read_inputs(OrtKernelContext* context, OpInputs<N>* in) {
+  size_t count = 0;
+  if (OrtStatus* s = g_api->KernelContext_GetInputCount(context, &count)) return s;
+  for (size_t i = 0; i < N && i < count; ++i) {
+    if (OrtStatus* s = read_input(context, i, &in->value[i], &in->shape[i], &in->data[i])) return s;
+  }
+  return nullptr;
+}
+
 // The op descriptions RegisterCustomOps adds to the ai.clika domain.
 const OrtCustomOp* gguf_matmul_op();
 const OrtCustomOp* step_attention_op();

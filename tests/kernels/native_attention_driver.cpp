@@ -18,29 +18,13 @@
 
 #include "attention.h"
 #include "isa.h"
+#include "native_cases.h"
 
 using namespace clika_kernels;
 
 namespace {
 
-struct Reader {
-  const std::vector<char>& bytes;
-  size_t at = 0;
-  template <class T>
-  bool take(std::vector<T>* out, int64_t count) {
-    out->resize(count);
-    const size_t size = count * sizeof(T);
-    if (at + size > bytes.size()) return false;
-    std::copy(bytes.begin() + at, bytes.begin() + at + size, reinterpret_cast<char*>(out->data()));
-    at += size;
-    return true;
-  }
-};
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "native_attention_driver: %s\n", message.c_str());
-  return 1;
-}
+int fail(const std::string& message) { return driver_failed("native_attention_driver", message); }
 
 void write(std::ofstream& out, const std::vector<float>& v) {
   out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
@@ -56,7 +40,7 @@ int main(int argc, char** argv) {
   std::ifstream in(argv[1], std::ios::binary);
   const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream out(argv[2], std::ios::binary);
-  Reader reader{bytes};
+  CaseReader reader{bytes};
   while (reader.at < bytes.size()) {
     std::vector<int64_t> head;
     std::vector<float> knobs;

@@ -16,32 +16,20 @@ runtime puts the chain back at load.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import onnx
 from onnx import helper, numpy_helper
 
-from clika_export.graph.builder import save_model
-from clika_runtime.contract.manifest import Manifest
-from clika_runtime.kernels.op import DOMAIN, OP_VERSION
+from clika_export.graph.kernel_nodes import edit_continuous_in_place, swap_nodes
+from clika_runtime.kernels.op import DOMAIN
 from clika_runtime.kernels.rescore_op import RESCORE_OP
 
 
 def add_head_rescore_in_place(folder: Path) -> int:
     """Give the folder's continuous graph a HeadRescore where its head re-scores in the
     plain form; returns how many (0 or 1)."""
-    manifest = Manifest.read(folder)
-    path = Path(folder) / manifest.graphs["continuous"].file
-    model = onnx.load(str(path), load_external_data=False)
-    replaced = replace_rescore(model.graph)
-    if replaced:
-        if not any(o.domain == DOMAIN for o in model.opset_import):
-            model.opset_import.append(helper.make_opsetid(DOMAIN, OP_VERSION))
-        partial = path.parent / f".{path.name}.{os.getpid()}.partial"
-        save_model(model, partial)
-        os.replace(partial, path)  # a reader never opens half a graph
-    return replaced
+    return edit_continuous_in_place(folder, lambda graph, _: replace_rescore(graph))
 
 
 class _Graph:
@@ -136,13 +124,7 @@ def replace_rescore(graph: onnx.GraphProto) -> int:
         constants |= {n.input[1] for n in chain if n.op_type in ("TopK", "Reshape", "Unsqueeze", "ReduceSum")}
     if not replacements:
         return 0
-    nodes = [
-        replacements.get(n.output[0], n)
-        for n in graph.node
-        if n.output[0] in replacements or n.output[0] not in removed
-    ]
-    del graph.node[:]
-    graph.node.extend(nodes)
+    swap_nodes(graph, replacements, removed)
     still_read = {name for n in graph.node for name in n.input}
     unread = [i for i in graph.initializer if i.name in constants and i.name not in still_read]
     for init in unread:

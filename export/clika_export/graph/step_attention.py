@@ -18,35 +18,26 @@ derive from the continuous graph read back in GroupQueryAttention form
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import onnx
 from onnx import helper
 
-from clika_export.graph.builder import save_model
+from clika_export.graph.kernel_nodes import edit_continuous_in_place, swap_nodes
 from clika_export.graph.paged_attention import STEP_KV_NAMES, AttentionSite
 from clika_export.graph.paged_graph import PagedGraphError, attention_site
-from clika_runtime.contract.manifest import Architecture, Manifest
+from clika_runtime.contract.manifest import Architecture
 from clika_runtime.contract.step_graph import TOKEN_CELL
 from clika_runtime.kernels.attention_op import ATTENTION_OP, CARRIED_ATTRIBUTES, step_attention_inputs
-from clika_runtime.kernels.op import DOMAIN, OP_VERSION
+from clika_runtime.kernels.op import DOMAIN
 
 
 def add_step_attention_in_place(folder: Path) -> int:
     """Give the folder's continuous graph StepAttention nodes where they compute the same;
     returns the layers that now have one."""
-    manifest = Manifest.read(folder)
-    path = Path(folder) / manifest.graphs["continuous"].file
-    model = onnx.load(str(path), load_external_data=False)
-    replaced = replace_attention(model.graph, manifest.architecture)
-    if replaced:
-        if not any(o.domain == DOMAIN for o in model.opset_import):
-            model.opset_import.append(helper.make_opsetid(DOMAIN, OP_VERSION))
-        partial = path.parent / f".{path.name}.{os.getpid()}.partial"
-        save_model(model, partial)
-        os.replace(partial, path)  # a reader never opens half a graph
-    return replaced
+    return edit_continuous_in_place(
+        folder, lambda graph, manifest: replace_attention(graph, manifest.architecture)
+    )
 
 
 def replace_attention(graph: onnx.GraphProto, arch: Architecture) -> int:
@@ -62,13 +53,7 @@ def replace_attention(graph: onnx.GraphProto, arch: Architecture) -> int:
         if _computable(site, gqa, arch):
             replacements[gqa.output[0]] = _step_attention(site, gqa)
             removed |= {n.output[0] for n in site.removed}
-    nodes = [
-        replacements.get(n.output[0], n)
-        for n in graph.node
-        if n.output[0] in replacements or n.output[0] not in removed
-    ]
-    del graph.node[:]
-    graph.node.extend(nodes)
+    swap_nodes(graph, replacements, removed)
     return len(replacements)
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from clika_runtime.contract.step_graph import GRID_INDEX, TOTAL_SEQUENCE_LENGTH
 from clika_runtime.kernels import proto_wire as w
-from clika_runtime.kernels.onnx_wire import Node, decode_node, opset_domains, opset_import
+from clika_runtime.kernels.node_expansion import MS_DOMAIN, expand_nodes, model_expanded
+from clika_runtime.kernels.onnx_wire import Node, decode_node
 from clika_runtime.kernels.op import DOMAIN
 
 ATTENTION_OP = "StepAttention"
-MS_DOMAIN = "com.microsoft"
 # GroupQueryAttention attributes the op carries over unchanged (the rest are refused at export).
 CARRIED_ATTRIBUTES = ("num_heads", "kv_num_heads", "scale", "softcap", "local_window_size")
 # GroupQueryAttention's 17 inputs as the step graph fills them, by position.
@@ -80,31 +80,10 @@ def is_step_attention(payload: bytes) -> Node | None:
 
 def attention_to_gqa(graph_fields: list[w.Field]) -> tuple[list[w.Field], int]:
     """A graph's fields with every StepAttention node in its GroupQueryAttention form, and how many."""
-    out: list[w.Field] = []
-    count = 0
-    for f in graph_fields:
-        node = is_step_attention(f.value) if f.number == w.GRAPH_NODE else None
-        if node is None:
-            out.append(f)
-            continue
-        out += [w.Field(w.GRAPH_NODE, w.LENGTH, n.encode()) for n in gqa_form(node)]
-        count += 1
-    return out, count
+    return expand_nodes(graph_fields, is_step_attention, lambda node: (gqa_form(node), []))
 
 
 def model_with_gqa(model_bytes: bytes) -> bytes:
     """A serialized model with its StepAttention nodes in GroupQueryAttention form (the exporter's
     derivations read the continuous graph this way)."""
-    model = w.decode(model_bytes)
-    for i, f in enumerate(model):
-        if f.number == w.MODEL_GRAPH:
-            fields, _ = attention_to_gqa(w.decode(f.value))
-            model[i] = w.message(w.MODEL_GRAPH, fields)
-    return w.encode(with_ms_opset(model))
-
-
-def with_ms_opset(model: list[w.Field]) -> list[w.Field]:
-    """A model's fields importing the com.microsoft domain GroupQueryAttention lives in."""
-    if MS_DOMAIN in opset_domains(model):
-        return model
-    return [*model, w.Field(w.MODEL_OPSET_IMPORT, w.LENGTH, opset_import(MS_DOMAIN, 1))]
+    return model_expanded(model_bytes, attention_to_gqa)

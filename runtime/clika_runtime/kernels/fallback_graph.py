@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from clika_runtime.kernels import proto_wire as w
-from clika_runtime.kernels.attention_op import ATTENTION_OP, MS_DOMAIN, attention_to_gqa, with_ms_opset
+from clika_runtime.kernels.attention_op import ATTENTION_OP, attention_to_gqa
 from clika_runtime.kernels.block_sums import BLOCK_SUM_FORM, block_sum_shape_names
 from clika_runtime.kernels.blocks import BlockQuantized, pack_b, pack_zero_points
 from clika_runtime.kernels.centring import center_zero_points
@@ -40,6 +40,7 @@ from clika_runtime.kernels.gguf_matmul import (
     PRECISION_LEVELS,
     check_activation,
 )
+from clika_runtime.kernels.node_expansion import MS_DOMAIN, with_ms_opset
 from clika_runtime.kernels.onnx_wire import (
     NUMPY_TYPES,
     Node,

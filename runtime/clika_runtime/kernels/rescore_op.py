@@ -20,12 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from clika_runtime.kernels import proto_wire as w
-from clika_runtime.kernels.attention_op import with_ms_opset
+from clika_runtime.kernels.node_expansion import MS_DOMAIN, expand_nodes, model_expanded
 from clika_runtime.kernels.onnx_wire import Node, decode_node, inline_tensor
 from clika_runtime.kernels.op import DOMAIN
 
 RESCORE_OP = "HeadRescore"
-MS_DOMAIN = "com.microsoft"
 # The chain's constants, one set per node (named after it): TopK's k, the gathered rows'
 # shape [T, k, K] (-1: K = blocks * block), and the axes of the activations' broadcast and sum.
 _CONSTANTS = ("k", "rows_shape", "x_axis", "sum_axis")
@@ -79,26 +78,9 @@ def is_head_rescore(payload: bytes) -> Node | None:
 
 def rescore_to_chain(graph_fields: list[w.Field]) -> tuple[list[w.Field], int]:
     """A graph's fields with every HeadRescore node in its chain form, and how many."""
-    out: list[w.Field] = []
-    constants: list[w.Field] = []
-    count = 0
-    for f in graph_fields:
-        node = is_head_rescore(f.value) if f.number == w.GRAPH_NODE else None
-        if node is None:
-            out.append(f)
-            continue
-        nodes, tensors = chain_form(node)
-        out += [w.Field(w.GRAPH_NODE, w.LENGTH, n.encode()) for n in nodes]
-        constants += [w.Field(w.GRAPH_INITIALIZER, w.LENGTH, t) for t in tensors]
-        count += 1
-    return out + constants, count
+    return expand_nodes(graph_fields, is_head_rescore, chain_form)
 
 
 def model_with_chain(model_bytes: bytes) -> bytes:
     """A serialized model with its HeadRescore nodes in chain form (the library's other ops kept)."""
-    model = w.decode(model_bytes)
-    for i, f in enumerate(model):
-        if f.number == w.MODEL_GRAPH:
-            fields, _ = rescore_to_chain(w.decode(f.value))
-            model[i] = w.message(w.MODEL_GRAPH, fields)
-    return w.encode(with_ms_opset(model))
+    return model_expanded(model_bytes, rescore_to_chain)
