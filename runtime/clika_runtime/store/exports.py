@@ -32,14 +32,20 @@ class CachedExport:
 
 
 def cached_exports() -> list[CachedExport]:
-    """Every complete export in the cache, by name then precision.
+    """Every complete export in the cache, by name then precision, the newest first.
 
     An export is named by the pulled name recorded for its source, else by the
     catalog's name for it (with the export extra), else by its source's file name.
+    Newest first: after an upgrade re-exports a model, the export a name loads (the
+    current one, ``exports_of``'s order) is the one listed and shown first.
     """
     return sorted(
         _cached_exports(),
-        key=lambda e: (e.name, PRECISIONS.index(e.precision) if e.precision in PRECISIONS else 9),
+        key=lambda e: (
+            e.name,
+            PRECISIONS.index(e.precision) if e.precision in PRECISIONS else 9,
+            -(e.folder / MANIFEST).stat().st_mtime_ns,
+        ),
     )
 
 

@@ -80,3 +80,20 @@ def test_the_runtime_store_and_the_catalog_name_the_same_default():
     from clika_runtime import store
 
     assert store.DEFAULT_MODEL == catalog.DEFAULT_MODEL == catalog.default_model()
+
+
+def test_the_newest_export_of_a_name_is_listed_first(tiny_gguf, tmp_cache):
+    """An upgrade's re-export sits beside the old one: what ``clika show`` and ``list`` give
+    first is the newer, the one the name loads."""
+    import os
+    import shutil
+
+    gguf = tiny_gguf("tiny.gguf").path
+    current = resolve(gguf, progress=False).folder
+    older = current.parent / ("0" * 32)
+    shutil.copytree(current, older)
+    write_record(NameRecord("tiny-chat", source_sha256(gguf)))
+    for folder, when in ((older, 1_000_000_000), (current, 2_000_000_000)):
+        os.utime(folder / "manifest.json", (when, when))
+    assert [e.folder for e in cached_exports()] == [current, older]
+    assert resolve("tiny-chat", pull=False).folder == current
