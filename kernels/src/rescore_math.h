@@ -45,7 +45,8 @@ struct PortableDot {
 };
 
 // The rows are picked at random from a table larger than the caches: asking for a row a
-// few dots ahead overlaps its misses with the dots before it.
+// few dots ahead overlaps its misses with the dots before it (in SmolLM2-135M's step of 8
+// rows, profiled: 0.34-0.36 against 0.38-0.40 ms for the node, three alternations).
 constexpr int64_t kAhead = 4;
 
 __attribute__((always_inline)) inline void prefetch_row(const RescoreProblem& p, int64_t i) {

@@ -3,7 +3,8 @@ it takes, and what it leaves of the graph."""
 
 from __future__ import annotations
 
-from onnx import helper
+import numpy as np
+from onnx import helper, numpy_helper
 from rescore_cases import HEADS, chain_model
 
 from clika_export.graph.head_rescore import replace_rescore
@@ -35,4 +36,12 @@ def test_a_chain_whose_ids_are_read_elsewhere_is_left_alone() -> None:
     model = chain_model(HEADS[0])
     model.graph.node.append(helper.make_node("Identity", ["ids"], ["picked"]))
     model.graph.output.append(helper.make_tensor_value_info("picked", 7, None))
+    assert replace_rescore(model.graph) == 0
+
+
+def test_a_chain_over_signed_codes_is_left_alone() -> None:
+    """int8 codes dequantize around 0, not 128: not the op's form."""
+    model = chain_model(HEADS[0])
+    codes = next(i for i in model.graph.initializer if i.name == "codes")
+    codes.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(codes).astype(np.int8), "codes"))
     assert replace_rescore(model.graph) == 0

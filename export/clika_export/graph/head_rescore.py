@@ -49,6 +49,11 @@ class _Graph:
         node = self.producer.get(tensor)
         return node if node is not None and node.op_type == op_type and node.domain == domain else None
 
+    def dims(self, name: str, data_type: int) -> list[int] | None:
+        """An initializer's shape, where it is one of ``data_type``."""
+        init = self.initializers.get(name)
+        return list(init.dims) if init is not None and init.data_type == data_type else None
+
     def constant(self, name: str) -> list[int] | None:
         init = self.initializers.get(name)
         return None if init is None else numpy_helper.to_array(init).reshape(-1).tolist()
@@ -84,6 +89,11 @@ def _match(g: _Graph, scatter: onnx.NodeProto) -> tuple[onnx.NodeProto, list[onn
     plain = (
         a.get("bits") == 8 and a.get("gather_axis") == 0 and a.get("quantize_axis") == 2 and block % 16 == 0
     )
+    # The op reads uint8 codes [N, blocks, block] and the rows reshaped to [T, k, K].
+    codes = g.dims(gather.input[0], onnx.TensorProto.UINT8)
+    plain = plain and codes is not None and len(codes) == 3 and codes[2] == block
+    rows_k = codes[1] * codes[2] if plain else None
+    plain = plain and g.constant(reshape.input[1]) in ([0, 0, rows_k], [0, 0, -1])
     k = g.constant(top.input[1])
     topk = _attrs(top)
     sorted_largest = topk.get("largest", 1) == 1 and topk.get("axis", -1) in (-1, 1)
