@@ -11,12 +11,19 @@ from clika_runtime.kernels.op import DOMAIN, GGML_TYPE_IDS, OP_TYPE, OP_VERSION
 
 
 def gguf_matmul_model(
-    ggml_type: str | int, k: int, n: int, precision: str = "fp32", activation: str | None = None
+    ggml_type: str | int,
+    k: int,
+    n: int,
+    precision: str = "fp32",
+    activation: str | None = None,
+    fp32_form: str | None = None,
 ) -> bytes:
     """``Y = GgufMatMul(A [M, k], B)`` with A and B graph inputs of free shape, so tests can feed any
-    (``activation``: the attribute, when given; "swiglu" makes Y ``[M, n / 2]``)."""
+    (``activation``, ``fp32_form``: the attributes, when given; "swiglu" makes Y ``[M, n / 2]``)."""
     type_id = GGML_TYPE_IDS[ggml_type] if isinstance(ggml_type, str) else ggml_type
     extra = {} if activation is None else {"activation": activation}
+    if fp32_form is not None:
+        extra["fp32_form"] = fp32_form
     node = helper.make_node(
         OP_TYPE, ["A", "B"], ["Y"], domain=DOMAIN, ggml_type=type_id, K=k, N=n, precision=precision, **extra
     )

@@ -107,14 +107,28 @@ def relative_error(y: np.ndarray, ref: np.ndarray) -> float:
 FP32_FMA = 1e-6
 # The BF16 split's activations carry up to 2^-18 of their value (x = hi + lo): 3.4e-6 measured.
 BF16_SPLIT = 5e-6
+# The VNNI split's activations are 16-bit integers of their block's largest magnitude, so a
+# value carries up to 1/65278 of that magnitude: 2.9e-5 measured.
+SPLIT16 = 5e-5
+SPLIT16_FORMATS = ("Q4_0", "Q4_1")
 INT8 = 2e-2
 POISONED = {3: np.nan, 10: np.inf, 20: -np.inf}
 
 
-def bound(precision: str, isa: str | None = None, ggml_type: str | None = None) -> float:
+def bound(
+    precision: str, isa: str | None = None, ggml_type: str | None = None, fp32_form: str | None = None
+) -> float:
     if precision == "int8":
         return INT8
-    return BF16_SPLIT if isa == "avx512_bf16" and ggml_type in ("Q4_0", "Q4_1") else FP32_FMA
+    if isa == "avx512_bf16" and ggml_type in ("Q4_0", "Q4_1"):
+        return BF16_SPLIT
+    if isa == "avx512_vnni" and ggml_type in SPLIT16_FORMATS and fp32_form == "split16":
+        return SPLIT16
+    return FP32_FMA
+
+
+def case_bound(case: dict, isa: str | None) -> float:
+    return bound(case["precision"], isa, case["ggml_type"], case.get("fp32_form"))
 
 
 # Longer rows of 32-weight blocks: SmolLM2's down matrix (48 blocks) and a row whose scales
@@ -135,11 +149,19 @@ def all_cases() -> list[dict]:
         for precision in PRECISIONS:
             for kind, blocks in (("random", plain), ("subnormal", subnormal), ("nonfinite", poisoned)):
                 cases.append({**make_case(ggml_type, precision, blocks, k, seed=100 + i), "kind": kind})
+        # fp32 nodes that let the 16-bit split run (on avx512_vnni; fp32 FMA on the other paths
+        # and for the other formats, which the Q8_0 cases show).
+        if ggml_type in SPLIT16_FORMATS + ("Q8_0",):
+            for kind, blocks in (("random", plain), ("subnormal", subnormal), ("nonfinite", poisoned)):
+                case = make_case(ggml_type, "fp32", blocks, k, seed=100 + i)
+                cases.append({**case, "kind": kind, "fp32_form": "split16"})
     for i, ggml_type in enumerate(("Q4_0", "Q4_1")):
         for j, k in enumerate(LONG_ROW_KS):
             blocks = random_blocks(ggml_type, N_ODD, k, seed=50 + 2 * i + j)
             for precision in PRECISIONS:
                 cases.append({**make_case(ggml_type, precision, blocks, k, seed=150 + i), "kind": "random"})
+            split = make_case(ggml_type, "fp32", blocks, k, seed=150 + i)
+            cases.append({**split, "kind": "random", "fp32_form": "split16"})
     blocks = random_blocks("Q4_K", N_ODD, LONG_Q4_K_ROW, seed=60)
     for precision in PRECISIONS:
         cases.append({**make_case("Q4_K", precision, blocks, LONG_Q4_K_ROW, seed=160), "kind": "random"})

@@ -5,7 +5,7 @@ Each check takes the cases and their results ({m: Y of a[:m]} per case) and asse
 from __future__ import annotations
 
 import numpy as np
-from kernel_cases import POISONED, ROW_COUNTS, bound, checked_columns, reference, relative_error
+from kernel_cases import POISONED, ROW_COUNTS, case_bound, checked_columns, reference, relative_error
 
 
 def check_against_gguf_py(cases: list[dict], results: list[dict], isa: str | None = None) -> None:
@@ -13,7 +13,7 @@ def check_against_gguf_py(cases: list[dict], results: list[dict], isa: str | Non
     for case, result in zip(cases, results, strict=True):
         ref = reference(case)
         keep = checked_columns(case)
-        limit = bound(case["precision"], isa, case["ggml_type"])
+        limit = case_bound(case, isa)
         for m in ROW_COUNTS:
             y = result[m]
             assert y.shape == (m, case["n"])
@@ -54,7 +54,7 @@ def check_against_scalar(
     for case, result, expected in zip(cases, results, scalar, strict=True):
         keep = checked_columns(case)
         scale = np.max(np.abs(reference(case)[:, keep]))
-        limit = bound(case["precision"], isa, case["ggml_type"])
+        limit = case_bound(case, isa)
         for m in ROW_COUNTS:
             gap = np.max(np.abs(result[m][:, keep].astype(np.float64) - expected[m][:, keep])) / scale
             assert gap <= 2 * limit, (case["ggml_type"], case["precision"], case["kind"], m, gap)

@@ -2,7 +2,7 @@
 
 Usage: ``python kernel_isa_runner.py CASES.pkl OUT.pkl``. Each case is a dict with ``ggml_type``,
 ``k``, ``n``, ``precision``, ``a`` ([rows, k] float32), ``b`` (the blocks), ``ms`` (row
-counts) and optionally ``activation``; the output is, per case, ``{m: Y of a[:m]}``.
+counts) and optionally ``activation`` and ``fp32_form``; the output is, per case, ``{m: Y of a[:m]}``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,12 @@ from clika_runtime.kernels.library import kernel_status
 
 def run_case(case: dict) -> dict:
     model = gguf_matmul_model(
-        case["ggml_type"], case["k"], case["n"], case["precision"], case.get("activation")
+        case["ggml_type"],
+        case["k"],
+        case["n"],
+        case["precision"],
+        case.get("activation"),
+        case.get("fp32_form"),
     )
     session = gguf_matmul_session(model)
     return {m: run_gguf_matmul(session, case["a"][:m], case["b"]) for m in case["ms"]}

@@ -21,6 +21,7 @@ ACTIVATION_CHOICES: dict[str, dict[str, Any]] = {
         "accuracy_level_8bit": 0,
         "head_accuracy_level": 4,
         "sensitivity_budget": None,
+        "fp32_form": "fma",
     },
 }
 

@@ -82,7 +82,8 @@ from clika_runtime.kernels.library import kernel_status
 # 6: each layer's attention as the kernel library's StepAttention (graph/step_attention.py).
 # 7: the sensitivity pass moves more groups to fp32 until its measured KL meets the target.
 # 8: the head's re-score as the kernel library's HeadRescore (graph/head_rescore.py).
-GRAPH_REVISION = 8
+# 9: the Q4_0 / Q4_1 matrices the sensitivity pass keeps in fp32 say fp32_form "split16".
+GRAPH_REVISION = 9
 KV_MODE = "continuous"
 # Embeddings of a checkpoint that names no pooling average its tokens' hidden states.
 DEFAULT_POOLING = "mean"

@@ -77,6 +77,13 @@ void allocate_activations(const float* a, int64_t m, int64_t k, ActivationForm f
     out->view.bf16_records = out->bf16_records.data() + (64 - at % 64) % 64;
     out->view.bf16_row_bytes = row_bytes;
   }
+  if (form == ActivationForm::kSplit16) {
+    const int64_t row_bytes = split16_record_row_bytes(k);
+    out->split16_records.resize(static_cast<size_t>(m * row_bytes + 64));
+    const uintptr_t at = reinterpret_cast<uintptr_t>(out->split16_records.data());
+    out->view.split16_records = out->split16_records.data() + (64 - at % 64) % 64;
+    out->view.split16_row_bytes = row_bytes;
+  }
 #endif
   if (form == ActivationForm::kInt8Units) {
     const int64_t units = (k + 255) / 256;
@@ -96,6 +103,11 @@ void prepare_rows(const float* a, int64_t k, ActivationForm form, PreparedActiva
     if (form == ActivationForm::kBf16Split) {
       avx512_bf16_records(a + r * k, out->type, k,
                           const_cast<uint8_t*>(out->view.bf16_records) + r * out->view.bf16_row_bytes);
+      continue;
+    }
+    if (form == ActivationForm::kSplit16) {
+      split16_records(a + r * k, k,
+                      const_cast<uint8_t*>(out->view.split16_records) + r * out->view.split16_row_bytes);
       continue;
     }
 #endif

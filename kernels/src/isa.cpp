@@ -105,7 +105,10 @@ const IsaChoice& selected_isa() {
 }
 
 RangeKernel find_kernel(Isa isa, Precision precision) {
-  const bool fp32 = precision == Precision::kFp32;
+  const bool fp32 = precision != Precision::kInt8;
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx512Vnni && precision == Precision::kFp32Split16) return avx512_vnni_fp32_range;
+#endif
   switch (isa) {
     case Isa::kScalar: return fp32 ? scalar_fp32_range : scalar_int8_range;
 #if defined(__x86_64__)
@@ -123,6 +126,10 @@ RangeKernel find_kernel(Isa isa, Precision precision) {
 }
 
 const char* kernel_description(Isa isa, Precision precision) {
+  if (isa == Isa::kAvx512Vnni && precision == Precision::kFp32Split16) {
+    return "AVX-512 VNNI 16-bit split (q = 256 hi + lo, vpdpbusd) for Q4_0/Q4_1, fp32 FMA for the rest";
+  }
+  if (precision == Precision::kFp32Split16) return kernel_description(isa, Precision::kFp32);
   const bool fp32 = precision == Precision::kFp32;
   switch (isa) {
     case Isa::kScalar: return fp32 ? "scalar fp32" : "scalar int8";

@@ -12,7 +12,9 @@
 namespace clika_kernels {
 
 enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Vnni, kAvx512Bf16, kNeon, kNeonDotprod };
-enum class Precision { kFp32, kInt8 };
+// kFp32Split16: fp32 activations that the AVX-512 VNNI path computes for Q4_0 / Q4_1 as 16-bit
+// integers in exact integer dots (avx512_split16.cpp), every other path as kFp32.
+enum class Precision { kFp32, kInt8, kFp32Split16 };
 
 struct Problem {
   int type;           // GGML type id
@@ -45,6 +47,11 @@ struct Activations {
   // where that engine does not run.
   const uint8_t* bf16_records;
   int64_t bf16_row_bytes;
+  // The fp32 activations as 16-bit integers per 32 weights, split into int8 halves, for the
+  // AVX-512 VNNI split engine (avx512_split16.cpp): split16_row_bytes per row, 64-byte
+  // aligned; null where that engine does not run.
+  const uint8_t* split16_records;
+  int64_t split16_row_bytes;
 };
 
 // One thread's buffers for the weight row being computed (k elements unless stated).
@@ -88,6 +95,8 @@ void avx2_int8_range(const Problem&, const Activations&, const RowScratch&, int6
 void avx512_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx512_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 void avx512_vnni_int8_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
+// Q4_0 and Q4_1 through the 16-bit split on VNNI; other formats through avx512_fp32_range.
+void avx512_vnni_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 // Q4_0 and Q4_1 through the BF16 split; other formats through avx512_fp32_range.
 void avx512_bf16_fp32_range(const Problem&, const Activations&, const RowScratch&, int64_t, int64_t);
 #endif

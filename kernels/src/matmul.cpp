@@ -45,8 +45,12 @@ thread_local ScratchBuffers tls_scratch;
 
 // Tasks of about 32 KiB of stored weights: enough work to hide the pool's hand-off, and
 // enough tasks (hundreds per matrix) to balance two threads.
-int64_t rows_per_task(const Problem& p) {
-  return std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, p.row_bytes));
+// The split engine computes 16 outputs at a time, so its tasks are whole tiles of 16, and
+// about twice as large: a task's first tile starts cold, the others are prefetched.
+int64_t rows_per_task(const Problem& p, ActivationForm form) {
+  const int64_t bytes = form == ActivationForm::kSplit16 ? 64 * 1024 : 32 * 1024;
+  const int64_t rows = std::max<int64_t>(1, bytes / std::max<int64_t>(1, p.row_bytes));
+  return form == ActivationForm::kSplit16 ? (rows + 15) / 16 * 16 : rows;
 }
 
 struct MatmulTask {
@@ -104,7 +108,7 @@ void run_prepare(void* data, size_t i) {
 // Asked only when that engine runs: its code is compiled for AVX2.
 int fp32_sum_group(Precision precision, Isa isa, int type) {
 #if defined(__x86_64__)
-  if (precision == Precision::kFp32 && isa == Isa::kAvx2) return avx2_fp32_sum_group(type);
+  if (precision != Precision::kInt8 && isa == Isa::kAvx2) return avx2_fp32_sum_group(type);
 #endif
   return 0;
 }
@@ -116,6 +120,9 @@ ActivationForm form_for(Precision precision, Isa isa, int sum_group, int type) {
   if (precision != Precision::kInt8) {
 #if defined(__x86_64__)
     if (isa == Isa::kAvx512Bf16 && bf16_split_format(type)) return ActivationForm::kBf16Split;
+    if (precision == Precision::kFp32Split16 && isa == Isa::kAvx512Vnni && split16_format(type)) {
+      return ActivationForm::kSplit16;
+    }
 #endif
     return sum_group > 0 ? ActivationForm::kFp32Sums : ActivationForm::kFp32;
   }
@@ -185,7 +192,7 @@ std::string run_matmul(const Problem& p, Precision precision, Isa isa, const Par
     tls_gated_products.resize(static_cast<size_t>(p.m * p.n));
     full.y = tls_gated_products.data();
   }
-  MatmulTask task{&full, &acts.view, kernel, rows_per_task(p)};
+  MatmulTask task{&full, &acts.view, kernel, rows_per_task(p, form)};
   const size_t tasks = static_cast<size_t>((p.n + task.rows - 1) / task.rows);
   if (!runner.run(runner.context, run_task, tasks, &task)) return "the thread pool failed to run the matmul";
   if (epilogue != Epilogue::kSwiglu) return "";

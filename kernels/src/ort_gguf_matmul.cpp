@@ -3,7 +3,8 @@
 //   output  Y float32 [..., N] = A @ dequant(B)^T, or with activation "swiglu"
 //           [..., N/2] = silu(A @ gate^T) * (A @ up^T), gate B's first N/2 rows, up the rest
 //   attributes ggml_type, K, N (int), precision "fp32" (default) | "int8",
-//              activation "none" (default) | "swiglu"
+//              activation "none" (default) | "swiglu",
+//              fp32_form "fma" (default) | "split16" (fp32: Q4_0 / Q4_1 as 16-bit integers on VNNI)
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ OrtStatus* create_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*
   if (precision != "fp32" && precision != "int8") {
     return invalid(kOp, "precision '" + precision + "' is not one of fp32, int8");
   }
+  const std::string fp32_form = read_string(info, "fp32_form", "fma");
+  if (fp32_form != "fma" && fp32_form != "split16") {
+    return invalid(kOp, "fp32_form '" + fp32_form + "' is not one of fma, split16");
+  }
   const std::string activation = read_string(info, "activation", "none");
   if (activation != "none" && activation != "swiglu") {
     return invalid(kOp, "activation '" + activation + "' is not one of none, swiglu");
@@ -47,8 +52,10 @@ OrtStatus* create_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*
   if (!epilogue_problem.empty()) return invalid(kOp, epilogue_problem);
   const IsaChoice& isa = selected_isa();
   if (!isa.ok) return invalid(kOp, isa.message);
-  *kernel = new GgufMatMulKernel{static_cast<int>(type), k, n, row_bytes,
-                                 precision == "int8" ? Precision::kInt8 : Precision::kFp32, isa.isa, epilogue};
+  const Precision chosen = precision == "int8"        ? Precision::kInt8
+                           : fp32_form == "split16" ? Precision::kFp32Split16
+                                                    : Precision::kFp32;
+  *kernel = new GgufMatMulKernel{static_cast<int>(type), k, n, row_bytes, chosen, isa.isa, epilogue};
   return nullptr;
 }
 

@@ -42,9 +42,12 @@ CLIKA_EXPORT const char* clika_kernels_isa() {
 
 CLIKA_EXPORT const char* clika_kernels_isa_reason() { return clika_kernels::selected_isa().message.c_str(); }
 
-CLIKA_EXPORT const char* clika_kernels_engine(int int8) {
+// precision: 0 fp32, 1 int8, 2 fp32 with fp32_form "split16".
+CLIKA_EXPORT const char* clika_kernels_engine(int precision) {
   const clika_kernels::IsaChoice& c = clika_kernels::selected_isa();
   if (!c.ok) return "";
-  return clika_kernels::kernel_description(c.isa, int8 ? clika_kernels::Precision::kInt8
-                                                        : clika_kernels::Precision::kFp32);
+  const clika_kernels::Precision p = precision == 1   ? clika_kernels::Precision::kInt8
+                                     : precision == 2 ? clika_kernels::Precision::kFp32Split16
+                                                      : clika_kernels::Precision::kFp32;
+  return clika_kernels::kernel_description(c.isa, p);
 }

@@ -62,7 +62,8 @@ from onnx import helper
 
 from clika_quant.quality import SequenceRunner
 from clika_quant.quantize import summarize, with_level
-from clika_runtime.kernels.gguf_matmul import B_SUFFIX, LEVEL_PRECISIONS, OP_TYPE
+from clika_runtime.kernels.gguf_matmul import B_SUFFIX, GGML_TYPE_NAMES, LEVEL_PRECISIONS, OP_TYPE
+from clika_runtime.kernels.op import SPLIT16_TYPES
 
 FAST, EXACT = 4, 0
 PROBE_FILE = "sensitivity_probe.onnx"
@@ -124,8 +125,9 @@ def _candidate(node: onnx.NodeProto, group: dict[str, Any]) -> bool:
     return node.op_type == OP_TYPE or group["bits"] == 4
 
 
-def set_levels(model: onnx.ModelProto, levels: dict[str, int]) -> onnx.ModelProto:
-    """A copy of ``model`` with the named MatMulNBits nodes at the given accuracy levels."""
+def set_levels(model: onnx.ModelProto, levels: dict[str, int], fp32_form: str = "fma") -> onnx.ModelProto:
+    """A copy of ``model`` with the named MatMulNBits nodes at the given accuracy levels; the
+    GgufMatMul nodes of the formats ``fp32_form`` changes get it at level 0 (``op``)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     for node in copy.graph.node:
@@ -135,7 +137,25 @@ def set_levels(model: onnx.ModelProto, levels: dict[str, int]) -> onnx.ModelProt
                     attr.CopyFrom(helper.make_attribute("accuracy_level", levels[node.name]))
                 elif attr.name == "precision" and node.op_type == OP_TYPE:
                     attr.CopyFrom(helper.make_attribute("precision", LEVEL_PRECISIONS[levels[node.name]]))
+            if node.op_type == OP_TYPE:
+                _set_fp32_form(node, fp32_form if levels[node.name] == EXACT else "fma")
     return copy
+
+
+def _set_fp32_form(node: onnx.NodeProto, form: str) -> None:
+    kept = [a for a in node.attribute if a.name != "fp32_form"]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    if form != "fma" and GGML_TYPE_NAMES.get(_attr(node, "ggml_type")) in SPLIT16_TYPES:
+        node.attribute.append(helper.make_attribute("fp32_form", form))
+
+
+def fp32_form_of(group: dict[str, Any], form: str) -> dict[str, Any]:
+    """A group record at level 0 with the fp32 form its node runs (none recorded for fp32 FMA)."""
+    changed = {k: v for k, v in group.items() if k != "fp32_form"}
+    if form != "fma" and group.get("weight_format", "").removeprefix("gguf ") in SPLIT16_TYPES:
+        changed["fp32_form"] = form
+    return changed
 
 
 @dataclass
@@ -148,9 +168,10 @@ class Probe:
     tokens: list[int]
     threads: int | None
     on_run: Callable[[], None] | None = None  # told after each variant ran (a progress bar)
+    fp32_form: str = "fma"  # what the nodes at level 0 run
 
-    def logits(self, levels: dict[str, int]) -> np.ndarray:
-        return self.logits_of(set_levels(self.model, levels))
+    def logits(self, levels: dict[str, int], fp32_form: str | None = None) -> np.ndarray:
+        return self.logits_of(set_levels(self.model, levels, fp32_form or self.fp32_form))
 
     def logits_of(self, model: onnx.ModelProto) -> np.ndarray:
         """The calibration logits of a variant of the folder's graph (its weights in the folder)."""
@@ -321,10 +342,12 @@ def choose_levels(
     *,
     target_kl: float,
     budget: float,
+    fp32_form: str = "fma",
     threads: int | None = None,
     on_probe: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Measure, choose and apply: the folder's graph gets the chosen levels; returns the new record.
+    The matrices kept at level 0 run ``fp32_form``; the KL is measured against fp32 FMA throughout.
 
     ``on_probe(total=N)`` is told after each graph variant ran, with how many the pass runs at most."""
     from clika_runtime.contract.model_folder import open_model_folder
@@ -339,7 +362,7 @@ def choose_levels(
     runner = SequenceRunner(opened, min(len(tokens) + 8, opened.manifest.context_window))
     most = probe_count(places)
     told = (lambda: on_probe(total=most)) if on_probe is not None else None
-    probe = Probe(runner, model, folder, list(tokens)[: runner.capacity - 8], threads, told)
+    probe = Probe(runner, model, folder, list(tokens)[: runner.capacity - 8], threads, told, fp32_form)
     measured = measure(probe, places, target_kl)
     estimated = estimate(places, measured)
     groups = groups_of(places, measured)
@@ -352,15 +375,17 @@ def choose_levels(
         checks += 1
         most += checks > 1  # each check past the first is one more graph run than planned
         if not reference:
-            reference.append(probe.logits({n: EXACT for p in places for n in p.nodes}))
+            reference.append(probe.logits({n: EXACT for p in places for n in p.nodes}, fp32_form="fma"))
         return mean_kl(reference[0], probe.logits(_levels(places, {p.key for p in exact_places})))
 
     chosen, final_kl, added = until_measured_target(places, groups, chosen, target_kl, budget, kl_left)
     exact = {p.key for p in chosen}
     levels = _levels(places, exact)
-    final = set_levels(model, levels)
+    final = set_levels(model, levels, fp32_form)
     onnx.save(final, str(graph_path))
-    record = _recorded(record, places, measured, estimated, exact, target_kl, budget, probe, final_kl)
+    record = _recorded(
+        record, places, measured, estimated, exact, target_kl, budget, probe, final_kl, fp32_form
+    )
     record["sensitivity"]["groups_added_by_measurement"] = added
     return record
 
@@ -370,7 +395,7 @@ def _levels(places: Sequence[Place], exact: set[str]) -> dict[str, int]:
 
 
 def _recorded(
-    record, places, measured, estimated, exact, target_kl, budget, probe, final_kl
+    record, places, measured, estimated, exact, target_kl, budget, probe, final_kl, fp32_form
 ) -> dict[str, Any]:
     total = sum(p.bytes for p in places)
     record = dict(record)
@@ -382,8 +407,10 @@ def _recorded(
         place = keyed.get(f"{entry['roles'][0]}@{entry['layer']}")
         if place is not None:
             level = EXACT if place.key in exact else FAST
+            form = fp32_form if level == EXACT else "fma"
             entry["groups"] = [
-                with_level(g, level) if i in place.groups else g for i, g in enumerate(entry["groups"])
+                fp32_form_of(with_level(g, level), form) if i in place.groups else g
+                for i, g in enumerate(entry["groups"])
             ]
     record["matrices"] = matrices
     record = summarize(record)

@@ -2,7 +2,8 @@
 
 Each ISA runs in its own process (the library picks its ISA once per process). Bounds are
 max |Y - ref| / max |ref|: FP32_FMA for the fp32 paths, BF16_SPLIT for the avx512_bf16 fp32
-path's Q4_0/Q4_1 (activations split into two bf16 halves), INT8 for int8 activations
+path's Q4_0/Q4_1 (activations split into two bf16 halves), SPLIT16 for the avx512_vnni path's
+Q4_0/Q4_1 nodes with fp32_form "split16" (activations as 16-bit integers per 32 weights), INT8 for int8 activations
 (llama.cpp's numerics, quantized per 32 weights).
 """
 
@@ -10,8 +11,17 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
-from kernel_cases import X86_ISAS, all_cases, require_library, run_under_isa
+import split16_model
+from kernel_cases import (
+    SPLIT16_FORMATS,
+    X86_ISAS,
+    all_cases,
+    checked_columns,
+    require_library,
+    run_under_isa,
+)
 from kernel_checks import (
     check_against_gguf_py,
     check_against_scalar,
@@ -57,6 +67,27 @@ def test_simd_paths_equal_the_scalar_reference_within_bounds(isa):
     cases, out = computed(isa)
     _, scalar = computed("scalar")
     check_against_scalar(cases, out["results"], scalar["results"], isa)
+
+
+def test_the_vnni_split_computes_its_stated_arithmetic_bit_for_bit():
+    require_library()
+    if not run_under_isa("avx512_vnni", [])["status"].available:
+        pytest.skip("this CPU does not run avx512_vnni")
+    cases, out = computed("avx512_vnni")
+    checked = 0
+    for case, result in zip(cases, out["results"], strict=True):
+        if case.get("fp32_form") != "split16" or case["ggml_type"] not in SPLIT16_FORMATS:
+            continue
+        expected = split16_model.matmul(case["ggml_type"], case["a"], case["b"], case["k"])
+        keep = checked_columns(case)
+        y = result[max(result)]
+        assert np.array_equal(y[:, keep].view(np.uint32), expected[:, keep].view(np.uint32)), (
+            case["ggml_type"],
+            case["kind"],
+            case["k"],
+        )
+        checked += 1
+    assert checked >= 8
 
 
 def test_this_process_reports_its_isa():

@@ -253,6 +253,7 @@ def test_the_default_is_the_measured_int4_scheme():
         "weights by whole layers and roles "
         "where int8 activations add the most measured error per byte "
         "(until the KL left is at most 0.0004); "
+        "Q4_0 / Q4_1 kept at level 0 with 16-bit integer activations where the CPU has AVX-512 VNNI; "
         "GGUF layer matrices stored as the file's blocks, computed by ai.clika.GgufMatMul "
         "(MatMulNBits at load without the kernel library); "
         "zero points centred on each block's mean code; "
@@ -273,13 +274,19 @@ def test_int8_differs_from_int4_only_in_where_4bit_blocks_are_computed():
     assert {k: v for k, v in int8.to_dict().items() if int4.to_dict()[k] != v} == {
         "accuracy_level_4bit": 0,
         "sensitivity_budget": None,  # nothing at level 4 to measure
+        "fp32_form": "fma",  # the float model's products exactly
     }
     assert (
         int8.accuracy_for(4, False, "mlp.down", 3, 30) == 0
         and int8.accuracy_for(8, False, "mlp.down", 3, 30) == 4
     )
     assert int8.accuracy_for(8, True, "lm_head", None, 30) == 4
-    assert QuantOptions.for_precision("int8", {"accuracy_level_4bit": 4, "sensitivity_budget": 1.0}) == int4
+    assert (
+        QuantOptions.for_precision(
+            "int8", {"accuracy_level_4bit": 4, "sensitivity_budget": 1.0, "fp32_form": "split16"}
+        )
+        == int4
+    )
     assert QuantOptions.for_precision("int8", int4) is int4
     assert int8.describe("int8").startswith(
         "int8: GGUF blocks kept exactly where the source has them; 4-bit layers at accuracy level 0, 8-bit at 4;"

@@ -37,6 +37,17 @@ def _levels(folder) -> dict[str, int]:
     return levels
 
 
+def _fp32_forms(folder) -> dict[str, str]:
+    """The fp32_form attribute of each GgufMatMul node that has one."""
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    forms = {}
+    for n in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        if n.op_type == OP_TYPE and "fp32_form" in attrs:
+            forms[n.name] = attrs["fp32_form"].decode()
+    return forms
+
+
 def _calibration_logits(folder, tokens):
     runner = open_runner(folder, threads=1)
     return runner.step(tokens, all_logits=True).astype("float64")
@@ -82,6 +93,20 @@ def test_the_choice_is_reproducible_and_recorded(exports):
     assert first["summary"]["accuracy_levels"]["4-bit level 0"] == len(chosen["level0"])
 
 
+def test_the_fp32_the_pass_keeps_may_run_the_16_bit_split_and_says_so(exports):
+    """The Q4_1 nodes the pass keeps at level 0 get fp32_form "split16" (the default
+    QuantOptions.fp32_form), recorded on their groups; the int8 ones and an export asked for
+    level 0 everywhere keep fp32 FMA, the float model's products."""
+    levels, forms = _levels(exports["a"]), _fp32_forms(exports["a"])
+    layer_nodes = {n: level for n, level in levels.items() if "/layers." in n}
+    assert forms and set(forms.values()) == {"split16"}
+    assert set(forms) == {n for n, level in layer_nodes.items() if level == 0}
+    for entry in Manifest.read(exports["a"]).precision["matrices"].values():
+        for group in entry.get("groups", []) if entry.get("layer") is not None else []:
+            assert group.get("fp32_form") == ("split16" if group["accuracy_level"] == 0 else None), group
+    assert _fp32_forms(exports["exact"]) == {}
+
+
 def test_8_bit_gguf_blocks_the_kernels_compute_may_move_to_fp32(tmp_path):
     """Q8_0 layer matrices are candidates (GgufMatMul's fp32 path costs them ~2x, not an 8-bit
     MatMulNBits level 0's 10-30x): a zero target with every byte allowed moves them all."""
@@ -100,6 +125,7 @@ def test_8_bit_gguf_blocks_the_kernels_compute_may_move_to_fp32(tmp_path):
     kernel_nodes = [n.name for n in model.graph.node if n.op_type == OP_TYPE and "/layers." in n.name]
     assert len(kernel_nodes) == len(layer_groups)
     assert all(_levels(folder)[n] == 0 for n in kernel_nodes)
+    assert _fp32_forms(folder) == {}  # the 16-bit split is for Q4_0 / Q4_1 only
 
 
 def test_the_mixed_export_has_the_error_it_states(exports):

@@ -33,19 +33,24 @@ class KernelStatus:
     reason: str
     fp32_engine: str | None = None
     int8_engine: str | None = None
+    split16_engine: str | None = None  # what an fp32 node with fp32_form "split16" runs
 
     def describe(self) -> str:
         """One line for logs and ``clika show``."""
         if not self.available:
             return f"clika kernels off: {self.reason}"
-        return f"clika kernels {self.isa} ({self.reason}): fp32 {self.fp32_engine}, int8 {self.int8_engine}"
+        return f"clika kernels {self.isa} ({self.reason}): {self._engines()}"
 
     def compute_path(self) -> str:
         """What computes the ops, without why: the same engines forced or chosen give the same
         numbers, and every reason the library is off leaves the same MatMulNBits fallback."""
         if not self.available:
             return "MatMulNBits fallback"
-        return f"clika kernels {self.isa}: fp32 {self.fp32_engine}, int8 {self.int8_engine}"
+        return f"clika kernels {self.isa}: {self._engines()}"
+
+    def _engines(self) -> str:
+        split = "" if self.split16_engine == self.fp32_engine else f", fp32 split16 {self.split16_engine}"
+        return f"fp32 {self.fp32_engine}, int8 {self.int8_engine}{split}"
 
 
 def library_path() -> Path | None:
@@ -90,7 +95,8 @@ def kernel_status() -> KernelStatus:
         return KernelStatus(False, path, None, reason)
     fp32 = library.clika_kernels_engine(0).decode()
     int8 = library.clika_kernels_engine(1).decode()
-    return KernelStatus(True, path, isa, reason, fp32, int8)
+    split16 = library.clika_kernels_engine(2).decode()
+    return KernelStatus(True, path, isa, reason, fp32, int8, split16)
 
 
 def register_kernels(options: ort.SessionOptions) -> KernelStatus:
