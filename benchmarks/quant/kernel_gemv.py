@@ -28,7 +28,7 @@ from read_probe import probe_input, probe_session, read_gbs
 from clika_quant.onnx_ops import MS_DOMAIN, matmul_nbits
 from clika_runtime.kernels.gguf_layout import BLOCK_LAYOUT
 from clika_runtime.kernels.library import register_kernels
-from clika_runtime.kernels.op import DOMAIN, OP_TYPE, OP_VERSION, op_attributes
+from clika_runtime.kernels.op import DOMAIN, OP_TYPE, OP_VERSION, SPLIT16_TYPES, op_attributes
 from clika_runtime.kernels.transcode import transcode
 
 TARGET_BYTES = 96 << 20  # > 3x the 32 MiB L3
@@ -48,15 +48,14 @@ def random_gguf(ggml_type: str, k: int, n: int, seed: int) -> np.ndarray:
     return blocks.reshape(n, -1)
 
 
-def ours_graph(mats: list[np.ndarray], ggml_type: str, k: int, n: int, precision: str):
+def ours_graph(
+    mats: list[np.ndarray], ggml_type: str, k: int, n: int, precision: str, fp32_form: str = "fma"
+):
     nodes, inits = [], []
+    attrs = op_attributes(ggml_type, k, n, precision, fp32_form=fp32_form)
     for i, b in enumerate(mats):
         inits.append(numpy_helper.from_array(b, f"w{i}"))
-        nodes.append(
-            helper.make_node(
-                OP_TYPE, ["A", f"w{i}"], [f"Y{i}"], domain=DOMAIN, **op_attributes(ggml_type, k, n, precision)
-            )
-        )
+        nodes.append(helper.make_node(OP_TYPE, ["A", f"w{i}"], [f"Y{i}"], domain=DOMAIN, **attrs))
     return nodes, inits, [helper.make_opsetid(DOMAIN, OP_VERSION)]
 
 
@@ -116,6 +115,12 @@ def bench_shape(spec: str, rows: list[int], rounds: int, threads: int) -> None:
     mats = [random_gguf(ggml_type, k, n, seed) for seed in range(r)]
     variants = {
         "ours fp32": ours_graph(mats, ggml_type, k, n, "fp32"),
+        # fp32_form "split16": the 16-bit split where the ISA has it (avx512_vnni), else fp32 FMA again
+        **(
+            {"ours split": ours_graph(mats, ggml_type, k, n, "fp32", "split16")}
+            if ggml_type in SPLIT16_TYPES
+            else {}
+        ),
         "ours int8": ours_graph(mats, ggml_type, k, n, "int8"),
         "nbits L0": nbits_graph(mats, ggml_type, k, n, 0),
         "nbits L4": nbits_graph(mats, ggml_type, k, n, 4),
