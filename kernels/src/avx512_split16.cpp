@@ -18,11 +18,13 @@
 
 #include <cfloat>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "activations.h"
 #include "formats.h"
 #include "kernel_api.h"
+#include "row_tiles.h"
 
 namespace clika_kernels {
 namespace {
@@ -36,11 +38,16 @@ constexpr int64_t kMetaBytes = 16; // per row and block: dx, start (int32 bits),
 
 struct Q4Format {
   int64_t block_bytes;
-  int64_t code_offset;
+  int64_t code_offset;  // the codes follow d (and Q4_1's m), one fp16 each
   bool has_min;
 };
 
-Q4Format q4_format(int type) { return type == kQ4_1 ? Q4Format{20, 4, true} : Q4Format{18, 2, false}; }
+Q4Format q4_format(int type) {
+  BlockLayout layout;
+  block_layout(type, &layout);
+  const bool has_min = type == kQ4_1;
+  return Q4Format{layout.bytes, has_min ? 4 : 2, has_min};
+}
 
 // One block of 16 weight rows, decoded: w[c] lane i holds row i's codes 4c..4c+3 (c < 4:
 // low nibbles, weights 4c..; c >= 4: high nibbles, weights 16 + 4(c - 4)..) as bytes.
@@ -226,76 +233,49 @@ inline void store_rows(const Split16Call& c, int64_t m0, int64_t n, int cols, co
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(c.p->y + (m0 + r) * c.p->n + n, mask, y[r]);
 }
 
+// Tiles for tile_of (row_tiles.h): Min is std::bool_constant<Q4_1>.
 // Up to kTileRows rows: each block decoded in registers and used by all of them.
-template <int R, bool kHasMin>
-void direct_tile(const Split16Call& c, const TileRows& t, const NextTile& next, int64_t m0, int64_t n, int cols) {
-  RowRecords rows[R];
-  for (int r = 0; r < R; ++r) rows[r] = row_records(c, m0 + r);
-  __m512 y[R];
-  for (int r = 0; r < R; ++r) y[r] = _mm512_setzero_ps();
-  DecodedBlock w;
-  for (int64_t b = 0; b < c.blocks; ++b) {
-    prefetch_share(next, b);
-    decode_block(t, b, c.f, &w);
-    block_rows<R, kHasMin>(w, rows, b, y);
+template <class Min, int R>
+struct DirectTile {
+  static void run(const Split16Call& c, const TileRows& t, const NextTile& next, int64_t n, int cols) {
+    RowRecords rows[R];
+    for (int r = 0; r < R; ++r) rows[r] = row_records(c, r);
+    __m512 y[R];
+    for (int r = 0; r < R; ++r) y[r] = _mm512_setzero_ps();
+    DecodedBlock w;
+    for (int64_t b = 0; b < c.blocks; ++b) {
+      prefetch_share(next, b);
+      decode_block(t, b, c.f, &w);
+      block_rows<R, Min::value>(w, rows, b, y);
+    }
+    store_rows<R>(c, 0, n, cols, y);
   }
-  store_rows<R>(c, m0, n, cols, y);
-}
-
-// The same operations, the decoded blocks read back from a panel.
-template <int R, bool kHasMin>
-void panel_tile(const Split16Call& c, const DecodedBlock* panel, int64_t m0, int64_t n, int cols) {
-  RowRecords rows[R];
-  for (int r = 0; r < R; ++r) rows[r] = row_records(c, m0 + r);
-  __m512 y[R];
-  for (int r = 0; r < R; ++r) y[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < c.blocks; ++b) block_rows<R, kHasMin>(panel[b], rows, b, y);
-  store_rows<R>(c, m0, n, cols, y);
-}
-
-template <bool kHasMin, class Tile>
-void for_rows(int64_t rows, const Tile& tile) {
-  switch (rows) {
-    case 1: tile.template run<1, kHasMin>(); break;
-    case 2: tile.template run<2, kHasMin>(); break;
-    case 3: tile.template run<3, kHasMin>(); break;
-    case 4: tile.template run<4, kHasMin>(); break;
-    case 5: tile.template run<5, kHasMin>(); break;
-    case 6: tile.template run<6, kHasMin>(); break;
-    case 7: tile.template run<7, kHasMin>(); break;
-    default: tile.template run<8, kHasMin>(); break;
-  }
-}
-
-struct DirectTiles {
-  const Split16Call& c;
-  const TileRows& t;
-  NextTile next;
-  int64_t n;
-  int cols;
-  template <int R, bool H>
-  void run() const { direct_tile<R, H>(c, t, next, 0, n, cols); }
 };
 
-struct PanelTiles {
-  const Split16Call& c;
-  const DecodedBlock* panel;
-  int64_t m0, n;
-  int cols;
-  template <int R, bool H>
-  void run() const { panel_tile<R, H>(c, panel, m0, n, cols); }
+// The same operations, the decoded blocks read back from a panel.
+template <class Min, int R>
+struct PanelTile {
+  static void run(const Split16Call& c, const DecodedBlock* panel, int64_t m0, int64_t n, int cols) {
+    RowRecords rows[R];
+    for (int r = 0; r < R; ++r) rows[r] = row_records(c, m0 + r);
+    __m512 y[R];
+    for (int r = 0; r < R; ++r) y[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < c.blocks; ++b) block_rows<R, Min::value>(panel[b], rows, b, y);
+    store_rows<R>(c, m0, n, cols, y);
+  }
 };
 
 thread_local std::vector<DecodedBlock> tls_panel;
 
 template <bool kHasMin>
 void split16_range(const Problem& p, const Activations& x, int64_t n0, int64_t n1) {
+  using Min = std::bool_constant<kHasMin>;
   const Split16Call c{&p, &x, q4_format(p.type), p.k / 32};
   if (p.m <= kTileRows) {
     for (int64_t n = n0; n < n1; n += kCols) {
       const int cols = static_cast<int>(n1 - n < kCols ? n1 - n : kCols);
       const TileRows t = tile_rows(p, n, cols);
-      for_rows<kHasMin>(p.m, DirectTiles{c, t, next_tile(p, n + kCols, n1, c.blocks), n, cols});
+      tile_of<Min, DirectTile>(static_cast<int>(p.m), c, t, next_tile(p, n + kCols, n1, c.blocks), n, cols);
     }
     return;
   }
@@ -308,8 +288,8 @@ void split16_range(const Problem& p, const Activations& x, int64_t n0, int64_t n
       const TileRows t = tile_rows(p, n, cols);
       for (int64_t b = 0; b < c.blocks; ++b) decode_block(t, b, c.f, &panel[b]);
       for (int64_t m0 = chunk; m0 < chunk_end; m0 += kTileRows) {
-        const int64_t rows = chunk_end - m0 < kTileRows ? chunk_end - m0 : kTileRows;
-        for_rows<kHasMin>(rows, PanelTiles{c, panel, m0, n, cols});
+        const int rows = static_cast<int>(chunk_end - m0 < kTileRows ? chunk_end - m0 : kTileRows);
+        tile_of<Min, PanelTile>(rows, c, static_cast<const DecodedBlock*>(panel), m0, n, cols);
       }
     }
   }

@@ -20,6 +20,7 @@
 #include "avx512_lane_codes.h"
 #include "formats.h"
 #include "kernel_api.h"
+#include "row_tiles.h"
 
 namespace clika_kernels {
 namespace {
@@ -131,21 +132,6 @@ inline void tile_decoding(const Problem& p, const Activations& x, const UnitWalk
     rows.add(w, u);
   }
   rows.store(p, n, m0);
-}
-
-template <class Dot, template <class, int> class Tile, class... Args>
-inline void tile_of(int rows, Args&&... args) {
-  switch (rows) {
-    case 8: Tile<Dot, 8>::run(args...); break;
-    case 7: Tile<Dot, 7>::run(args...); break;
-    case 6: Tile<Dot, 6>::run(args...); break;
-    case 5: Tile<Dot, 5>::run(args...); break;
-    case 4: Tile<Dot, 4>::run(args...); break;
-    case 3: Tile<Dot, 3>::run(args...); break;
-    case 2: Tile<Dot, 2>::run(args...); break;
-    case 1: Tile<Dot, 1>::run(args...); break;
-    default: break;
-  }
 }
 
 template <class Format>
