@@ -32,6 +32,20 @@ def require_library() -> None:
         pytest.skip(f"kernel library not in use: {status.reason}")
 
 
+def forced_isa_fixture(computed):
+    """A module fixture over X86_ISAS for tests whose ``computed(isa)`` runs their cases under a
+    forced ISA (``run_under_isa``): it skips the ISAs this CPU does not run."""
+
+    @pytest.fixture(scope="module", params=X86_ISAS)
+    def isa(request) -> str:
+        require_library()
+        if not computed(request.param)["status"].available:
+            pytest.skip(f"this CPU does not run {request.param}")
+        return request.param
+
+    return isa
+
+
 def k_for(ggml_type: str) -> int:
     """Several blocks: 3 super-blocks for the K formats, 9 blocks for the others."""
     weights = BLOCK_LAYOUT[ggml_type][0]

@@ -38,6 +38,27 @@ def build_driver(compiler: str, out: Path, driver: Path = DRIVER) -> Path:
     return out
 
 
+def run_driver(emulator: str, driver: Path, isa: str, cases_path: Path, out_path: Path) -> str:
+    """What the driver printed, run on ``cases_path`` under ``CLIKA_KERNEL_ISA=isa``."""
+    env = {**os.environ, "CLIKA_KERNEL_ISA": isa}
+    done = subprocess.run(
+        [emulator, str(driver), str(cases_path), str(out_path)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{isa} under {emulator}: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def split_outputs(path: Path, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """The driver's float32 outputs, in order, as arrays of these shapes (all it wrote)."""
+    flat, at, arrays = np.fromfile(path, np.float32), 0, []
+    for shape in shapes:
+        size = int(np.prod(shape))
+        arrays.append(flat[at : at + size].reshape(shape))
+        at += size
+    assert at == flat.size, "the driver wrote more than the cases asked for"
+    return arrays
+
+
 def write_cases(cases: list[dict], path: Path) -> None:
     with path.open("wb") as f:
         for case in cases:
@@ -50,18 +71,12 @@ def write_cases(cases: list[dict], path: Path) -> None:
 
 
 def read_results(cases: list[dict], path: Path) -> list[dict]:
-    flat = np.fromfile(path, np.float32)
-    results, at = [], 0
-    for case in cases:
-        result = {}
-        outputs = case["n"] // 2 if case.get("activation") == "swiglu" else case["n"]
-        for m in case["ms"]:
-            size = m * outputs
-            result[m] = flat[at : at + size].reshape(m, outputs)
-            at += size
-        results.append(result)
-    assert at == flat.size, "the driver wrote more than the cases asked for"
-    return results
+    """Per case, {m: Y of its first m rows}, in the order the driver wrote them."""
+    widths = [case["n"] // 2 if case.get("activation") == "swiglu" else case["n"] for case in cases]
+    arrays = iter(
+        split_outputs(path, [(m, n) for case, n in zip(cases, widths, strict=True) for m in case["ms"]])
+    )
+    return [{m: next(arrays) for m in case["ms"]} for case in cases]
 
 
 def run_native(
@@ -78,12 +93,8 @@ def run_native(
         )
     cases_path, out_path = folder / f"{isa}.cases", folder / f"{isa}.out"
     write_cases(cases, cases_path)
-    env = {**os.environ, "CLIKA_KERNEL_ISA": isa}
-    done = subprocess.run(
-        [emulator, str(driver), str(cases_path), str(out_path)], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, f"{isa} under {emulator}: {done.stderr[-2000:]}"
-    return done.stdout.splitlines(), read_results(cases, out_path)
+    printed = run_driver(emulator, driver, isa, cases_path, out_path)
+    return printed.splitlines(), read_results(cases, out_path)
 
 
 ATTENTION_DRIVER = ROOT / "tests" / "kernels" / "native_attention_driver.cpp"
@@ -113,21 +124,9 @@ def run_native_attention(
             shapes.append(
                 [(tokens, layout.heads * layout.head_dim), x["past_key"].shape, x["past_value"].shape]
             )
-    env = {**os.environ, "CLIKA_KERNEL_ISA": isa}
-    done = subprocess.run(
-        [emulator, str(driver), str(cases_path), str(out_path)], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, f"{isa} under {emulator}: {done.stderr[-2000:]}"
-    flat, at, results = np.fromfile(out_path, np.float32), 0, []
-    for case_shapes in shapes:
-        arrays = []
-        for shape in case_shapes:
-            size = int(np.prod(shape))
-            arrays.append(flat[at : at + size].reshape(shape))
-            at += size
-        results.append(arrays)
-    assert at == flat.size, "the driver wrote more than the cases asked for"
-    return done.stdout.strip(), results
+    printed = run_driver(emulator, driver, isa, cases_path, out_path)
+    arrays = iter(split_outputs(out_path, [shape for case_shapes in shapes for shape in case_shapes]))
+    return printed.strip(), [[next(arrays) for _ in case_shapes] for case_shapes in shapes]
 
 
 RESCORE_DRIVER = ROOT / "tests" / "kernels" / "native_rescore_driver.cpp"
@@ -152,14 +151,5 @@ def run_native_rescore(emulator: str, driver: Path, isa: str, heads: list, folde
                 *([w["zero_points"]] if h.zero_points else []),
             ):
                 f.write(np.ascontiguousarray(part).tobytes())
-    env = {**os.environ, "CLIKA_KERNEL_ISA": isa}
-    done = subprocess.run(
-        [emulator, str(driver), str(cases_path), str(out_path)], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, f"{isa} under {emulator}: {done.stderr[-2000:]}"
-    flat, at, results = np.fromfile(out_path, np.float32), 0, []
-    for h in heads:
-        results.append(flat[at : at + h.tokens * h.n].reshape(h.tokens, h.n))
-        at += h.tokens * h.n
-    assert at == flat.size, "the driver wrote more than the cases asked for"
-    return done.stdout.strip(), results
+    printed = run_driver(emulator, driver, isa, cases_path, out_path)
+    return printed.strip(), split_outputs(out_path, [(h.tokens, h.n) for h in heads])

@@ -49,7 +49,7 @@ def choose_levels_by_sensitivity(
         calibration_ids(folder)[: sensitivity.CALIBRATION_TOKENS],
         target_kl=options["sensitivity_target_kl"],
         budget=options["sensitivity_budget"],
-        fp32_form=options.get("fp32_form", "fma"),
+        fp32_form=options["fp32_form"],
         threads=threads,
         on_probe=on_probe,
     )

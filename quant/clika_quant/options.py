@@ -87,6 +87,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from clika_runtime.kernels.op import FP32_FORMS  # the op's contract names the forms
+
 PRECISIONS = ("int4", "int8", "fp32")
 METHODS = ("rtn", "search")
 ZERO_POINTS = ("none", "uint8", "offset")
@@ -98,7 +100,6 @@ HEAD_SCANS = ("auto", "nibbles", "copy")
 PRECISION_DEFAULTS: dict[str, dict[str, Any]] = {
     "int8": {"accuracy_level_4bit": 0, "sensitivity_budget": None, "fp32_form": "fma"}
 }
-FP32_FORMS = ("fma", "split16")
 
 
 class QuantError(ValueError):

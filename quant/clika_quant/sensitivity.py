@@ -63,7 +63,7 @@ from onnx import helper
 from clika_quant.quality import SequenceRunner
 from clika_quant.quantize import summarize, with_level
 from clika_runtime.kernels.gguf_matmul import B_SUFFIX, GGML_TYPE_NAMES, LEVEL_PRECISIONS, OP_TYPE
-from clika_runtime.kernels.op import SPLIT16_TYPES
+from clika_runtime.kernels.op import fp32_form_of_type
 
 FAST, EXACT = 4, 0
 PROBE_FILE = "sensitivity_probe.onnx"
@@ -146,14 +146,16 @@ def _set_fp32_form(node: onnx.NodeProto, form: str) -> None:
     kept = [a for a in node.attribute if a.name != "fp32_form"]
     del node.attribute[:]
     node.attribute.extend(kept)
-    if form != "fma" and GGML_TYPE_NAMES.get(_attr(node, "ggml_type")) in SPLIT16_TYPES:
+    form = fp32_form_of_type(GGML_TYPE_NAMES.get(_attr(node, "ggml_type")), form)
+    if form != "fma":
         node.attribute.append(helper.make_attribute("fp32_form", form))
 
 
 def fp32_form_of(group: dict[str, Any], form: str) -> dict[str, Any]:
     """A group record at level 0 with the fp32 form its node runs (none recorded for fp32 FMA)."""
     changed = {k: v for k, v in group.items() if k != "fp32_form"}
-    if form != "fma" and group.get("weight_format", "").removeprefix("gguf ") in SPLIT16_TYPES:
+    form = fp32_form_of_type(group.get("weight_format", "").removeprefix("gguf "), form)
+    if form != "fma":
         changed["fp32_form"] = form
     return changed
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_cases import X86_ISAS, require_library, run_under_isa
+from kernel_cases import forced_isa_fixture, require_library, run_under_isa
 from rescore_cases import HEADS, Head, chain_model, feeds, reference, rescore_model, session
 
 RUNNER = Path(__file__).resolve().parents[1] / "rescore_isa_runner.py"
@@ -22,12 +22,7 @@ def computed(isa: str) -> dict:
     return run_under_isa(isa, HEADS, RUNNER)
 
 
-@pytest.fixture(scope="module", params=X86_ISAS)
-def isa(request) -> str:
-    require_library()
-    if not computed(request.param)["status"].available:
-        pytest.skip(f"this CPU does not run {request.param}")
-    return request.param
+isa = forced_isa_fixture(computed)
 
 
 def test_the_best_logits_match_float64_and_the_rest_stay_as_they_were(isa):

@@ -19,6 +19,7 @@ from kernel_cases import (
     X86_ISAS,
     all_cases,
     checked_columns,
+    forced_isa_fixture,
     require_library,
     run_under_isa,
 )
@@ -38,12 +39,7 @@ def computed(isa: str) -> tuple[list[dict], dict]:
     return cases, run_under_isa(isa, cases)
 
 
-@pytest.fixture(scope="module", params=X86_ISAS)
-def isa(request) -> str:
-    require_library()
-    if not run_under_isa(request.param, [])["status"].available:
-        pytest.skip(f"this CPU does not run {request.param}")
-    return request.param
+isa = forced_isa_fixture(lambda isa: computed(isa)[1])
 
 
 def test_every_format_and_precision_matches_gguf_py(isa):
@@ -71,9 +67,9 @@ def test_simd_paths_equal_the_scalar_reference_within_bounds(isa):
 
 def test_the_vnni_split_computes_its_stated_arithmetic_bit_for_bit():
     require_library()
-    if not run_under_isa("avx512_vnni", [])["status"].available:
-        pytest.skip("this CPU does not run avx512_vnni")
     cases, out = computed("avx512_vnni")
+    if not out["status"].available:
+        pytest.skip("this CPU does not run avx512_vnni")
     checked = 0
     for case, result in zip(cases, out["results"], strict=True):
         if case.get("fp32_form") != "split16" or case["ggml_type"] not in SPLIT16_FORMATS:

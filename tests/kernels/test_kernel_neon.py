@@ -6,6 +6,7 @@ for bit the formula the x86 paths give (swiglu_cases)."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from kernel_checks import (
 )
 from kernel_native import (
     ATTENTION_DRIVER,
+    DRIVER,
     RESCORE_DRIVER,
     build_driver,
     run_native,
@@ -35,11 +37,16 @@ ARM_ISAS = ("scalar", "neon", "neon_dotprod")
 ATTENTION_CASES = [(layout, step) for layout in LAYOUTS for step in STEPS]
 
 
+def arm_driver(tmp_path_factory, name: str, source: Path = DRIVER) -> tuple[str, Path, Path]:
+    """(the emulator, ``source`` cross-compiled for aarch64, a folder for its files)."""
+    compiler, emulator = toolchain("aarch64-linux-gnu-g++", ("qemu-aarch64-static", "qemu-aarch64"))
+    folder = tmp_path_factory.mktemp(f"aarch64-{name}")
+    return emulator, build_driver(compiler, folder / name, source), folder
+
+
 @pytest.fixture(scope="module")
 def arm(tmp_path_factory):
-    compiler, emulator = toolchain("aarch64-linux-gnu-g++", ("qemu-aarch64-static", "qemu-aarch64"))
-    folder = tmp_path_factory.mktemp("aarch64")
-    driver = build_driver(compiler, folder / "native_driver")
+    emulator, driver, folder = arm_driver(tmp_path_factory, "native_driver")
     cases = all_cases()
     gated = swiglu_cases()
 
@@ -89,9 +96,7 @@ def test_arm_swiglu_is_the_scalar_formula_bit_for_bit(arm, isa):
 
 @pytest.fixture(scope="module")
 def arm_attention(tmp_path_factory):
-    compiler, emulator = toolchain("aarch64-linux-gnu-g++", ("qemu-aarch64-static", "qemu-aarch64"))
-    folder = tmp_path_factory.mktemp("aarch64-attention")
-    driver = build_driver(compiler, folder / "native_attention_driver", ATTENTION_DRIVER)
+    emulator, driver, folder = arm_driver(tmp_path_factory, "native_attention_driver", ATTENTION_DRIVER)
     return lambda isa: run_native_attention(emulator, driver, isa, ATTENTION_CASES, folder)
 
 
@@ -108,9 +113,7 @@ def test_arm_step_attention_gives_the_x86_paths_bits(arm_attention, isa):
 
 @pytest.fixture(scope="module")
 def arm_rescore(tmp_path_factory):
-    compiler, emulator = toolchain("aarch64-linux-gnu-g++", ("qemu-aarch64-static", "qemu-aarch64"))
-    folder = tmp_path_factory.mktemp("aarch64-rescore")
-    driver = build_driver(compiler, folder / "native_rescore_driver", RESCORE_DRIVER)
+    emulator, driver, folder = arm_driver(tmp_path_factory, "native_rescore_driver", RESCORE_DRIVER)
     return lambda isa: run_native_rescore(emulator, driver, isa, RESCORE_HEADS, folder)
 
 

@@ -21,7 +21,7 @@ from attention_cases import (
     session,
     step_attention_model,
 )
-from kernel_cases import X86_ISAS, require_library, run_under_isa
+from kernel_cases import forced_isa_fixture, require_library, run_under_isa
 
 RUNNER = Path(__file__).resolve().parents[1] / "attention_isa_runner.py"
 CASES = [(layout, step) for layout in LAYOUTS for step in STEPS]
@@ -46,12 +46,7 @@ def computed(isa: str) -> dict:
     return run_under_isa(isa, CASES, RUNNER)
 
 
-@pytest.fixture(scope="module", params=X86_ISAS)
-def isa(request) -> str:
-    require_library()
-    if not computed(request.param)["status"].available:
-        pytest.skip(f"this CPU does not run {request.param}")
-    return request.param
+isa = forced_isa_fixture(computed)
 
 
 def test_every_case_matches_the_float64_reference(isa):

@@ -33,6 +33,13 @@ FP32_FORMS = ("fma", "split16")
 # The formats an fp32_form of "split16" changes (the others run fp32 FMA whatever it says).
 SPLIT16_TYPES = ("Q4_0", "Q4_1")
 
+
+def fp32_form_of_type(ggml_type: str | None, fp32_form: str) -> str:
+    """What ``fp32_form`` means for a node of ``ggml_type``: itself where it changes the format,
+    else "fma" (which is not written to a node or a record)."""
+    return fp32_form if ggml_type in SPLIT16_TYPES else "fma"
+
+
 # GGML type ids of the formats the op computes (their blocks: ``gguf_layout``).
 GGML_TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 
